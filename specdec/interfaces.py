@@ -240,6 +240,12 @@ class Target(ABC):
     def forward_tree(self, tree: DraftTree) -> TargetStep:
         """One forward over the tree at positions ``length + depth``; logits and hidden for all N nodes."""
 
+    def decode_one(self, token: torch.Tensor) -> TargetStep:
+        """Run and commit one token (vanilla decoding); logits ``[1, V]``."""
+        step = self.forward_tree(DraftTree.single(token))
+        self.commit(torch.zeros(1, dtype=torch.long, device=token.device), 1)
+        return step
+
     @abstractmethod
     def commit(self, accepted: torch.Tensor, count: int) -> None:
         """Keep the cache entries of nodes ``accepted[:count]`` (root first) after the committed prefix."""

@@ -7,10 +7,12 @@ Nothing here downloads anything. The GGUF is dequantised once (~15 s) and cached
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 __all__ = ["cache_dir", "smollm2_gguf_path", "load_smollm2", "tiny_llama", "MissingAssetError"]
@@ -57,11 +59,17 @@ def load_smollm2(
         gguf = smollm2_gguf_path()
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model.config.quantization_config = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        # The GGUF loader marks the model as quantized (not serialisable by save_pretrained): write the
+        # dequantised weights and a plain config ourselves.
         tmp = local.with_name(local.name + ".tmp")
-        model.save_pretrained(tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
         tmp.rename(local)
     model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype).to(device).eval()

@@ -1,0 +1,303 @@
+"""Decoding loops: speculative (drafter + tree policy + verifier) and vanilla, on the same target adapter.
+
+One speculative cycle::
+
+    tree    = policy.grow(drafter, root)        # draft
+    step    = target.forward_tree(tree)         # target
+    verdict = verifier.verify(tree, step.logits) # verify
+    <one host sync: accept length, bonus, accepted tokens, logits finite>
+    target.commit(...); drafter.commit(...)     # bookkeeping
+
+The root is the token emitted last (not yet in the target's cache); a cycle emits the accepted draft tokens
+and then the bonus token, which becomes the next root. τ counts the bonus token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
+from specdec.kvcache import CacheFullError
+from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
+
+__all__ = ["GenerationMetrics", "GenerationResult", "StopCondition", "SpeculativeGenerator", "VanillaGenerator"]
+
+
+@dataclass
+class GenerationMetrics:
+    """Per-generation counters. Times are wall-clock seconds (on CUDA, a phase's time lands where it syncs).
+
+    Attributes:
+        new_tokens: tokens emitted (the first one comes from the prefill).
+        accept_lengths: accepted draft tokens per cycle (τ of a cycle is this + 1).
+        tree_depths: depth bound of each cycle's tree (for per-depth acceptance).
+        tree_sizes: nodes (root included) of each cycle's tree.
+    """
+
+    new_tokens: int = 0
+    accept_lengths: list[int] = field(default_factory=list)
+    tree_depths: list[int] = field(default_factory=list)
+    tree_sizes: list[int] = field(default_factory=list)
+    time_prefill: float = 0.0
+    time_draft: float = 0.0
+    time_target: float = 0.0
+    time_verify: float = 0.0
+    time_bookkeeping: float = 0.0
+    time_total: float = 0.0
+
+    @property
+    def cycles(self) -> int:
+        """Target forwards after the prefill."""
+        return len(self.accept_lengths)
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens per target forward, bonus token included."""
+        return sum(a + 1 for a in self.accept_lengths) / max(1, self.cycles)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.time_total if self.time_total > 0 else 0.0
+
+    def acceptance_per_depth(self) -> list[float]:
+        """n-α: P(draft token at depth n accepted | depths < n accepted), for n = 1 .. max depth."""
+        rates = []
+        for n in range(1, max(self.tree_depths, default=0) + 1):
+            reached = [a for a, d in zip(self.accept_lengths, self.tree_depths, strict=True) if a >= n - 1 and d >= n]
+            if reached:
+                rates.append(sum(a >= n for a in reached) / len(reached))
+        return rates
+
+    def time_split(self) -> dict[str, float]:
+        """Fractions of the decode time (prefill excluded) spent in each phase."""
+        phases = {
+            "draft": self.time_draft,
+            "target": self.time_target,
+            "verify": self.time_verify,
+            "bookkeeping": self.time_bookkeeping,
+        }
+        total = sum(phases.values()) or 1.0
+        return {k: v / total for k, v in phases.items()}
+
+    def summary(self) -> str:
+        split = " ".join(f"{k}={v:.0%}" for k, v in self.time_split().items())
+        return (
+            f"{self.new_tokens} tokens in {self.time_total:.2f}s = {self.tokens_per_second:.1f} tok/s, "
+            f"tau={self.tau:.2f} over {self.cycles} target forwards ({split})"
+        )
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    finish_reason: str  # "eos" | "stop" | "length"
+    metrics: GenerationMetrics
+
+
+@dataclass
+class StopCondition:
+    """When to stop: EOS ids, stop strings (needs a ``decode`` function), a token budget."""
+
+    max_new_tokens: int = 128
+    eos_token_ids: Sequence[int] = ()
+    stop_strings: Sequence[str] = ()
+    decode: Callable[[list[int]], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.stop_strings and self.decode is None:
+            raise ValueError("stop_strings need a decode function (e.g. tokenizer.decode)")
+
+    def check(self, tokens: list[int]) -> str | None:
+        """Reason to stop after ``tokens`` (all generated so far), or None."""
+        if tokens and tokens[-1] in self.eos_token_ids:
+            return "eos"
+        if self.stop_strings:
+            tail = self.decode(tokens[-64:])  # type: ignore[misc]
+            if any(s in tail for s in self.stop_strings):
+                return "stop"
+        if len(tokens) >= self.max_new_tokens:
+            return "length"
+        return None
+
+
+def _generator(sampling: SamplingParams, device: torch.device, generator: torch.Generator | None) -> torch.Generator:
+    if generator is not None:
+        return generator
+    g = torch.Generator(device=device)
+    if sampling.seed is not None:
+        g.manual_seed(sampling.seed)
+    else:
+        g.seed()
+    return g
+
+
+def _check_prompt(target: Target, input_ids: torch.Tensor, stop: StopCondition, extra: int) -> None:
+    need = input_ids.shape[-1] + stop.max_new_tokens + extra
+    if need > target.max_len:
+        raise CacheFullError(
+            f"prompt ({input_ids.shape[-1]}) + max_new_tokens ({stop.max_new_tokens}) + one tree/step ({extra}) "
+            f"= {need} tokens exceed the target cache of {target.max_len}; raise max_len"
+        )
+
+
+def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
+    step = target.prefill(input_ids)
+    check_finite(step.logits, "target logits at the end of the prompt")
+    return step, sample(warp(step.logits[0], sampling), g)
+
+
+class VanillaGenerator:
+    """Plain autoregressive decoding on the same adapter and the same ``warp``: the fair baseline."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def stream(
+        self,
+        input_ids: torch.Tensor,
+        sampling: SamplingParams,
+        stop: StopCondition,
+        generator: torch.Generator | None = None,
+        metrics: GenerationMetrics | None = None,
+    ) -> Iterator[int]:
+        """Yield generated token ids one by one. ``input_ids``: ``[L]`` long prompt."""
+        metrics = metrics if metrics is not None else GenerationMetrics()
+        _check_prompt(self.target, input_ids, stop, 1)
+        g = _generator(sampling, self.target.device, generator)
+        t0 = time.perf_counter()
+        _, token = _first_token(self.target, input_ids, sampling, g)
+        metrics.time_prefill = time.perf_counter() - t0
+        out: list[int] = []
+        while True:
+            out.append(int(token))
+            metrics.new_tokens = len(out)
+            metrics.time_total = time.perf_counter() - t0
+            yield out[-1]
+            if stop.check(out):
+                return
+            t1 = time.perf_counter()
+            step = self.target.decode_one(token)
+            next_token = sample(warp(step.logits[0], sampling), g)
+            token_ok = torch.stack([next_token, logits_ok(step.logits).long()]).tolist()  # the step's one sync
+            if not token_ok[1]:
+                raise NonFiniteLogitsError("target logits contain NaN/+inf values")
+            token = next_token
+            metrics.accept_lengths.append(0)
+            metrics.tree_depths.append(0)
+            metrics.tree_sizes.append(1)
+            metrics.time_target += time.perf_counter() - t1
+
+    def generate(
+        self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
+    ) -> GenerationResult:
+        return _collect(self.stream, input_ids, sampling, stop, generator)
+
+
+def _collect(stream_fn, input_ids, sampling, stop, generator) -> GenerationResult:
+    metrics = GenerationMetrics()
+    tokens = list(stream_fn(input_ids, sampling, stop, generator, metrics))
+    reason = stop.check(tokens) or "length"
+    return GenerationResult(tokens, reason, metrics)
+
+
+class SpeculativeGenerator:
+    """Speculative decoding composed from a drafter, a tree policy and a verifier.
+
+    Args:
+        target: the target adapter (its cache must hold prompt + max_new_tokens + one tree).
+        drafter: proposes draft distributions; its vocabulary must equal the target's.
+        policy: shapes the tree (static, dynamic, stochastic).
+        verifier: must match the policy's candidate kind (deterministic or stochastic); the verifiers
+            raise if given the wrong kind of tree.
+    """
+
+    def __init__(self, target: Target, drafter: Drafter, policy: TreePolicy, verifier: Verifier) -> None:
+        if drafter.vocab_size != target.vocab_size:
+            raise VocabMismatchError(
+                f"drafter vocabulary ({drafter.vocab_size}) differs from the target's ({target.vocab_size}); "
+                "a drafter must share the target's tokenizer"
+            )
+        if policy.max_nodes >= target.max_len:
+            raise CacheFullError(
+                f"the policy's trees ({policy.max_nodes} nodes) do not fit the target cache of {target.max_len}"
+            )
+        self.target, self.drafter, self.policy, self.verifier = target, drafter, policy, verifier
+        target.request_hidden(drafter.hidden_request)
+
+    def stream(
+        self,
+        input_ids: torch.Tensor,
+        sampling: SamplingParams,
+        stop: StopCondition,
+        generator: torch.Generator | None = None,
+        metrics: GenerationMetrics | None = None,
+    ) -> Iterator[int]:
+        """Yield generated token ids as cycles accept them. ``input_ids``: ``[L]`` long prompt."""
+        metrics = metrics if metrics is not None else GenerationMetrics()
+        target, drafter = self.target, self.drafter
+        _check_prompt(target, input_ids, stop, self.policy.max_nodes)
+        g = _generator(sampling, target.device, generator)
+        t0 = time.perf_counter()
+        drafter.reset()
+        step, root = _first_token(target, input_ids, sampling, g)
+        drafter.prefill(input_ids, step.hidden)
+        metrics.time_prefill = time.perf_counter() - t0
+        out = [int(root)]
+        metrics.new_tokens = 1
+        metrics.time_total = time.perf_counter() - t0
+        yield out[0]
+        if stop.check(out):
+            return
+        while True:
+            t1 = time.perf_counter()
+            tree = self.policy.grow(drafter, root, sampling, g)
+            t2 = time.perf_counter()
+            step = target.forward_tree(tree)
+            t3 = time.perf_counter()
+            verdict = self.verifier.verify(tree, step.logits, sampling, g)
+            accepted = verdict.accepted
+            # The cycle's one host sync: accept length, bonus token, logits health, accepted tokens.
+            packed = torch.cat(
+                [
+                    verdict.accept_length.reshape(1),
+                    verdict.bonus_token.reshape(1),
+                    logits_ok(step.logits).reshape(1).long(),
+                    tree.tokens[accepted.clamp(min=0)],
+                ]
+            ).tolist()
+            t4 = time.perf_counter()
+            n_acc, bonus, ok, path = packed[0], packed[1], packed[2], packed[3:]
+            if not ok:
+                raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
+            count = n_acc + 1
+            target.commit(accepted, count)
+            drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
+            root = verdict.bonus_token
+            metrics.accept_lengths.append(n_acc)
+            metrics.tree_depths.append(tree.max_depth)
+            metrics.tree_sizes.append(tree.num_nodes)
+            new = path[1:count] + [bonus]
+            t5 = time.perf_counter()
+            metrics.time_draft += t2 - t1
+            metrics.time_target += t3 - t2
+            metrics.time_verify += t4 - t3
+            metrics.time_bookkeeping += t5 - t4
+            for token in new:
+                out.append(token)
+                metrics.new_tokens = len(out)
+                metrics.time_total = time.perf_counter() - t0
+                yield token
+                if stop.check(out):
+                    return
+
+    def generate(
+        self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
+    ) -> GenerationResult:
+        """Run to completion; see :meth:`stream`."""
+        return _collect(self.stream, input_ids, sampling, stop, generator)

@@ -1,0 +1,137 @@
+"""Target adapter for Hugging Face causal LMs: prefill, tree forward through an explicit 4-D mask, commit.
+
+The adapter owns a :class:`~specdec.kvcache.PositionCache`. A tree of ``N`` nodes is written at positions
+``length .. length + N - 1`` with ``position_ids = length + depth`` and a mask in which node i sees the
+committed prefix plus its own ancestors. :meth:`HFTarget.commit` moves the accepted path's entries to
+``length ..`` and advances ``length``; the other entries are overwritten by the next forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
+from specdec.kvcache import CacheFullError, PositionCache
+from specdec.tree import DraftTree
+
+__all__ = ["HFTarget", "CacheFullError", "EmptyPromptError"]
+
+
+class EmptyPromptError(ValueError):
+    """A generation was asked for with no prompt tokens."""
+
+
+class HFTarget(Target):
+    """A Hugging Face causal LM behind the :class:`~specdec.interfaces.Target` interface (batch size 1).
+
+    Args:
+        model: any HF causal LM whose decoder accepts a 4-D attention mask and ``position_ids``
+            (Llama-family models do; tested on SmolLM2 and tiny random Llamas).
+        max_len: cache capacity in tokens (prompt + generated + one tree).
+        hidden: hidden states every forward should return (drafters add theirs via :meth:`request_hidden`).
+    """
+
+    def __init__(self, model: PreTrainedModel, max_len: int = 2048, hidden: HiddenRequest | None = None) -> None:
+        self.model = model.eval()
+        config = model.config.get_text_config()
+        self.config = config
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.num_layers = int(config.num_hidden_layers)
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit is not None and max_len > limit:
+            raise ValueError(f"max_len={max_len} exceeds the model's max_position_embeddings={limit}")
+        self.max_len = max_len
+        self.hidden = hidden or HiddenRequest()
+        self.cache = PositionCache(self.num_layers, max_len)
+        self.length = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_output_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.get_output_embeddings().weight.dtype
+
+    def request_hidden(self, request: HiddenRequest) -> None:
+        bad = [i for i in request.layers if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"hidden layers {bad} out of range for a target with {self.num_layers} layers")
+        self.hidden = self.hidden | request
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def _forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor, logits_to_keep: int
+    ) -> TargetStep:
+        """Run ``n`` new tokens at cache slots ``length .. length + n``.
+
+        Args:
+            ids: ``[n]`` long. positions: ``[n]`` long. block_mask: ``[n, n]`` bool among the new tokens.
+            logits_to_keep: 0 for all rows, else the last k rows.
+        """
+        n = ids.shape[0]
+        if self.length + n > self.max_len:
+            raise CacheFullError(
+                f"{self.length} cached + {n} new tokens exceed the cache of {self.max_len}; raise max_len"
+            )
+        prefix = torch.ones(n, self.length, dtype=torch.bool, device=ids.device)
+        mask = torch.cat([prefix, block_mask], dim=1)[None, None]
+        self.cache.set_write_pos(self.length)
+        want = self.hidden
+        out = self.model(
+            input_ids=ids[None],
+            attention_mask=mask,
+            position_ids=positions[None],
+            past_key_values=self.cache,
+            use_cache=True,
+            output_hidden_states=want.any,
+            logits_to_keep=logits_to_keep,
+        )
+        hidden = TargetHidden()
+        if want.any:
+            states = out.hidden_states
+            hidden = TargetHidden(
+                final=states[-1][0] if want.final else None,
+                layers={i: states[i][0] for i in want.layers},
+            )
+        return TargetStep(out.logits[0].float(), hidden)
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor) -> TargetStep:
+        """Run the prompt ``[L]``: logits ``[1, V]`` for the last position, hidden states for all ``L``."""
+        if input_ids.ndim != 1 or input_ids.shape[0] == 0:
+            raise EmptyPromptError(f"prompt must be a non-empty 1-D tensor of token ids, got {tuple(input_ids.shape)}")
+        if input_ids.shape[0] >= self.max_len:
+            raise CacheFullError(
+                f"prompt of {input_ids.shape[0]} tokens does not fit the cache of {self.max_len} tokens "
+                "(it needs room for at least one more); raise max_len or shorten the prompt"
+            )
+        self.length = 0
+        n = input_ids.shape[0]
+        positions = torch.arange(n, device=input_ids.device)
+        causal = torch.ones(n, n, dtype=torch.bool, device=input_ids.device).tril()
+        step = self._forward(input_ids, positions, causal, logits_to_keep=1)
+        self.length = n
+        return step
+
+    @torch.no_grad()
+    def forward_tree(self, tree: DraftTree) -> TargetStep:
+        """One forward over root + tree; logits ``[N, V]`` and hidden states for all nodes."""
+        return self._forward(tree.tokens, tree.position_ids(self.length), tree.attn_mask, logits_to_keep=0)
+
+    @torch.no_grad()
+    def decode_one(self, token: torch.Tensor) -> TargetStep:
+        """Run and commit one token (vanilla decoding); logits ``[1, V]``."""
+        ids = token.reshape(1)
+        positions = torch.full((1,), self.length, dtype=torch.long, device=ids.device)
+        step = self._forward(ids, positions, torch.ones(1, 1, dtype=torch.bool, device=ids.device), 0)
+        self.length += 1
+        return step
+
+    def commit(self, accepted: torch.Tensor, count: int) -> None:
+        """Keep nodes ``accepted[:count]`` (root first, so ``accepted[0] == 0``) after the committed prefix."""
+        self.cache.compact(self.length, accepted[:count])
+        self.length += count
