@@ -77,8 +77,10 @@ class HFTarget(Target):
             raise CacheFullError(
                 f"{self.length} cached + {n} new tokens exceed the cache of {self.max_len}; raise max_len"
             )
-        prefix = torch.ones(n, self.length, dtype=torch.bool, device=ids.device)
-        mask = torch.cat([prefix, block_mask], dim=1)[None, None]
+        # Additive float mask (0 = attend): HF eager attention adds the mask to the scores, sdpa accepts either.
+        allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device)
+        mask = mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[None, None]
         self.cache.set_write_pos(self.length)
         want = self.hidden
         out = self.model(

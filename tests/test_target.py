@@ -12,9 +12,11 @@ from specdec.target import EmptyPromptError, HFTarget
 from specdec.tree import DraftTree
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_llama(vocab_size=16, hidden_size=32, num_layers=4, seed=1)
+@pytest.fixture(scope="module", params=["sdpa", "eager"])
+def model(request):
+    m = tiny_llama(vocab_size=16, hidden_size=32, num_layers=4, seed=1)
+    m.config._attn_implementation = request.param
+    return m
 
 
 def full_forward(model, seq: list[int]):
@@ -50,15 +52,15 @@ def test_tree_forward_equals_sequential(model):
     for node in range(tree.num_nodes):
         seq = prompt + path_tokens(tree, node)
         logits, hidden = full_forward(model, seq)
-        torch.testing.assert_close(step.logits[node], logits[-1], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(step.hidden.final[node], hidden[-1][0, -1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(step.logits[node], logits[-1], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(step.hidden.final[node], hidden[-1][0, -1], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(step.hidden.layers[2][node], hidden[2][0, -1], atol=1e-4, rtol=1e-4)
 
 
 def test_feature_is_lm_head_input(model):
     target = HFTarget(model, max_len=32, hidden=HiddenRequest(final=True))
     step = target.prefill(torch.tensor([1, 2, 3]))
-    torch.testing.assert_close(model.lm_head(step.hidden.final[-1:]), step.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.lm_head(step.hidden.final[-1:]), step.logits, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("accepted_node", [0, 2, 5, 6, 4])
@@ -77,14 +79,14 @@ def test_commit_keeps_only_the_accepted_path(model, accepted_node):
     step = target.forward_tree(DraftTree.single(nxt))
     seq = prompt + tree.tokens[path].tolist() + [12]
     logits, _ = full_forward(model, seq)
-    torch.testing.assert_close(step.logits[0], logits[-1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(step.logits[0], logits[-1], atol=1e-4, rtol=1e-4)
 
 
 def test_decode_one_matches_full_forward(model):
     target = HFTarget(model, max_len=32)
     target.prefill(torch.tensor([3, 1]))
     step = target.decode_one(torch.tensor(5))
-    torch.testing.assert_close(step.logits[0], full_forward(model, [3, 1, 5])[0][-1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(step.logits[0], full_forward(model, [3, 1, 5])[0][-1], atol=1e-4, rtol=1e-4)
     assert target.length == 3
 
 

@@ -1,0 +1,7 @@
+"""Tree policies: how a draft tree is shaped from a drafter's proposals (one policy per file)."""
+
+from specdec.trees.dynamic import DynamicTreePolicy
+from specdec.trees.static import EAGLE1_DEFAULT_PATHS, StaticTreePolicy, validate_paths
+from specdec.trees.stochastic import StochasticTreePolicy
+
+__all__ = ["EAGLE1_DEFAULT_PATHS", "DynamicTreePolicy", "StaticTreePolicy", "StochasticTreePolicy", "validate_paths"]

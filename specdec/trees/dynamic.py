@@ -1,0 +1,122 @@
+"""EAGLE-2 dynamic trees: expand the most promising nodes, then keep the globally best ones.
+
+The value of a node is the sum of draft log-probabilities along its root path (log of the product of draft
+confidences), stored in :attr:`PartialTree.logq`.
+
+Growth, with ``K = topk``:
+
+* step 0: expand the root; its top-K children form level 1 and the first frontier;
+* steps 1 .. depth-1: expand the K frontier nodes in ONE :meth:`~specdec.interfaces.Drafter.expand` call; each
+  proposes its top-K children; all ``K^2`` children enter the pool; the K best of them by value are the next
+  frontier.
+
+Rerank: keep the root and the ``total_tokens - 1`` best pool nodes by value, ties going to the smaller node id.
+Ids are creation order, so a smaller id is never deeper. Because ``log q <= 0``, a child's value never exceeds
+its parent's, and on equal values the parent (smaller id) sorts first; a stable sort therefore places every
+parent before each of its children, and any prefix of that order (the kept set) is a connected tree. Kept nodes
+are then ordered by id (parents first; siblings stay in rank order) and re-indexed.
+
+Depth convention: ``depth`` is the number of expand calls and the largest node depth. The EAGLE-2 reference
+counts its ``depth`` without the root step, so its ``depth=d`` corresponds to ``depth=d + 1`` here.
+
+Candidates are a deterministic function of the context, so the tree is for the deterministic-candidate (one-hot
+q) verifiers; :meth:`DynamicTreePolicy.grow` never touches the generator.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.interfaces import Drafter, TreePolicy
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree, PartialTree
+
+__all__ = ["DynamicTreePolicy"]
+
+
+class DynamicTreePolicy(TreePolicy):
+    """EAGLE-2 dynamic draft tree.
+
+    Args:
+        topk: K, children proposed per expanded node and frontier width (clamped to the vocabulary size).
+        depth: expansion steps, root step included; the maximum node depth.
+        total_tokens: nodes kept after reranking, root included (the tree the target verifies).
+        strict: check after every rerank that the kept set is connected (forces a host sync; for tests).
+
+    Attributes:
+        max_nodes: ``min(total_tokens, pool_capacity)``.
+        max_depth: ``depth``.
+        pool_capacity: ``1 + K + (depth - 1) * K^2``, every node growth can create.
+    """
+
+    def __init__(self, topk: int = 10, depth: int = 5, total_tokens: int = 60, strict: bool = False) -> None:
+        if topk < 1:
+            raise ValueError(f"topk must be at least 1, got {topk}")
+        if depth < 1:
+            raise ValueError(f"depth must be at least 1, got {depth}")
+        if total_tokens < 2:
+            raise ValueError(f"total_tokens counts the root and must be at least 2, got {total_tokens}")
+        self.topk = topk
+        self.depth = depth
+        self.total_tokens = total_tokens
+        self.strict = strict
+        self.pool_capacity = 1 + topk + (depth - 1) * topk * topk
+        self.max_nodes = min(total_tokens, self.pool_capacity)
+        self.max_depth = depth
+
+    def expand_pool(self, drafter: Drafter, root: torch.Tensor) -> PartialTree:
+        """Run the ``depth`` expansion steps and return the whole candidate pool (before reranking)."""
+        tree = PartialTree(root, self.pool_capacity)
+        frontier = torch.zeros(1, dtype=torch.long, device=root.device)
+        for step in range(self.depth):
+            logits = drafter.expand(tree, frontier).float()  # [F, V]
+            logq = torch.log_softmax(logits, dim=-1)
+            # A NaN row would make values incomparable; -inf keeps "child value <= parent value" true.
+            logq = torch.where(torch.isnan(logq), torch.full_like(logq, -torch.inf), logq)
+            k = min(self.topk, logq.shape[-1])
+            top_logq, top_tokens = torch.topk(logq, k, dim=-1)  # [F, k], best first
+            value = tree.logq[frontier].unsqueeze(-1) + top_logq  # [F, k]
+            ids = tree.add(frontier.repeat_interleave(k), top_tokens.reshape(-1), value.reshape(-1))
+            if step + 1 < self.depth:
+                best = torch.sort(value.reshape(-1), descending=True, stable=True).indices[: self.topk]
+                frontier = ids[best]
+        return tree
+
+    def rerank(self, tree: PartialTree) -> DraftTree:
+        """Keep the root and the best ``max_nodes - 1`` pool nodes, parents first, as a :class:`DraftTree`."""
+        device = tree.device
+        size = tree.size
+        keep = min(self.max_nodes, size) - 1
+        order = torch.sort(tree.logq[1:size], descending=True, stable=True).indices[:keep] + 1
+        nodes = torch.cat([torch.zeros(1, dtype=torch.long, device=device), torch.sort(order).values])  # [n]
+        n = nodes.shape[0]
+        new_id = torch.full((size,), -1, dtype=torch.long, device=device)
+        new_id[nodes] = torch.arange(n, device=device)
+        old_parents = tree.parents[nodes]
+        parents = torch.where(old_parents >= 0, new_id[old_parents.clamp(min=0)], old_parents)
+        if self.strict and bool((parents[1:] < 0).any()):
+            raise AssertionError("dynamic tree rerank kept a node without its parent")
+        return DraftTree.from_parents(tree.tokens[nodes], parents, self.max_depth)
+
+    def grow(
+        self,
+        drafter: Drafter,
+        root: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> DraftTree:
+        """Grow the pool with ``depth`` expand calls and rerank it.
+
+        Args:
+            drafter: proposes ``[F, V]`` logits (``F = 1`` for the root step, then up to ``topk``).
+            root: 0-dim long, the last emitted token.
+            sampling: unused (candidates are the draft's top-k regardless of temperature).
+            generator: unused (deterministic policy).
+
+        Returns:
+            A :class:`DraftTree` of at most ``max_nodes`` nodes and depth at most ``depth``.
+        """
+        return self.rerank(self.expand_pool(drafter, root))
+
+    def __repr__(self) -> str:
+        return f"DynamicTreePolicy(topk={self.topk}, depth={self.depth}, total_tokens={self.total_tokens})"

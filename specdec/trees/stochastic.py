@@ -1,0 +1,124 @@
+"""Stochastic static trees (EAGLE-1 at T > 0): a fixed shape whose children are sampled, not ranked.
+
+The shape is a :class:`~specdec.trees.static.StaticTreePolicy` path list, but the child of rank ``r`` is the
+``r``-th draw *without replacement* from the draft distribution ``q = softmax(logits / T)``. The draws use the
+ordered Gumbel-top-k trick: with ``G_i`` i.i.d. Gumbel(0, 1), the tokens sorted by ``log q_i + G_i`` (descending)
+are distributed exactly like sequential sampling without replacement, so one ``topk`` per level draws every
+child at once.
+
+What the tree records for the stochastic verifiers (see :class:`~specdec.tree.DraftTree`):
+
+* ``q_dist [N, V]``: row ``u`` is the q the children of ``u`` were drawn from; rows of leaves are zero;
+* ``q_cond [N]``: ``q(x_k) / (1 - sum_{j<k} q(x_j))`` for the k-th drawn child (root entry 1).
+
+Siblings are consecutive draws, so a stochastic shape must give each node children of ranks ``0 .. c-1``
+with no gaps (a gap would hide a draw from the verifier and break losslessness); the constructor checks this.
+
+Full support: logits are floored at ``max - 60`` (after the temperature) before the softmax, so every token has
+``q > 0`` in float32 and every draw is a genuine draw from the recorded ``q_dist`` (the change to q is below
+``V * e^-60``). At ``T = 0`` the policy falls back to deterministic top-k and returns a deterministic tree
+(``q_dist is None``), identical to the static policy's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specdec.interfaces import Drafter, TreePolicy
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree, PartialTree
+from specdec.trees.static import StaticTreePolicy
+
+__all__ = ["StochasticTreePolicy", "LOGIT_FLOOR"]
+
+#: Tempered logits below ``max - LOGIT_FLOOR`` are raised to it, so that q has full support in float32.
+LOGIT_FLOOR = 60.0
+
+
+class StochasticTreePolicy(TreePolicy):
+    """Static tree shape, children sampled without replacement from ``softmax(logits / T)``.
+
+    Args:
+        shape: a prefix-closed rank-path list, or a :class:`StaticTreePolicy` whose shape to use. Every node's
+            child ranks must be ``0 .. c-1`` (consecutive draws).
+
+    Attributes:
+        shape: the :class:`StaticTreePolicy` (also used as the T = 0 fallback).
+        max_nodes, max_depth: those of the shape.
+    """
+
+    def __init__(self, shape: Sequence[Sequence[int]] | StaticTreePolicy) -> None:
+        self.shape = shape if isinstance(shape, StaticTreePolicy) else StaticTreePolicy(shape)
+        present = set(self.shape.paths)
+        for path in self.shape.paths:
+            if path[-1] > 0 and path[:-1] + (path[-1] - 1,) not in present:
+                raise ValueError(
+                    f"path {list(path)} skips rank {path[-1] - 1}: sampled siblings must be consecutive draws"
+                )
+        self.max_nodes = self.shape.max_nodes
+        self.max_depth = self.shape.max_depth
+
+    @classmethod
+    def chain(cls, length: int) -> StochasticTreePolicy:
+        """A chain of ``length`` sampled draft tokens (classic speculative sampling)."""
+        return cls(StaticTreePolicy.chain(length))
+
+    @classmethod
+    def eagle1_default(cls) -> StochasticTreePolicy:
+        """The EAGLE-1 ``mc_sim_7b_63`` shape with sampled children."""
+        return cls(StaticTreePolicy.eagle1_default())
+
+    def grow(
+        self,
+        drafter: Drafter,
+        root: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> DraftTree:
+        """Grow the shape under ``root``, one ``expand`` per level, sampling children with ``generator``.
+
+        Args:
+            drafter: proposes ``[F, V]`` logits per level.
+            root: 0-dim long, the last emitted token.
+            sampling: only ``temperature`` is used (T of the draft distribution; 0 = deterministic top-k).
+            generator: the source of the Gumbel noise.
+
+        Returns:
+            A :class:`DraftTree` of ``max_nodes`` nodes with ``q_dist [N, V]`` float32 and ``q_cond [N]`` float32
+            (for T = 0, the static policy's deterministic tree, without them).
+        """
+        if sampling.greedy:
+            return self.shape.grow(drafter, root, sampling, generator)
+        parents, levels = self.shape.plan_on(root.device)
+        n = self.max_nodes
+        tree = PartialTree(root, n)
+        q_dist: torch.Tensor | None = None
+        q_cond = torch.ones(n, dtype=torch.float32, device=root.device)
+        for level in levels:
+            logits = drafter.expand(tree, level.frontier).float() / sampling.temperature  # [F, V]
+            vocab = logits.shape[-1]
+            if level.width > vocab:
+                raise ValueError(f"cannot draw {level.width} distinct children from a vocabulary of {vocab}")
+            logits = torch.maximum(logits, logits.amax(-1, keepdim=True) - LOGIT_FLOOR)
+            q = torch.softmax(logits, dim=-1)  # [F, V]
+            if q_dist is None:
+                q_dist = torch.zeros(n, vocab, dtype=torch.float32, device=root.device)
+            # Ordered Gumbel-top-k: keys log q - log E with E ~ Exp(1).
+            race = torch.empty_like(q).exponential_(1.0, generator=generator)
+            keys = torch.log(q) - torch.log(race.clamp_min(torch.finfo(race.dtype).tiny))
+            drawn = torch.topk(keys, level.width, dim=-1).indices  # [F, width], draw order
+            q_drawn = q.gather(-1, drawn).double()  # [F, width]
+            mass_before = q_drawn.cumsum(-1) - q_drawn
+            remaining = q.double().sum(-1, keepdim=True) - mass_before
+            cond = (q_drawn / remaining.clamp_min(torch.finfo(torch.float64).tiny)).float()  # [F, width]
+            row, rank = level.child_row, level.child_rank
+            value = tree.logq[level.frontier][row] + torch.log(q_drawn[row, rank]).float()
+            ids = tree.add(level.frontier[row], drawn[row, rank], value)
+            q_dist[level.frontier] = q
+            q_cond[ids] = cond[row, rank]
+        return DraftTree.from_parents(tree.tokens[:n].clone(), parents.clone(), self.max_depth, q_dist, q_cond)
+
+    def __repr__(self) -> str:
+        return f"StochasticTreePolicy(nodes={self.max_nodes}, depth={self.max_depth})"
