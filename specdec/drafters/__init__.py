@@ -5,6 +5,8 @@ line below and its name to ``__all__``. Keep one import per line so parallel add
 """
 
 # --- drafters: one import per line, one per file ---
+from specdec.drafters.eagle import EagleDrafter
+from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.drafters.ngram import NGramDrafter
 from specdec.drafters.small_lm import SmallLMDrafter
 
@@ -13,4 +15,6 @@ from specdec.drafters.small_lm import SmallLMDrafter
 __all__ = [
     "NGramDrafter",
     "SmallLMDrafter",
+    "EagleDrafter",
+    "Eagle3Drafter",
 ]

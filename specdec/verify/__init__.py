@@ -1,0 +1,49 @@
+"""Verifiers: pure functions from (tree, target logits, sampling, coins) to a :class:`~specdec.interfaces.Verdict`.
+
+Every verifier is a :class:`PlanVerifier`: it computes a :class:`VerifyPlan` (accept probabilities and residual
+distributions, tensor ops only) and hands it to the shared :func:`walk`. Which one to use:
+
+* :class:`GreedyVerifier`: temperature 0, any candidates; accept iff the token is the target argmax.
+* :class:`ChainVerifier`: a chain of sampled (or deterministic) candidates; speculative sampling ``min(1, p/q)``.
+* :class:`MultiRoundVerifier`: deterministic candidates (top-k trees: EAGLE-2/3, HASS); accept ``x`` with
+  probability ``p(x)`` under the running residual.
+* :class:`StochasticMultiRoundVerifier`: candidates sampled without replacement (EAGLE-1); ``min(1, p/q)``,
+  then ``p <- norm(max(0, p - q))`` and ``q`` loses the rejected token.
+
+At temperature 0 every one of them reduces to greedy because ``warp`` returns one-hot p.
+"""
+
+from __future__ import annotations
+
+from specdec.verify.chain import ChainVerifier
+from specdec.verify.greedy import GreedyVerifier
+from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
+from specdec.verify.plan import PlanVerifier, VerifyPlan
+from specdec.verify.stochastic import StochasticMultiRoundVerifier
+from specdec.verify.walk import walk
+
+__all__ = [
+    "ChainVerifier",
+    "GreedyVerifier",
+    "MultiRoundVerifier",
+    "PlanVerifier",
+    "StochasticMultiRoundVerifier",
+    "VerifyPlan",
+    "default_verifier",
+    "multiround_plan",
+    "walk",
+]
+
+
+def default_verifier(tree_is_stochastic: bool, temperature: float) -> PlanVerifier:
+    """The verifier to use for a tree policy and temperature (float32 plans).
+
+    Temperature 0 -> :class:`GreedyVerifier` (lossless for any candidates, no coins needed); sampled candidates ->
+    :class:`StochasticMultiRoundVerifier`; deterministic candidates -> :class:`MultiRoundVerifier` (which also
+    covers chains).
+    """
+    if temperature == 0:
+        return GreedyVerifier()
+    if tree_is_stochastic:
+        return StochasticMultiRoundVerifier()
+    return MultiRoundVerifier()

@@ -1,0 +1,235 @@
+"""EAGLE-1 drafter (also EAGLE-2 / HASS heads): a feature-level draft head on top of the target's features.
+
+Alignment (all EAGLE versions): the draft at position ``t`` receives (feature of token ``t``, token ``t+1``) and
+predicts token ``t+2``. With ``c`` tokens in the target's cache and the tree root (the token the target emitted
+last, not yet in its cache) at target position ``c``:
+
+* committed pairs ``(f_t, x_{t+1})`` for ``t < c-1`` use the **target's** features and sit at positions ``t``;
+* the root pair ``(f_{c-1}, root)`` sits at position ``c-1`` (its output scores the root's children);
+* a tree node ``n`` at depth ``k`` feeds (its parent's predicted feature, ``token_n``) at position ``c-1+k`` and
+  attends to every committed pair, the root pair and its own ancestors.
+
+Positions follow the reference implementation (pair index = position), which is also what training uses
+(``arange`` over pairs), so a head trained here or there sees the same relative positions.
+
+State kept between calls (gpt-fast style, preallocated, indexed by position, rollback = overwrite):
+
+* ``tokens [max_len]`` and ``features [max_len, Hf]``: committed tokens and the target features at them;
+* draft keys/values ``[1, h_kv, max_len + tree_capacity, d]``: committed pairs at index = position, the root pair
+  at ``c-1`` and tree node ``n >= 1`` at ``c-1+n`` (scratch, overwritten by the next tree);
+* ``node_out [tree_capacity, H]``: each expanded node's output, the input feature of its children.
+
+Committed pairs are not run at :meth:`commit`; they run lazily in the next tree's first :meth:`expand`, batched
+with the root pair in one forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, additive_bias, check_head_target
+from specdec.interfaces import Drafter, HiddenRequest, TargetHidden
+from specdec.tree import PartialTree
+
+__all__ = ["EagleDrafter", "EagleDrafterBase"]
+
+
+def _target_config(target: nn.Module):
+    config = target.config
+    return getattr(config, "text_config", None) or config
+
+
+class EagleDrafterBase(Drafter):
+    """Cache management and tree expansion shared by the EAGLE-1 and EAGLE-3 drafters.
+
+    Subclasses define :meth:`_features` (target hidden -> stored per-token feature), :meth:`_input_hidden`
+    (stored features -> head input for committed pairs) and :meth:`_logits` (head output -> ``[F, V]``).
+    """
+
+    head: Eagle1Head | Eagle3Head
+
+    def __init__(self, head: Eagle1Head | Eagle3Head, target: nn.Module, max_len: int, feature_size: int) -> None:
+        if max_len <= 0:
+            raise ValueError(f"max_len must be positive, got {max_len}")
+        check_head_target(head, target)
+        if head.embed_tokens is None:
+            head.attach_target_embedding(target.get_input_embeddings().weight)
+        tcfg = _target_config(target)
+        self.head = head
+        self.vocab_size = tcfg.vocab_size
+        self.max_len = max_len
+        p = head.fc.weight
+        self._device, self._dtype = p.device, p.dtype
+        attn = head.layers[0].self_attn if isinstance(head, Eagle1Head) else head.midlayer.self_attn
+        self._kv_shape = (1, attn.num_kv_heads, attn.head_dim)
+        self._tokens = torch.zeros(max_len, dtype=torch.long, device=self._device)
+        self._features_buf = torch.zeros(max_len, feature_size, dtype=self._dtype, device=self._device)
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self._node_out: torch.Tensor | None = None
+        self._tree_capacity = 0
+        self.reset()
+
+    # ----------------------------------------------------------------------------------------- subclass hooks
+    def _features(self, hidden: TargetHidden) -> torch.Tensor:
+        """``[n, Hf]`` per-token features to store from the target hidden states."""
+        raise NotImplementedError
+
+    def _input_hidden(self, features: torch.Tensor) -> torch.Tensor:
+        """Stored features ``[P, Hf]`` -> head ``hidden``/``features`` input ``[P, H]``."""
+        return features
+
+    def _logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Head outputs ``[F, H]`` -> ``[F, V]`` float32 logits over the target vocabulary."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------- Drafter API
+    def reset(self) -> None:
+        self._length = 0  # tokens in the target's cache (c)
+        self._pairs_done = 0  # committed pairs whose keys/values are in the buffer (positions [0, _pairs_done))
+        self._root_ready = False  # the current tree's root pair sits at position c-1
+        self._tree: PartialTree | None = None
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
+        """Take the prompt ``[L]`` and the target hidden states at it; nothing runs until the first expand."""
+        self.reset()
+        self._append(input_ids, hidden)
+
+    @torch.no_grad()
+    def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
+        """Record ``[k]`` tokens (root first) now in the target's cache and the target hidden states at them.
+
+        Contract: ``tokens[0]`` is the root of the tree last expanded (if any was), so its root pair — already run
+        with the target feature of the previous token — becomes a committed pair without recomputation.
+        """
+        if tokens.shape[0] == 0:
+            raise ValueError("commit() needs at least the root token")
+        c = self._length
+        self._append(tokens, hidden)
+        if self._root_ready:
+            self._pairs_done = c  # the root pair at position c-1 was run with the target feature f_{c-1}
+        self._root_ready = False
+        self._tree = None
+
+    @torch.no_grad()
+    def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+        """``[F, V]`` float32 draft logits for the children of ``frontier`` nodes (see the module docstring)."""
+        if self._length == 0:
+            raise RuntimeError("expand() before prefill()")
+        self._ensure_tree_capacity(tree.capacity)
+        if tree is not self._tree or tree.size == 1:  # a new tree (also a fresh one reusing an old object)
+            if frontier.shape[0] != 1:
+                raise ValueError("the first expand of a tree must have frontier == [0] (the root)")
+            self._tree = tree
+            return self._expand_root(tree)
+        return self._expand_nodes(tree, frontier)
+
+    # --------------------------------------------------------------------------------------------- internals
+    def _append(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
+        k = tokens.shape[0]
+        start = self._length
+        if start + k > self.max_len:
+            raise ValueError(f"drafter holds at most max_len={self.max_len} tokens, got {start + k}")
+        feats = self._features(hidden)
+        if feats.shape[0] != k:
+            raise ValueError(f"{k} tokens but target hidden states for {feats.shape[0]} positions")
+        self._tokens[start : start + k] = tokens.to(self._device)
+        self._features_buf[start : start + k] = feats.to(device=self._device, dtype=self._dtype)
+        self._length = start + k
+
+    def _ensure_tree_capacity(self, capacity: int) -> None:
+        if capacity <= self._tree_capacity:
+            return
+        b, h, d = self._kv_shape
+        size = self.max_len + capacity
+        k = torch.zeros(b, h, size, d, dtype=self._dtype, device=self._device)
+        v = torch.zeros_like(k)
+        if self._k is not None:
+            n = self._pairs_done
+            k[:, :, :n], v[:, :, :n] = self._k[:, :, :n], self._v[:, :, :n]
+        self._k, self._v = k, v
+        self._node_out = torch.zeros(capacity, self.head.config.hidden_size, dtype=self._dtype, device=self._device)
+        self._tree_capacity = capacity
+
+    def _expand_root(self, tree: PartialTree) -> torch.Tensor:
+        """Run every pending committed pair plus the root pair in one forward; return the root's logits ``[1, V]``."""
+        c, start = self._length, self._pairs_done
+        n = c - start  # pending pairs + the root pair
+        tokens = torch.cat((self._tokens[start + 1 : c], tree.tokens[:1].to(self._device)))
+        hidden = self._input_hidden(self._features_buf[start:c])
+        positions = torch.arange(start, c, device=self._device)
+        rows = positions[:, None]
+        cols = torch.arange(c, device=self._device)[None, :]
+        bias = additive_bias(cols <= rows, self._dtype)
+        past = (self._k[:, :, :start], self._v[:, :, :start])
+        out, (k, v) = self.head(self.head.embed(tokens)[None], hidden[None], positions[None], bias, past)
+        self._k[:, :, start:c], self._v[:, :, start:c] = k, v
+        self._pairs_done = c - 1
+        self._root_ready = True
+        root_out = out[0, n - 1 :]
+        self._node_out[0] = root_out[0]
+        return self._logits(root_out)
+
+    def _expand_nodes(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+        """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors)."""
+        frontier = frontier.to(tree.device)
+        f = frontier.shape[0]
+        base, size = self._length - 1, tree.size  # root pair position; nodes 1.. sit at base + id
+        hidden = self._node_out[tree.parents[frontier].to(self._device)]
+        tokens = tree.tokens[frontier].to(self._device)
+        positions = (base + tree.depth[frontier]).to(self._device)
+        anc = tree.ancestor_mask(frontier).to(self._device).clone()
+        rows = torch.arange(f, device=self._device)
+        idx = frontier.to(self._device)
+        anc[rows, idx] = False  # a frontier node's own slot is written by this forward (the new keys)
+        mask = torch.cat(
+            (
+                torch.ones(f, base, dtype=torch.bool, device=self._device),
+                anc,
+                torch.eye(f, dtype=torch.bool, device=self._device),
+            ),
+            dim=1,
+        )
+        past = (self._k[:, :, : base + size], self._v[:, :, : base + size])
+        out, (k, v) = self.head(
+            self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), past
+        )
+        self._k[:, :, base + idx], self._v[:, :, base + idx] = k, v
+        self._node_out[idx] = out[0]
+        return self._logits(out[0])
+
+
+class EagleDrafter(EagleDrafterBase):
+    """Drafter for EAGLE-1 / EAGLE-2 / HASS heads (:class:`Eagle1Head`).
+
+    Consumes the target's post-norm last hidden state (``HiddenRequest(final=True)``); the head predicts the next
+    feature and the **target's** lm_head turns it into logits.
+
+    Args:
+        head: the draft head (its ``embed_tokens`` is used if present, else the target's embedding is shared).
+        target: the Hugging Face target model (``get_input_embeddings``, ``get_output_embeddings``, ``config``).
+        max_len: capacity in committed tokens (the target's cache size).
+    """
+
+    hidden_request = HiddenRequest(final=True)
+
+    def __init__(self, head: Eagle1Head, target: nn.Module, max_len: int) -> None:
+        if not isinstance(head, Eagle1Head):
+            raise TypeError(f"EagleDrafter needs an Eagle1Head, got {type(head).__name__} (use Eagle3Drafter)")
+        tcfg = _target_config(target)
+        lm_head = target.get_output_embeddings()
+        if lm_head is None or lm_head.weight.shape != (tcfg.vocab_size, tcfg.hidden_size):
+            raise ValueError("the target has no lm_head of shape [vocab_size, hidden_size]")
+        self.lm_head = lm_head
+        super().__init__(head, target, max_len, feature_size=head.config.hidden_size)
+
+    def _features(self, hidden: TargetHidden) -> torch.Tensor:
+        if hidden.final is None:
+            raise KeyError("EagleDrafter needs the target's final features (HiddenRequest(final=True))")
+        return hidden.final
+
+    def _logits(self, out: torch.Tensor) -> torch.Tensor:
+        w = self.lm_head.weight
+        return self.lm_head(out.to(device=w.device, dtype=w.dtype)).float()

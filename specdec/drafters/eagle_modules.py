@@ -1,0 +1,563 @@
+"""EAGLE-1 and EAGLE-3 draft heads as plain ``nn.Module`` s whose parameter names are the official checkpoint keys.
+
+Shapes: ``B`` batch, ``T`` new positions, ``S`` attended positions (past + new), ``H`` head width,
+``Hin`` attention input width (``H`` for EAGLE-1, ``2H`` for EAGLE-3), ``h_kv`` key/value heads, ``d`` head dim.
+
+Both heads take their input embeddings from outside (``input_embeds``): normally the target's embedding, looked up
+with :meth:`Eagle1Head.embed` / :meth:`Eagle3Head.embed`. Attention state is explicit: every forward takes the
+keys/values of earlier positions (``past_kv``) and an additive bias over all attended positions, and returns the
+new keys/values. Callers own the cache (drafters keep preallocated buffers; training builds custom masks).
+
+Positions: the pair (feature of token ``t``, token ``t+1``) sits at RoPE position ``t`` (the reference's
+convention: pair index = position). A draft-tree node at depth ``k`` under a root pair at position ``r`` sits at
+``r + k``. Training uses ``arange`` positions over pairs, so both agree; EAGLE-3 training-time-test step ``k``
+uses ``t + k``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+from specdec.interfaces import VocabMismatchError
+
+__all__ = [
+    "EagleConfig",
+    "EagleAttention",
+    "EagleMLP",
+    "Eagle1Layer",
+    "Eagle3Layer",
+    "Eagle1Head",
+    "Eagle3Head",
+    "KV",
+    "additive_bias",
+    "causal_bias",
+    "default_aux_layers",
+    "MissingEmbeddingError",
+    "check_head_target",
+]
+
+#: Keys and values of a span of positions: ``(k, v)``, each ``[B, h_kv, n, d]`` (keys already rotated).
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+class MissingEmbeddingError(RuntimeError):
+    """A head without its own ``embed_tokens`` was asked to embed tokens before a target embedding was attached."""
+
+
+def default_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's fused target layers ``(2, L//2, L-3)``: indices of decoder layers whose *inputs* are fused.
+
+    Layer ``i``'s input is HF ``hidden_states[i]`` (``0`` = the embeddings).
+    """
+    n = num_target_layers
+    return (2, n // 2, n - 3)
+
+
+def additive_bias(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Boolean ``[..., T, S]`` "may attend" mask -> additive bias ``[B, 1, T, S]`` (``0`` / ``-inf``).
+
+    A ``[T, S]`` mask gets batch and head dimensions of size 1; ``[B, T, S]`` gets a head dimension.
+    """
+    if mask.ndim == 2:
+        mask = mask[None]
+    if mask.ndim == 3:
+        mask = mask[:, None]
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(mask, zero, torch.full((), float("-inf"), dtype=dtype, device=mask.device))
+
+
+def causal_bias(
+    t: int, past: int = 0, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``[1, 1, T, past + T]`` bias: every new position sees all ``past`` positions and the new ones up to itself."""
+    rows = torch.arange(t, device=device)[:, None] + past
+    cols = torch.arange(past + t, device=device)[None, :]
+    return additive_bias(cols <= rows, dtype)
+
+
+class EagleConfig(BaseModel):
+    """Configuration of an EAGLE-1 or EAGLE-3 head, parsed from a Llama-style ``config.json``.
+
+    Build it with :meth:`from_hf`, which applies the official quirks (EAGLE family reference, section 1):
+    ``bias`` absent means True (EAGLE-1 ``fc`` bias), ``rope_theta`` absent means 10000, ``qkv_bias`` may be spelled
+    ``attention_bias``, ``draft_vocab_size`` absent means ``vocab_size``.
+
+    Attributes:
+        aux_layer_ids: EAGLE-3 fused target layers in *our* convention (index of the decoder layer whose input is
+            fused = HF ``hidden_states`` index), or None for the default ``(2, L//2, L-3)``.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_key_value_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    draft_vocab_size: int = Field(gt=0)
+    target_hidden_size: int = Field(gt=0)
+    rms_norm_eps: float = Field(default=1e-6, gt=0)
+    rope_theta: float = Field(default=10000.0, gt=0)
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int = 2048
+    bias: bool = True
+    qkv_bias: bool = False
+    hidden_act: str = "silu"
+    num_hidden_layers: int = 1
+    aux_layer_ids: tuple[int, ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        d = dict(data)
+        if d.get("num_key_value_heads") is None:
+            d["num_key_value_heads"] = d.get("num_attention_heads")
+        if d.get("head_dim") is None and d.get("hidden_size") and d.get("num_attention_heads"):
+            d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+        if d.get("draft_vocab_size") is None:
+            d["draft_vocab_size"] = d.get("vocab_size")
+        if d.get("target_hidden_size") is None:
+            d["target_hidden_size"] = d.get("hidden_size")
+        if d.get("rope_theta") is None:
+            d["rope_theta"] = 10000.0
+        if d.get("bias") is None:
+            d["bias"] = True
+        return d
+
+    @model_validator(mode="after")
+    def _check(self) -> EagleConfig:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.draft_vocab_size > self.vocab_size:
+            raise ValueError(f"draft_vocab_size {self.draft_vocab_size} exceeds vocab_size {self.vocab_size}")
+        if self.hidden_act not in ACT2FN:
+            raise ValueError(f"unknown hidden_act {self.hidden_act!r}")
+        rope_type = self.rope_type
+        if rope_type not in ("default", "linear", "dynamic", "llama3"):
+            raise ValueError(f"rope_scaling type {rope_type!r} is not supported (default, linear, dynamic, llama3)")
+        return self
+
+    @property
+    def rope_type(self) -> str:
+        if not self.rope_scaling:
+            return "default"
+        return str(self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default")))
+
+    @classmethod
+    def from_hf(cls, raw: Mapping[str, Any]) -> EagleConfig:
+        """Parse a ``config.json`` dict (official EAGLE-1/3, SpecForge/SGLang, vLLM or our own exports).
+
+        Aux layer ids: a top-level ``eagle_aux_hidden_state_layer_ids`` (vLLM / speculators) already uses our
+        convention (input of layer ``i``); ``eagle_config.eagle_aux_hidden_state_layer_ids`` alone is read with the
+        SGLang/SpecForge convention (output of layer ``i`` = input of layer ``i + 1``) and shifted by one.
+        """
+        d = dict(raw)
+        rope_params = d.get("rope_parameters")
+        if isinstance(rope_params, Mapping):  # transformers >= 5 spelling
+            d.setdefault("rope_theta", rope_params.get("rope_theta"))
+            if rope_params.get("rope_type", "default") != "default" and not d.get("rope_scaling"):
+                d["rope_scaling"] = {k: v for k, v in rope_params.items() if k != "rope_theta"}
+        if d.get("qkv_bias") is None:
+            d["qkv_bias"] = bool(d.get("attention_bias", False))
+        aux = d.get("eagle_aux_hidden_state_layer_ids")
+        if aux is None:
+            eagle_config = d.get("eagle_config")
+            if isinstance(eagle_config, Mapping) and eagle_config.get("eagle_aux_hidden_state_layer_ids") is not None:
+                aux = [int(i) + 1 for i in eagle_config["eagle_aux_hidden_state_layer_ids"]]
+        if aux is None:
+            aux = d.get("aux_layer_ids")  # our own field name (already our convention)
+        d["aux_layer_ids"] = tuple(int(i) for i in aux) if aux is not None else None
+        return cls.model_validate(d)
+
+    def to_hf(self, kind: str) -> dict[str, Any]:
+        """A ``config.json`` dict in the official layout for ``kind`` ``"eagle1"`` or ``"eagle3"``."""
+        out: dict[str, Any] = {
+            "architectures": ["LlamaForCausalLMEagle3" if kind == "eagle3" else "LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "num_hidden_layers": 1,
+            "hidden_act": self.hidden_act,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": self.rope_scaling,
+            "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": False,
+        }
+        if kind == "eagle3":
+            out["draft_vocab_size"] = self.draft_vocab_size
+            out["target_hidden_size"] = self.target_hidden_size
+            out["attention_bias"] = self.qkv_bias
+        else:
+            out["bias"] = self.bias
+            out["qkv_bias"] = self.qkv_bias
+        return out
+
+
+class EagleRotary:
+    """RoPE cos/sin for explicit position ids (types: default, linear, dynamic NTK, llama3).
+
+    Not an ``nn.Module``: the inverse frequencies stay float32 whatever dtype the head is cast to.
+    Dynamic NTK rescales the base from the largest position in the call (keys cached earlier keep their rotation,
+    as in the reference).
+    """
+
+    def __init__(self, config: EagleConfig) -> None:
+        self.dim = config.head_dim
+        self.base = config.rope_theta
+        self.kind = config.rope_type
+        self.scaling = dict(config.rope_scaling or {})
+        self.max_positions = int(self.scaling.get("original_max_position_embeddings", config.max_position_embeddings))
+        self.inv_freq = self._inv_freq(self.base)
+        if self.kind == "linear":
+            self.inv_freq = self.inv_freq / float(self.scaling["factor"])
+        elif self.kind == "llama3":
+            self.inv_freq = self._llama3(self.inv_freq)
+
+    def _inv_freq(self, base: float) -> torch.Tensor:
+        return 1.0 / (base ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim)).float()
+
+    def _llama3(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        factor = float(self.scaling["factor"])
+        low, high = float(self.scaling.get("low_freq_factor", 1.0)), float(self.scaling.get("high_freq_factor", 4.0))
+        old_len = float(self.scaling.get("original_max_position_embeddings", self.max_positions))
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        return torch.where(medium, smoothed, scaled)
+
+    def __call__(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``position_ids [B, T]`` -> ``(cos, sin)`` each ``[B, T, d]``."""
+        inv_freq = self.inv_freq
+        if self.kind == "dynamic":
+            seq_len = int(position_ids.max()) + 1
+            if seq_len > self.max_positions:
+                factor = float(self.scaling["factor"])
+                base = self.base * ((factor * seq_len / self.max_positions) - (factor - 1)) ** (
+                    self.dim / (self.dim - 2)
+                )
+                inv_freq = self._inv_freq(base)
+        freqs = position_ids[..., None].float() * inv_freq.to(position_ids.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+class EagleAttention(nn.Module):
+    """Grouped-query self-attention with RoPE and an explicit cache/mask API.
+
+    Parameters ``q_proj``, ``k_proj``, ``v_proj`` (input ``Hin``, optional bias) and ``o_proj`` (no bias).
+    """
+
+    def __init__(self, config: EagleConfig, input_size: int) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_proj = nn.Linear(input_size, self.num_heads * self.head_dim, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(input_size, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(input_size, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        self.rotary = EagleRotary(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_bias: torch.Tensor,
+        past_kv: KV | None = None,
+    ) -> tuple[torch.Tensor, KV]:
+        """Attend from ``T`` new positions to ``cat(past, new)``.
+
+        Args:
+            x: ``[B, T, Hin]``.
+            position_ids: ``[B, T]`` long RoPE positions of the new rows.
+            attn_bias: ``[B, 1, T, S]`` additive float (``0`` attend, ``-inf`` not); ``S = past + T`` with the
+                new positions last, in order.
+            past_kv: ``(k, v)`` each ``[B, h_kv, S - T, d]`` (rotated keys), or None.
+
+        Returns:
+            ``out [B, T, H]`` and the new ``(k, v)`` each ``[B, h_kv, T, d]`` (keys rotated), to cache.
+        """
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.rotary(position_ids, q.dtype)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if past_kv is not None:
+            keys, values = torch.cat((past_kv[0], k), dim=2), torch.cat((past_kv[1], v), dim=2)
+        else:
+            keys, values = k, v
+        if attn_bias.shape[-1] != keys.shape[2] or attn_bias.shape[-2] != t:
+            raise ValueError(f"attn_bias {tuple(attn_bias.shape)} does not match T={t}, S={keys.shape[2]}")
+        rep = self.num_heads // self.num_kv_heads
+        if rep > 1:
+            keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_bias.to(q.dtype))
+        out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
+        return self.o_proj(out), (k, v)
+
+
+class EagleMLP(nn.Module):
+    """Llama gated MLP: ``down(act(gate(x)) * up(x))``, no biases."""
+
+    def __init__(self, config: EagleConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Eagle1Layer(nn.Module):
+    """EAGLE-1's decoder layer: like Llama's but **without** ``input_layernorm`` (layer 0 of the reference)."""
+
+    def __init__(self, config: EagleConfig) -> None:
+        super().__init__()
+        self.self_attn = EagleAttention(config, config.hidden_size)
+        self.mlp = EagleMLP(config)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor, attn_bias: torch.Tensor, past_kv: KV | None
+    ) -> tuple[torch.Tensor, KV]:
+        attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv)
+        h = x + attn
+        return h + self.mlp(self.post_attention_layernorm(h)), kv
+
+
+class Eagle3Layer(nn.Module):
+    """EAGLE-3's mid layer: attention over ``cat[input_layernorm(emb), hidden_norm(h)]`` (``2H``), residual ``h``."""
+
+    def __init__(self, config: EagleConfig) -> None:
+        super().__init__()
+        self.self_attn = EagleAttention(config, 2 * config.hidden_size)
+        self.mlp = EagleMLP(config)
+        self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        input_embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_bias: torch.Tensor,
+        past_kv: KV | None,
+    ) -> tuple[torch.Tensor, KV]:
+        x = torch.cat((self.input_layernorm(input_embeds), self.hidden_norm(hidden)), dim=-1)
+        attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv)
+        h = hidden + attn
+        return h + self.mlp(self.post_attention_layernorm(h)), kv
+
+
+class _HeadBase(nn.Module):
+    """Embedding plumbing shared by both heads: own ``embed_tokens`` or an attached (shared) target embedding."""
+
+    embed_tokens: nn.Embedding | None
+
+    def __init__(self, config: EagleConfig, with_embedding: bool) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size) if with_embedding else None
+        # A plain tensor attribute (not a Parameter): shares the target's storage, never saved or cast with the head.
+        self.target_embedding: torch.Tensor | None = None
+
+    def attach_target_embedding(self, weight: torch.Tensor) -> None:
+        """Use the target's embedding ``[V, H]`` (shared, not copied) when the head has no ``embed_tokens``."""
+        if tuple(weight.shape) != (self.config.vocab_size, self.config.hidden_size):
+            raise ValueError(
+                f"target embedding {tuple(weight.shape)} does not fit the head "
+                f"(vocab_size {self.config.vocab_size}, hidden_size {self.config.hidden_size})"
+            )
+        self.target_embedding = weight.detach()
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``[...]`` long token ids -> ``[..., H]`` embeddings in the head's dtype."""
+        dtype = self.fc.weight.dtype
+        if self.embed_tokens is not None:
+            return self.embed_tokens(input_ids).to(dtype)
+        if self.target_embedding is None:
+            raise MissingEmbeddingError(
+                "this head has no embed_tokens (it uses the target's): load it with load_eagle_head(..., "
+                "target_model=...) or call attach_target_embedding(target.get_input_embeddings().weight)"
+            )
+        w = self.target_embedding
+        return F.embedding(input_ids.to(w.device), w).to(device=self.fc.weight.device, dtype=dtype)
+
+
+class Eagle1Head(_HeadBase):
+    """EAGLE-1 / EAGLE-2 / HASS head: ``fc(cat[emb, feature])`` then one decoder layer without input norm.
+
+    State-dict keys: ``[embed_tokens.weight]``, ``fc.weight`` ``[H, 2H]``, ``[fc.bias]``,
+    ``layers.0.self_attn.{q,k,v,o}_proj.weight`` (+ q/k/v biases with ``qkv_bias``),
+    ``layers.0.mlp.{gate,up,down}_proj.weight``, ``layers.0.post_attention_layernorm.weight``.
+    No final norm and no lm_head: logits are the *target's* lm_head applied to the output.
+    """
+
+    kind = "eagle1"
+
+    def __init__(self, config: EagleConfig, with_embedding: bool = False) -> None:
+        super().__init__(config, with_embedding)
+        h = config.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=config.bias)
+        self.layers = nn.ModuleList([Eagle1Layer(config)])
+
+    def forward(
+        self,
+        input_embeds: torch.Tensor,
+        features: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_bias: torch.Tensor,
+        past_kv: KV | None = None,
+    ) -> tuple[torch.Tensor, KV]:
+        """Predict the next feature for each (feature of token t, embedding of token t+1) pair.
+
+        Args:
+            input_embeds: ``[B, T, H]`` embeddings of tokens ``t+1``.
+            features: ``[B, T, H]`` features of tokens ``t`` (target's post-norm last hidden state, or the head's
+                own previous prediction).
+            position_ids: ``[B, T]``; attn_bias: ``[B, 1, T, S]``; past_kv: ``(k, v)`` ``[B, h_kv, S-T, d]``.
+
+        Returns:
+            ``hidden [B, T, H]`` predicted features of tokens ``t+1`` and the new ``(k, v)`` ``[B, h_kv, T, d]``.
+        """
+        x = self.fc(torch.cat((input_embeds, features), dim=-1))
+        return self.layers[0](x, position_ids, attn_bias, past_kv)
+
+
+class Eagle3Head(_HeadBase):
+    """EAGLE-3 head: fused target states through ``fc``, one mid layer, own norm + lm_head over a draft vocab.
+
+    State-dict keys: ``fc.weight`` ``[H, 3*H_t]``, ``midlayer.self_attn.{q,k,v}_proj.weight`` ``[*, 2H]``,
+    ``midlayer.self_attn.o_proj.weight``, ``midlayer.mlp.{gate,up,down}_proj.weight``,
+    ``midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight``, ``norm.weight``,
+    ``lm_head.weight`` ``[V_draft, H]``, ``d2t`` int64 ``[V_draft]``, ``t2d`` bool ``[V]``, ``[embed_tokens.weight]``.
+    """
+
+    kind = "eagle3"
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+
+    def __init__(self, config: EagleConfig, with_embedding: bool = False, num_fused: int | None = None) -> None:
+        super().__init__(config, with_embedding)
+        h = config.hidden_size
+        if num_fused is None:
+            num_fused = len(config.aux_layer_ids) if config.aux_layer_ids else 3
+        self.fc = nn.Linear(num_fused * config.target_hidden_size, h, bias=False)
+        self.midlayer = Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(h, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
+        t2d[: config.draft_vocab_size] = True
+        self.register_buffer("t2d", t2d)
+
+    @property
+    def num_fused(self) -> int:
+        """Number of fused target hidden states ``fc`` expects."""
+        return self.fc.in_features // self.config.target_hidden_size
+
+    def set_vocab_map(self, draft_to_target: torch.Tensor) -> None:
+        """Set ``d2t``/``t2d`` from absolute target ids ``[V_draft]`` of the draft tokens (strictly increasing)."""
+        ids = draft_to_target.to(device=self.d2t.device, dtype=torch.long)
+        if ids.shape != self.d2t.shape:
+            raise ValueError(f"draft_to_target {tuple(ids.shape)} must be [{self.d2t.shape[0]}]")
+        if ids.numel() and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+            raise ValueError(f"target ids must lie in [0, {self.config.vocab_size})")
+        self.d2t.copy_(ids - torch.arange(ids.shape[0], device=ids.device))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+
+    def project(self, fused: torch.Tensor) -> torch.Tensor:
+        """``[..., num_fused * H_t]`` concatenated target layer inputs (low -> high) -> ``[..., H]``."""
+        return self.fc(fused.to(self.fc.weight.dtype))
+
+    def forward(
+        self,
+        input_embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_bias: torch.Tensor,
+        past_kv: KV | None = None,
+    ) -> tuple[torch.Tensor, KV]:
+        """One mid-layer step.
+
+        Args:
+            input_embeds: ``[B, T, H]`` embeddings of tokens ``t+1``.
+            hidden: ``[B, T, H]`` either :meth:`project` of the fused target states at ``t``, or the head's own
+                previous pre-norm output.
+            position_ids: ``[B, T]``; attn_bias: ``[B, 1, T, S]``; past_kv: ``(k, v)`` ``[B, h_kv, S-T, d]``.
+
+        Returns:
+            ``out_prenorm [B, T, H]`` (feed :meth:`logits`, or back in as ``hidden`` for the next draft step) and the
+            new ``(k, v)`` ``[B, h_kv, T, d]``.
+        """
+        return self.midlayer(input_embeds, hidden, position_ids, attn_bias, past_kv)
+
+    def logits(self, out_prenorm: torch.Tensor) -> torch.Tensor:
+        """``[..., H]`` -> ``[..., V_draft]`` draft-vocab logits ``lm_head(norm(out))``."""
+        return self.lm_head(self.norm(out_prenorm))
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft ids (any shape, long) -> target ids ``draft_ids + d2t[draft_ids]``."""
+        return draft_ids + self.d2t[draft_ids]
+
+    def target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        """``[..., V_draft]`` -> ``[..., V]`` float32, draft logits at their target ids, ``-inf`` elsewhere."""
+        v, vd = self.config.vocab_size, self.config.draft_vocab_size
+        out = draft_logits.new_full((*draft_logits.shape[:-1], v), float("-inf"), dtype=torch.float32)
+        out[..., torch.arange(vd, device=self.d2t.device) + self.d2t] = draft_logits.float()
+        return out
+
+
+def check_head_target(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:
+    """Raise a clear error when ``head`` cannot run on the HF ``target``.
+
+    Raises:
+        VocabMismatchError: ``vocab_size`` differs.
+        ValueError: the head's feature width (EAGLE-1 ``hidden_size``, EAGLE-3 ``target_hidden_size``) differs from
+            the target's ``hidden_size``, or the head has no ``embed_tokens`` and the target's embedding width is not
+            the head's ``hidden_size``.
+    """
+    tcfg = getattr(target.config, "text_config", None) or target.config
+    if tcfg.vocab_size != head.config.vocab_size:
+        raise VocabMismatchError(f"head vocab_size {head.config.vocab_size} != target vocab_size {tcfg.vocab_size}")
+    eagle1 = isinstance(head, Eagle1Head)
+    need = head.config.hidden_size if eagle1 else head.config.target_hidden_size
+    if tcfg.hidden_size != need:
+        what = "hidden_size" if eagle1 else "target_hidden_size"
+        raise ValueError(f"head {what} {need} != target hidden_size {tcfg.hidden_size}")
+    if head.embed_tokens is None:
+        width = target.get_input_embeddings().weight.shape[-1]
+        if width != head.config.hidden_size:
+            raise ValueError(
+                f"head hidden_size {head.config.hidden_size} != target embedding width {width} and the head has "
+                "no embed_tokens of its own"
+            )

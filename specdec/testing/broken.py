@@ -1,0 +1,105 @@
+"""Deliberately wrong verifiers: negative controls proving that the checks in this package can fail.
+
+Each one is a realistic bug, close to a correct verifier, and states in its docstring exactly what is wrong.
+Never use them for decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.sampling import SamplingParams, warp
+from specdec.tree import DraftTree
+from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
+from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index
+from specdec.verify.stochastic import StochasticMultiRoundVerifier
+
+__all__ = [
+    "IgnoresQVerifier",
+    "OneSidedWarpVerifier",
+    "OnlyZeroRejectedResidualVerifier",
+    "ResidualNotRenormalisedVerifier",
+    "StaleQVerifier",
+]
+
+
+class ResidualNotRenormalisedVerifier(PlanVerifier):
+    """WRONG multi-round (deterministic candidates): later siblings are accepted with the raw ``p(x_k)``.
+
+    The correct probability is ``p(x_k) / (1 - sum of p over the earlier sibling tokens)``: the running residual
+    must be renormalised after each rejection. Without it ``P(first token = x_2) = (1 - p(x_1)) p(x_2) < p(x_2)``
+    and the missing mass goes to the bonus, so non-first candidates are under-produced. (Residual and duplicate
+    handling are the correct ones; a single-child chain is therefore unaffected.)
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """Correct residual ``[N, V]``; ``accept_prob [N]`` = raw ``p_parent(x)`` (0 for a repeated token)."""
+        p = warp(target_logits, sampling, self.dtype)
+        correct = multiround_plan(tree, p)
+        repeated = (earlier_siblings(tree) & (tree.tokens[:, None] == tree.tokens[None, :])).any(-1)
+        raw = p[parent_index(tree), tree.tokens].masked_fill(repeated, 0.0)
+        accept_prob = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, raw)
+        return VerifyPlan(accept_prob=accept_prob, residual=correct.residual)
+
+
+class OnlyZeroRejectedResidualVerifier(StochasticMultiRoundVerifier):
+    """WRONG stochastic multi-round: after rejecting ``x`` the residual only zeroes ``x`` (the historical EAGLE bug).
+
+    The correct update is ``p <- norm(max(0, p - q))``; zeroing only the rejected token and renormalising
+    over-produces tokens with ``p < q`` (other than ``x``) and under-produces those with ``p > q``.
+    Acceptance ``min(1, p/q)`` and the q update are the correct ones.
+    """
+
+    def _next_p(self, p_k: torch.Tensor, q_k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        r = p_k.scatter(-1, x[:, None], 0.0)
+        r_sum = r.sum(-1, keepdim=True)
+        return torch.where(r_sum > 0, r / torch.where(r_sum > 0, r_sum, 1.0), p_k)
+
+
+class IgnoresQVerifier(StochasticMultiRoundVerifier):
+    """WRONG stochastic multi-round: accepts sampled candidates as if q were one-hot, yet keeps the q residual.
+
+    Acceptance is ``p_k(x_k)`` (the deterministic-candidate rule, "q one-hot") instead of
+    ``min(1, p_k(x_k) / q_k(x_k))``, while rejections still update ``p <- norm(max(0, p - q))`` with the real q.
+    The two halves no longer match: e.g. with ``p == q`` the residual is never reached by the correct rule, but
+    here it is, and tokens are over-produced.
+
+    Note: applying the one-hot rule *consistently* (accept ``p_k(x_k)``, residual zeroes the tried tokens, i.e.
+    :class:`~specdec.verify.multiround.MultiRoundVerifier` with ``q_dist`` dropped) is lossless for candidates
+    drawn independently of the coins, only wasteful, so it cannot serve as a negative control.
+    """
+
+    def _accept(self, p_k: torch.Tensor, q_k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return p_k.gather(-1, x[:, None]).squeeze(-1)
+
+
+class StaleQVerifier(StochasticMultiRoundVerifier):
+    """WRONG stochastic multi-round: forgets that siblings were drawn without replacement.
+
+    Every sibling is judged against the parent's original ``q`` (minus nothing): the q update
+    ``q <- q with x removed, renormalised`` is skipped, so the ratio ``p/q`` and the residual ``max(0, p - q)``
+    of the second and later siblings use the wrong draft distribution. A single child per node is unaffected.
+    """
+
+    def _next_q(self, q_k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return q_k
+
+
+class OneSidedWarpVerifier(MultiRoundVerifier):
+    """WRONG multi-round (deterministic candidates): accepts against ``softmax(logits)``, not the warped p.
+
+    Temperature, top-k and top-p are applied to the residual (bonus) distribution but not to the acceptance
+    probabilities, so the two sides disagree. At temperature 1 without top-k/top-p it coincides with
+    :class:`~specdec.verify.multiround.MultiRoundVerifier`; anywhere else it is not lossless.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """``accept_prob [N]`` from ``softmax(logits)``, ``residual [N, V]`` from ``warp(logits, sampling)``."""
+        if tree.is_stochastic:
+            raise ValueError("OneSidedWarpVerifier takes deterministic candidates")
+        raw = torch.softmax(target_logits.to(self.dtype), dim=-1)
+        warped = warp(target_logits, sampling, self.dtype)
+        return VerifyPlan(
+            accept_prob=multiround_plan(tree, raw).accept_prob,
+            residual=multiround_plan(tree, warped).residual,
+        )

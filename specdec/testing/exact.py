@@ -1,0 +1,137 @@
+"""Exact losslessness: the distribution a verifier's plan emits, computed in float64, against the target's.
+
+The claim checked for a :class:`~specdec.testing.cases.VerifyCase` with depth ``D`` and vocabulary ``V``:
+one cycle emits the accepted tokens and the bonus token; continue with the target process until ``D + 1``
+tokens; the resulting distribution over the ``V ** (D + 1)`` sequences must equal the target process's own.
+For sampled candidates the distribution is averaged over every candidate draw (enumerated exactly).
+
+The computation uses the verifier's own :meth:`~specdec.verify.plan.PlanVerifier.plan` and models the shared
+:func:`~specdec.verify.walk.walk` exactly: node ``c`` is accepted with probability ``clamp(accept_prob[c], 0, 1)``
+(NaN counts as 0, since ``u < NaN`` is false), children are tried in index order, and the bonus is drawn from the
+residual row clamped at 0 and normalised (as :func:`~specdec.sampling.sample` does). A broken plan therefore
+fails here, with no sampling noise: tolerances are float64 rounding only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from specdec.testing.cases import VerifyCase, prefix_index
+from specdec.tree import DraftTree
+from specdec.verify.plan import PlanVerifier, VerifyPlan
+
+__all__ = [
+    "VerifyCase",
+    "assert_lossless_exact",
+    "exact_output_distribution",
+    "stop_probabilities",
+    "target_distribution",
+]
+
+
+def _completions(case: VerifyCase) -> list[torch.Tensor]:
+    """``R[m]``, ``m = 0 .. D + 1``, shape ``[V] * (D + 1)``: ``R[m][s]`` = P(tokens ``m..D`` of ``s`` | ``s[:m]``)."""
+    v, d_max = case.vocab_size, case.depth
+    cond = case.target_conditionals()
+    out = [torch.ones((v,) * (d_max + 1), dtype=torch.float64)]
+    for m in range(d_max, -1, -1):
+        p_m = cond[m].reshape((v,) * (m + 1) + (1,) * (d_max - m))
+        out.append(p_m * out[-1])
+    return out[::-1]
+
+
+def target_distribution(case: VerifyCase) -> torch.Tensor:
+    """``[V] * (D + 1)`` float64: the target process's distribution over sequences of ``D + 1`` tokens."""
+    return _completions(case)[0]
+
+
+def stop_probabilities(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
+    """``[N]`` float64: the exact probability that :func:`~specdec.verify.walk.walk` stops at each node.
+
+    ``reach[c] = reach[parent] * prod_{earlier siblings j} (1 - a_j) * a_c`` and
+    ``stop[u] = reach[u] * prod_{children c} (1 - a_c)`` with ``a = clamp(accept_prob, 0, 1)`` (NaN -> 0).
+    """
+    a = plan.accept_prob.detach().to("cpu", torch.float64)
+    a = torch.where(torch.isnan(a), 0.0, a).clamp(0.0, 1.0).tolist()
+    parents = tree.parents.tolist()
+    n = len(parents)
+    reach = [0.0] * n
+    all_rejected = [1.0] * n  # running product of (1 - a) over the children of u tried so far
+    reach[0] = 1.0
+    for c in range(1, n):  # parents before children, siblings in index order
+        u = parents[c]
+        reach[c] = reach[u] * all_rejected[u] * a[c]
+        all_rejected[u] *= 1.0 - a[c]
+    return torch.tensor([r * s for r, s in zip(reach, all_rejected, strict=True)], dtype=torch.float64)
+
+
+def _effective_residual(residual: torch.Tensor) -> torch.Tensor:
+    """``[N, V]``: what :func:`~specdec.sampling.sample` draws from: clamp at 0 and normalise (NaN propagates)."""
+    r = residual.detach().to("cpu", torch.float64)
+    r = torch.where(r < 0, 0.0, r)
+    s = r.sum(-1, keepdim=True)
+    return torch.where(s > 0, r / torch.where(s > 0, s, 1.0), torch.where(torch.isnan(s), s, 0.0))
+
+
+def exact_output_distribution(verifier: PlanVerifier, case: VerifyCase, max_trees: int = 20000) -> torch.Tensor:
+    """The exact distribution of "one cycle with ``verifier``, then the target process" over ``D + 1`` tokens.
+
+    Build the verifier with ``dtype=torch.float64`` to compare at float64 precision.
+
+    Args:
+        verifier: its :meth:`plan` is called on every candidate tree of ``case``.
+        case: target, tree shape, candidates (or draft process) and sampling.
+        max_trees: refuse cases with more candidate draws than this.
+
+    Returns:
+        ``[V] * (D + 1)`` float64, summing to 1 for a plan whose reachable residuals are distributions.
+    """
+    v, d_max = case.vocab_size, case.depth
+    depths = case.node_depths
+    by_depth = [[u for u in range(case.num_nodes) if depths[u] == d] for d in range(d_max + 1)]
+    # emitted[m]: [V ** (m - 1), V] mass of emitting exactly m tokens (m - 1 accepted, then the bonus).
+    emitted = [torch.zeros(v ** (d), v, dtype=torch.float64) for d in range(d_max + 1)]
+    for tokens, weight in case.enumerate_trees(max_trees):
+        tree, logits = case.build_tree(tokens)
+        plan = verifier.plan(tree, logits, case.sampling)
+        stop = stop_probabilities(tree, plan)
+        residual = _effective_residual(plan.residual)
+        for d, nodes in enumerate(by_depth):
+            if not nodes:
+                continue
+            rows = torch.tensor([prefix_index(case.prefix(tokens, u), v) for u in nodes])
+            s = stop[nodes, None]
+            mass = torch.where(s > 0, weight * s * residual[nodes], 0.0)  # unreachable rows are never sampled
+            emitted[d].index_add_(0, rows, mass)
+    completions = _completions(case)
+    out = torch.zeros((v,) * (d_max + 1), dtype=torch.float64)
+    for d in range(d_max + 1):
+        m = d + 1  # tokens emitted by the cycle
+        out = out + emitted[d].reshape((v,) * m + (1,) * (d_max + 1 - m)) * completions[m]
+    return out
+
+
+def assert_lossless_exact(verifier: PlanVerifier, cases: VerifyCase | Iterable[VerifyCase], atol: float = 1e-9) -> None:
+    """Assert that ``verifier`` is exactly lossless on every case (max abs difference ``<= atol``).
+
+    Raises:
+        AssertionError: naming the case, the worst sequence and both probabilities, or on non-finite output.
+    """
+    if isinstance(cases, VerifyCase):
+        cases = [cases]
+    for i, case in enumerate(cases):
+        got = exact_output_distribution(verifier, case)
+        want = target_distribution(case)
+        err = (got - want).abs()
+        worst = float(err.max())
+        if not worst <= atol:  # also catches NaN
+            flat = int(torch.nan_to_num(err, nan=float("inf")).argmax())
+            seq = tuple(int(t) for t in torch.unravel_index(torch.tensor(flat), got.shape))
+            raise AssertionError(
+                f"{verifier!r} is not lossless on case {case.name or i} (V={case.vocab_size}, D={case.depth}, "
+                f"parents={case.parents}, tokens={case.tokens}, sampling={case.sampling}): max |P_spec - P_target| = "
+                f"{worst:.3g} > {atol:g}; worst sequence {seq}: spec {float(got.flatten()[flat]):.6g}, target "
+                f"{float(want.flatten()[flat]):.6g}; spec total mass {float(got.sum()):.12g}"
+            )

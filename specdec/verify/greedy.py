@@ -1,0 +1,42 @@
+"""Greedy verification (temperature 0)."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.sampling import SamplingParams, warp
+from specdec.tree import DraftTree
+from specdec.verify.plan import PlanVerifier, VerifyPlan, parent_index
+
+__all__ = ["GreedyVerifier"]
+
+
+class GreedyVerifier(PlanVerifier):
+    """Accept a child iff its token is the target argmax at its parent; the bonus is the argmax where the walk stops.
+
+    Contract: ``sampling.temperature == 0``. Then the target process is deterministic (``warp`` returns the
+    one-hot of ``argmax``, first index on ties), so the output is lossless iff every emitted token equals the
+    argmax after its prefix. Accepted tokens equal the argmax by construction and the bonus is the argmax at the
+    last accepted node, so the emitted sequence is exactly the greedy continuation, whatever the candidates
+    (deterministic or sampled) were. ``accept_prob`` is 0/1, so no coin matters.
+
+    With distinct sibling tokens at most one child of a node matches, so the walk follows the unique longest
+    matching root path. With duplicate sibling tokens the walk takes the lowest-index match, which is still
+    lossless but may be shorter than the longest matching path under a later duplicate.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """``accept_prob [N]`` = ``[token == argmax p_parent]``; ``residual [N, V]`` = one-hot argmax.
+
+        Raises:
+            ValueError: if ``sampling.temperature != 0``.
+        """
+        if not sampling.greedy:
+            raise ValueError(
+                f"GreedyVerifier needs temperature 0 (got {sampling.temperature}); use MultiRoundVerifier or "
+                "StochasticMultiRoundVerifier (see specdec.verify.default_verifier)"
+            )
+        p = warp(target_logits, sampling, self.dtype)  # [N, V] one-hot rows
+        accept_prob = p[parent_index(tree), tree.tokens]
+        accept_prob = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, accept_prob)
+        return VerifyPlan(accept_prob=accept_prob, residual=p)

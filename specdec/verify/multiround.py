@@ -1,0 +1,86 @@
+"""Multi-round verification of deterministic candidates (EAGLE-2 / EAGLE-3 / HASS at temperature > 0)."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.sampling import SamplingParams, warp
+from specdec.tree import DraftTree
+from specdec.verify.plan import (
+    PlanVerifier,
+    VerifyPlan,
+    children_token_mask,
+    earlier_siblings,
+    parent_index,
+    safe_div,
+    token_mask,
+)
+
+__all__ = ["MultiRoundVerifier", "multiround_plan"]
+
+
+def multiround_plan(tree: DraftTree, p: torch.Tensor) -> VerifyPlan:
+    """The multi-round plan for target distributions ``p [N, V]`` (row u: children of u); see the class docstring.
+
+    Returns:
+        ``accept_prob [N]``: ``p_u(x_k) / (1 - sum of p_u over the distinct earlier sibling tokens)``, 0 for a
+        token an earlier sibling already carries (and 0 when nothing is left, 0/0 -> 0);
+        ``residual [N, V]``: ``p_u`` with every child token zeroed and renormalised (``p_u`` for leaves, and as
+        a fallback when the children cover all of ``p_u``, a state reached with probability 0).
+    """
+    n, vocab = p.shape
+    parent = parent_index(tree)
+    earlier = earlier_siblings(tree)  # [N, N]
+    # tried[c, x]: some earlier sibling of c carries x, so x was already zeroed when c is tried.
+    idx = torch.arange(n, device=tree.device)
+    pair_rows = idx[:, None].expand(n, n).reshape(-1)
+    pair_tokens = tree.tokens[None, :].expand(n, n).reshape(-1)
+    tried = token_mask(pair_rows, pair_tokens, earlier.reshape(-1), n, vocab)  # [N, V]
+    p_res = p[parent].masked_fill(tried, 0.0)  # [N, V] the parent's residual when c is tried (unnormalised)
+    left = p_res.sum(-1)  # [N]
+    accept_prob = safe_div(p_res.gather(-1, tree.tokens[:, None]).squeeze(-1), left).clamp(max=1.0)
+    accept_prob = torch.where(idx == 0, 1.0, accept_prob)
+    rest = p.masked_fill(children_token_mask(tree, vocab), 0.0)
+    rest_sum = rest.sum(-1, keepdim=True)
+    residual = torch.where(rest_sum > 0, safe_div(rest, rest_sum), p)
+    return VerifyPlan(accept_prob=accept_prob, residual=residual)
+
+
+class MultiRoundVerifier(PlanVerifier):
+    """Try the children of a node in index order; accept child ``x_k`` with probability ``p_k(x_k)``.
+
+    ``p_0 = p_u`` (the target distribution at the parent ``u``) and ``p_k`` is ``p_u`` with the tokens of the
+    earlier siblings ``x_1 .. x_{k-1}`` zeroed and renormalised. A token an earlier sibling already carries is
+    zeroed, so a later duplicate gets probability 0. If every child is rejected the bonus is drawn from ``p_u``
+    with all children's tokens zeroed and renormalised (a leaf's bonus is drawn from ``p_u``).
+
+    Contract: the candidates are a deterministic function of the context (q one-hot, ``tree.q_dist is None``);
+    in particular they do not depend on this verifier's coins.
+
+    Why it is lossless: let ``S_k`` be the set of distinct tokens among ``x_1 .. x_{k-1}``. The walk reaches
+    ``x_k`` with probability ``prod_{j<k} (1 - p_j(x_j))``, which telescopes to ``1 - p_u(S_k)``, and then accepts
+    it with probability ``p_u(x_k) / (1 - p_u(S_k))``: ``P(first token = x_k) = p_u(x_k)``. A token ``y`` that is no
+    candidate is emitted as the bonus with probability ``(1 - p_u(S)) * p_u(y) / (1 - p_u(S)) = p_u(y)``. Given the
+    first token, the walk continues in that child's subtree with the child's own target distribution, so by
+    induction over depth the whole emitted sequence follows the target process. The candidates must not depend on
+    the coins; being a function of the context is the simplest way to guarantee that, and is what EAGLE-2/3/HASS
+    top-k trees give.
+
+    Raises ValueError on a stochastic tree (``q_dist`` set): sampled candidates carry a draft distribution q
+    that :class:`~specdec.verify.stochastic.StochasticMultiRoundVerifier` uses to accept far more often. (For the
+    record: because the argument above holds for *any* candidate list drawn independently of the coins, this rule
+    would still be lossless on sampled candidates, only wasteful; we refuse to make misuse silent.)
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """``accept_prob [N]`` and ``residual [N, V]`` from p = ``warp(target_logits, sampling)``.
+
+        Raises:
+            ValueError: if ``tree.q_dist`` is set (stochastic candidates).
+        """
+        if tree.is_stochastic:
+            raise ValueError(
+                "MultiRoundVerifier is for deterministic candidates (q one-hot, tree.q_dist is None); this tree has "
+                "sampled candidates: use StochasticMultiRoundVerifier"
+            )
+        return multiround_plan(tree, warp(target_logits, sampling, self.dtype))

@@ -1,0 +1,131 @@
+"""The plan every verifier computes, and the tensor helpers the plans share.
+
+A verifier here is "plan + shared walk" (see :mod:`specdec.verify.walk`):
+
+* the *plan* says, for every node ``c``, the probability of accepting ``c`` given that its parent was reached
+  and all earlier siblings were rejected, and, for every node ``u``, the distribution of the bonus token when
+  the walk stops at ``u``;
+* the *walk* draws the coins and follows the plan.
+
+Splitting the two is what makes the verifiers provable: the exact suite (:mod:`specdec.testing.exact`) turns a
+plan into the exact distribution of the emitted tokens, so a wrong plan cannot hide behind sampling noise.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from specdec.interfaces import Verdict, Verifier
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+from specdec.verify.walk import walk
+
+__all__ = [
+    "VerifyPlan",
+    "PlanVerifier",
+    "safe_div",
+    "parent_index",
+    "earlier_siblings",
+    "has_children",
+    "token_mask",
+    "children_token_mask",
+]
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """What a verifier decided before any coin is drawn.
+
+    Attributes:
+        accept_prob: ``[N]`` float. Entry ``c`` is the probability of accepting node ``c`` given that its parent
+            was reached and every earlier sibling (same parent, lower index) was rejected. The root entry is
+            unused (set to 1).
+        residual: ``[N, V]`` float. Row ``u`` is the distribution of the bonus token when the walk stops at
+            ``u`` (all of ``u``'s children rejected, or ``u`` a leaf). Rows sum to 1.
+    """
+
+    accept_prob: torch.Tensor
+    residual: torch.Tensor
+
+
+class PlanVerifier(Verifier):
+    """A verifier defined by its :class:`VerifyPlan`; :meth:`verify` is the shared :func:`walk`.
+
+    Subclasses implement :meth:`plan` only. ``dtype`` is the dtype of the plan's probabilities: float32 in
+    production, float64 in the exact tests.
+    """
+
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        self.dtype = dtype
+
+    @abstractmethod
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """Accept probabilities ``[N]`` and residual distributions ``[N, V]`` for ``tree``.
+
+        Args:
+            tree: the verified tree (``N`` nodes).
+            target_logits: ``[N, V]``; row ``i`` is the target's logits for the children of node ``i``.
+            sampling: settings; p = ``warp(target_logits, sampling, self.dtype)``.
+        """
+
+    def verify(
+        self,
+        tree: DraftTree,
+        target_logits: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Verdict:
+        """:meth:`plan`, then :func:`~specdec.verify.walk.walk` with ``generator`` (no host sync)."""
+        return walk(tree, self.plan(tree, target_logits, sampling), generator)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dtype={self.dtype})"
+
+
+def safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` where ``den > 0``, else 0 (so 0/0 -> 0); shapes broadcast."""
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def parent_index(tree: DraftTree) -> torch.Tensor:
+    """``[N]`` long parent ids with the root mapped to itself (0), safe for gathering."""
+    return tree.parents.clamp(min=0)
+
+
+def earlier_siblings(tree: DraftTree) -> torch.Tensor:
+    """``[N, N]`` bool: ``[c, j]`` true iff ``j`` is a sibling of ``c`` with a lower index (root: none)."""
+    n = tree.num_nodes
+    idx = torch.arange(n, device=tree.device)
+    non_root = idx > 0
+    same_parent = tree.parents[:, None] == tree.parents[None, :]
+    return same_parent & (idx[None, :] < idx[:, None]) & non_root[:, None] & non_root[None, :]
+
+
+def has_children(tree: DraftTree) -> torch.Tensor:
+    """``[N]`` bool: node has at least one child."""
+    out = torch.zeros(tree.num_nodes, dtype=torch.bool, device=tree.device)
+    return out.index_fill(0, tree.parents[1:], True)
+
+
+def token_mask(
+    rows: torch.Tensor, tokens: torch.Tensor, select: torch.Tensor, num_rows: int, vocab: int
+) -> torch.Tensor:
+    """``[num_rows, vocab]`` bool with ``[rows[i], tokens[i]]`` set wherever ``select[i]`` (no host sync).
+
+    Args:
+        rows, tokens: ``[M]`` long.
+        select: ``[M]`` bool; unselected pairs leave the mask unchanged.
+    """
+    acc = torch.zeros(num_rows, vocab, dtype=torch.int32, device=tokens.device)
+    acc.index_put_((rows, tokens), select.to(torch.int32), accumulate=True)
+    return acc > 0
+
+
+def children_token_mask(tree: DraftTree, vocab: int) -> torch.Tensor:
+    """``[N, V]`` bool: ``[u, x]`` true iff some child of ``u`` carries token ``x``."""
+    n = tree.num_nodes
+    select = torch.ones(n - 1, dtype=torch.bool, device=tree.device)
+    return token_mask(tree.parents[1:], tree.tokens[1:], select, n, vocab)
