@@ -1,0 +1,331 @@
+"""Target feature extraction, cached to disk as safetensors shards.
+
+The frozen target is run once over the tokenized data with ``output_hidden_states=True``. Per token we keep
+
+- ``final`` ``[H]``: the post-norm last hidden state, i.e. what the target feeds to its lm_head (HF
+  ``hidden_states[-1]`` for Llama; tested against the logits). EAGLE-1/HASS regress it, and every recipe recomputes
+  the target distribution ``p = softmax(lm_head(final))`` from it instead of storing ``[V]`` logits per token
+  (49152 floats per token would be ~100x bigger than the feature);
+- ``fused`` ``[len(layers) * H]``: the *inputs* of the given decoder layers (HF ``hidden_states[i]``),
+  concatenated in order — EAGLE-3 uses ``(2, L // 2, L - 3)``.
+
+Disk cost (bf16): EAGLE-1 ``2H`` bytes/token (1.1 KB for SmolLM2, H=576), EAGLE-3 ``8H`` bytes/token (4.6 KB).
+
+Layout of a feature folder::
+
+    index.json                   # spec, dtype, fingerprint, shard list, "complete"
+    shard_00000.safetensors      # input_ids [N] int64, loss_mask [N] uint8, lengths [n] int64,
+                                 # final [N, H], fused [N, kH]   (N tokens of n consecutive sequences)
+
+Extraction resumes shard by shard when interrupted, and a folder whose fingerprint (data + spec + dtype + target
+weights sample) matches is reused as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from specdec.train.data import TokenDataset, TokenizedExample
+
+__all__ = [
+    "FeatureSpec",
+    "eagle3_layers",
+    "target_hidden",
+    "dataset_fingerprint",
+    "extract_features",
+    "FeatureStore",
+    "collate",
+]
+
+FORMAT_VERSION = 1
+
+
+def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
+    """Indices of the decoder layers whose inputs EAGLE-3 fuses: ``(2, L // 2, L - 3)`` (low → mid → high)."""
+    if num_layers < 4:
+        raise ValueError(f"EAGLE-3 fusion needs a target with at least 4 layers, got {num_layers}")
+    return (2, num_layers // 2, num_layers - 3)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """What to extract.
+
+    Attributes:
+        final: keep the post-norm last hidden state ``[H]``.
+        layers: keep the inputs of these decoder layers, concatenated ``[len(layers) * H]``.
+    """
+
+    final: bool = True
+    layers: tuple[int, ...] = ()
+
+
+def target_hidden(
+    target: Any, input_ids: torch.Tensor, spec: FeatureSpec, attention_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """One target forward.
+
+    Args:
+        target: HF causal LM (Llama-like: ``hidden_states[i]`` is the input of layer ``i``, ``[-1]`` is post-norm).
+        input_ids: ``[B, T]``.
+        attention_mask: ``[B, T]`` 1/0 (right padding), or None.
+
+    Returns:
+        ``(final [B, T, H] | None, fused [B, T, len(layers) * H] | None)`` in the target's dtype.
+    """
+    out = target.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+    hs = out.hidden_states
+    num_layers = len(hs) - 1
+    bad = [i for i in spec.layers if not 0 <= i < num_layers]
+    if bad:
+        raise ValueError(f"layer indices {bad} out of range for a {num_layers}-layer target")
+    final = hs[-1] if spec.final else None
+    fused = torch.cat([hs[i] for i in spec.layers], dim=-1) if spec.layers else None
+    return final, fused
+
+
+def _target_sample(target: Any) -> str:
+    """A cheap fingerprint of the target's weights (config + a few values of its embedding and lm_head)."""
+    h = hashlib.sha256()
+    h.update(json.dumps(target.config.to_dict(), sort_keys=True, default=str).encode())
+    for p in (target.get_input_embeddings().weight, target.get_output_embeddings().weight):
+        h.update(p.detach().flatten()[:4096].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def dataset_fingerprint(dataset: Sequence[TokenizedExample]) -> str:
+    """sha256 over every example's ids and mask (first 16 hex digits)."""
+    h = hashlib.sha256()
+    for example in dataset:
+        h.update(example.input_ids.to(torch.int64).numpy().tobytes())
+        h.update(example.loss_mask.to(torch.uint8).numpy().tobytes())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def _fingerprint(target: Any, dataset: Sequence[TokenizedExample], spec: FeatureSpec, dtype: torch.dtype) -> str:
+    text = json.dumps(
+        {
+            "data": dataset_fingerprint(dataset),
+            "spec": asdict(spec),
+            "dtype": str(dtype),
+            "target": _target_sample(target),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@torch.no_grad()
+def extract_features(
+    target: Any,
+    dataset: Sequence[TokenizedExample] | TokenDataset,
+    out_dir: str | Path,
+    spec: FeatureSpec,
+    dtype: torch.dtype = torch.bfloat16,
+    shard_tokens: int = 1 << 16,
+    batch_size: int = 1,
+    progress: bool = True,
+    desc: str = "target features",
+) -> FeatureStore:
+    """Run the frozen target over ``dataset`` and cache the features (see the module docstring).
+
+    Args:
+        target: HF causal LM in eval mode, on the device to run it on.
+        out_dir: feature folder; reused if complete with the same fingerprint, resumed if partial.
+        dtype: storage dtype of the features (bf16 halves the disk; training upcasts to float32).
+        shard_tokens: a shard is closed once it holds at least this many tokens.
+        batch_size: sequences per target forward (right-padded; 1 avoids padding work on a CPU).
+
+    Returns:
+        A :class:`FeatureStore` over ``out_dir``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fingerprint = _fingerprint(target, dataset, spec, dtype)
+    index_path = out / "index.json"
+    index: dict[str, Any] | None = None
+    if index_path.is_file():
+        index = json.loads(index_path.read_text())
+        if index.get("fingerprint") != fingerprint or index.get("version") != FORMAT_VERSION:
+            for f in out.glob("shard_*.safetensors"):
+                f.unlink()
+            index = None
+        elif index.get("complete"):
+            return FeatureStore(out)
+    if index is None:
+        index = {
+            "version": FORMAT_VERSION,
+            "fingerprint": fingerprint,
+            "spec": {"final": spec.final, "layers": list(spec.layers)},
+            "dtype": str(dtype).removeprefix("torch."),
+            "hidden_size": int(target.config.hidden_size),
+            "num_hidden_layers": int(target.config.num_hidden_layers),
+            "vocab_size": int(target.config.vocab_size),
+            "shards": [],
+            "complete": False,
+        }
+    done = sum(s["num_sequences"] for s in index["shards"])
+    device = next(target.parameters()).device
+    total_tokens = sum(int(dataset[i].input_ids.numel()) for i in range(len(dataset)))
+    skipped_tokens = sum(s["num_tokens"] for s in index["shards"])
+    bar = tqdm(total=total_tokens, initial=skipped_tokens, unit="tok", desc=desc, disable=not progress)
+    pending: dict[str, list[torch.Tensor]] = {"input_ids": [], "loss_mask": [], "lengths": [], "final": [], "fused": []}
+    pending_tokens = 0
+
+    def flush() -> None:
+        nonlocal pending_tokens
+        if not pending["lengths"]:
+            return
+        name = f"shard_{len(index['shards']):05d}.safetensors"
+        tensors = {
+            "input_ids": torch.cat(pending["input_ids"]),
+            "loss_mask": torch.cat(pending["loss_mask"]).to(torch.uint8),
+            "lengths": torch.tensor(pending["lengths"], dtype=torch.int64),
+        }
+        if spec.final:
+            tensors["final"] = torch.cat(pending["final"]).contiguous()
+        if spec.layers:
+            tensors["fused"] = torch.cat(pending["fused"]).contiguous()
+        save_file(tensors, str(out / (name + ".tmp")))
+        (out / (name + ".tmp")).rename(out / name)
+        index["shards"].append({"file": name, "num_sequences": len(pending["lengths"]), "num_tokens": pending_tokens})
+        _write_json(index_path, index)
+        for v in pending.values():
+            v.clear()
+        pending_tokens = 0
+
+    for start in range(done, len(dataset), batch_size):
+        batch = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+        lengths = [int(e.input_ids.numel()) for e in batch]
+        width = max(lengths)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        attn = torch.zeros(len(batch), width, dtype=torch.long)
+        for b, e in enumerate(batch):
+            ids[b, : lengths[b]] = e.input_ids
+            attn[b, : lengths[b]] = 1
+        final, fused = target_hidden(
+            target, ids.to(device), spec, attn.to(device) if len(batch) > 1 and min(lengths) < width else None
+        )
+        for b, e in enumerate(batch):
+            n = lengths[b]
+            pending["input_ids"].append(e.input_ids.to(torch.int64))
+            pending["loss_mask"].append(e.loss_mask.bool())
+            pending["lengths"].append(n)
+            if final is not None:
+                pending["final"].append(final[b, :n].to("cpu", dtype))
+            if fused is not None:
+                pending["fused"].append(fused[b, :n].to("cpu", dtype))
+            pending_tokens += n
+        bar.update(sum(lengths))
+        if pending_tokens >= shard_tokens:
+            flush()
+    flush()
+    bar.close()
+    index["complete"] = True
+    _write_json(index_path, index)
+    return FeatureStore(out)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
+class FeatureStore(Sequence[dict[str, torch.Tensor]]):
+    """Read access to a feature folder written by :func:`extract_features`.
+
+    ``store[i]`` is a dict for sequence ``i``: ``input_ids [T]`` long, ``loss_mask [T]`` bool, and ``final [T, H]``
+    and/or ``fused [T, kH]`` in the storage dtype. Shards are opened lazily and sliced without loading them whole.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.index = json.loads((self.path / "index.json").read_text())
+        if not self.index.get("complete"):
+            raise ValueError(f"feature folder {self.path} is incomplete; rerun extract_features")
+        self.spec = FeatureSpec(bool(self.index["spec"]["final"]), tuple(self.index["spec"]["layers"]))
+        self._where: list[tuple[int, int, int]] = []  # (shard, token offset, length)
+        self.lengths: list[int] = []
+        for s, shard in enumerate(self.index["shards"]):
+            with safe_open(str(self.path / shard["file"]), framework="pt") as f:
+                lengths = f.get_tensor("lengths").tolist()
+            offset = 0
+            for n in lengths:
+                self._where.append((s, offset, n))
+                self.lengths.append(n)
+                offset += n
+        self._handles: dict[int, Any] = {}
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.index["hidden_size"])
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.lengths)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def _handle(self, s: int) -> Any:
+        if s not in self._handles:
+            self._handles[s] = safe_open(str(self.path / self.index["shards"][s]["file"]), framework="pt")
+        return self._handles[s]
+
+    def __getitem__(self, i):  # type: ignore[override]
+        s, offset, n = self._where[i]
+        f = self._handle(s)
+        item = {
+            "input_ids": f.get_slice("input_ids")[offset : offset + n],
+            "loss_mask": f.get_slice("loss_mask")[offset : offset + n].bool(),
+        }
+        if self.spec.final:
+            item["final"] = f.get_slice("final")[offset : offset + n]
+        if self.spec.layers:
+            item["fused"] = f.get_slice("fused")[offset : offset + n]
+        return item
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable for DataLoader workers
+        state = dict(self.__dict__)
+        state["_handles"] = {}
+        return state
+
+
+def collate(items: Sequence[dict[str, torch.Tensor]], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Right-pad a list of :class:`FeatureStore` items into a batch (features upcast to float32).
+
+    Returns:
+        ``input_ids [B, T]`` long (``pad_id`` on padding), ``loss_mask [B, T]`` bool (False on padding),
+        ``valid [B, T]`` bool, and ``final [B, T, H]`` / ``fused [B, T, kH]`` float32 (zeros on padding).
+    """
+    lengths = [int(it["input_ids"].numel()) for it in items]
+    width = max(lengths)
+    batch_size = len(items)
+    out = {
+        "input_ids": torch.full((batch_size, width), pad_id, dtype=torch.long),
+        "loss_mask": torch.zeros(batch_size, width, dtype=torch.bool),
+        "valid": torch.zeros(batch_size, width, dtype=torch.bool),
+    }
+    for key in ("final", "fused"):
+        if key in items[0]:
+            out[key] = torch.zeros(batch_size, width, items[0][key].shape[-1], dtype=torch.float32)
+    for b, (it, n) in enumerate(zip(items, lengths, strict=True)):
+        out["input_ids"][b, :n] = it["input_ids"]
+        out["loss_mask"][b, :n] = it["loss_mask"]
+        out["valid"][b, :n] = True
+        for key in ("final", "fused"):
+            if key in out:
+                out[key][b, :n] = it[key].float()
+    return out

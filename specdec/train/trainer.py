@@ -1,0 +1,449 @@
+"""Training loop: data → cached target features → recipe loss → AdamW → resumable checkpoints → head + eval.
+
+Single process on a CPU (``specdec train …`` or :func:`train`), or several GPUs with
+``accelerate launch -m specdec.train.cli eagle1 --out DIR …``: the recipe runs inside one ``nn.Module`` forward so
+DDP sees a single forward per step, each process takes every ``world``-th batch, and only the main process extracts
+features, writes checkpoints, saves the head and evaluates.
+
+Determinism: the data order of epoch ``e`` is a permutation seeded by ``(seed, e)``, and the feature noise of step
+``s`` on process ``r`` comes from a generator seeded by ``(seed, s, r)``, so a run resumed from a checkpoint (head,
+optimizer, scheduler, step, global RNG states) produces the same loss sequence as an uninterrupted one.
+
+Output folder::
+
+    train_config.json      the TrainConfig
+    features/{train,heldout}/   cached target features (see specdec.train.features)
+    checkpoints/step_*.pt  resumable state (the newest ``keep_checkpoints`` are kept)
+    log.jsonl              one line per optimizer step: step, epoch, lr, loss and the recipe's metrics
+    head/                  the trained head in the official format (specdec.checkpoints.save_eagle_head)
+    eval.json              held-out greedy-chain acceptance (specdec.train.evaluate)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+from tqdm.auto import tqdm
+
+from specdec.checkpoints import save_eagle_head
+from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, EagleConfig
+from specdec.train.data import TokenDataset, load_sharegpt
+from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
+from specdec.train.evaluate import evaluate_heldout
+from specdec.train.features import FeatureSpec, FeatureStore, collate, eagle3_layers, extract_features
+from specdec.train.recipes import RECIPES, recipe_kwargs
+
+__all__ = ["TrainConfig", "train", "build_head", "RecipeModule", "lr_lambda", "read_log"]
+
+Recipe = Literal["eagle1", "hass", "eagle3"]
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run needs (validated at the boundary; inner code takes plain arguments).
+
+    Defaults follow the reference recipes (eagle-family.md §4) except the data size and length, which default
+    to CPU-friendly values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    recipe: Recipe
+    out: Path
+    target: str = Field("smollm2", description="'smollm2' or a local HF model folder")
+    # data
+    max_conversations: int | None = Field(1000, ge=1)
+    max_len: int = Field(1024, ge=8)
+    heldout_fraction: float = Field(0.02, ge=0.0, lt=1.0)
+    max_heldout: int = Field(50, ge=0)
+    data_seed: int = 42
+    features_dir: Path | None = None
+    feature_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    extract_batch_size: int = Field(1, ge=1)
+    # optimisation
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="stop at this global step (schedule spans all epochs)")
+    batch_size: int = Field(1, ge=1)
+    lr: float = Field(3e-5, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int | None = Field(None, ge=0, description="None: min(2000, 5% of the total steps)")
+    grad_clip_value: float | None = Field(0.5, gt=0)
+    seed: int = 0
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    # recipe
+    noise: float = Field(0.1, ge=0, description="uniform input-feature noise amplitude (EAGLE-1/HASS)")
+    feature_weight: float = 1.0
+    ce_weight: float = 0.1
+    topk: int = Field(10, ge=1)
+    topk_weight: float = 1.0
+    passes: int = Field(3, ge=1, description="HASS context-alignment passes")
+    pass_decay: float = Field(1.0, gt=0, description="HASS per-pass loss weight beta^j")
+    steps: int = Field(7, ge=1, description="EAGLE-3 training-time-test steps")
+    decay: float = Field(0.8, gt=0, description="EAGLE-3 per-step loss weight decay^k")
+    detach_hidden: bool = False
+    draft_vocab_size: int | None = Field(None, ge=1, description="EAGLE-3; None: min(V, 32000)")
+    eagle3_layers: tuple[int, ...] | None = None
+    intermediate_size: int | None = Field(None, ge=1, description="head MLP width; None: the target's")
+    # bookkeeping
+    save_every: int = Field(200, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    resume: bool = True
+    log_every: int = Field(10, ge=1)
+    eval_depth: int = Field(5, ge=1)
+    eval_max_sequences: int | None = Field(50, ge=1)
+    progress: bool = True
+    extract_only: bool = Field(False, description="stop after caching the features (then train multi-GPU on them)")
+
+
+# ------------------------------------------------------------------------------------------------ pieces
+
+
+def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
+    """Linear warmup over ``warmup`` steps, then linear decay to 0 at ``total`` (the reference schedule)."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if total <= warmup:
+            return 1.0
+        return max(0.0, (total - step) / (total - warmup))
+
+    return f
+
+
+def build_head(
+    recipe: str,
+    target_config: Any,
+    layers: Sequence[int] = (),
+    draft_vocab_size: int | None = None,
+    intermediate_size: int | None = None,
+) -> Eagle1Head | Eagle3Head:
+    """A fresh head shaped after the target's HF config (one decoder layer, the target's attention geometry)."""
+    c = target_config
+    heads = int(c.num_attention_heads)
+    config = EagleConfig.model_validate(
+        {
+            "hidden_size": c.hidden_size,
+            "intermediate_size": intermediate_size or c.intermediate_size,
+            "num_attention_heads": heads,
+            "num_key_value_heads": getattr(c, "num_key_value_heads", None) or heads,
+            "head_dim": getattr(c, "head_dim", None) or c.hidden_size // heads,
+            "vocab_size": c.vocab_size,
+            "draft_vocab_size": draft_vocab_size if recipe == "eagle3" else c.vocab_size,
+            "target_hidden_size": c.hidden_size,
+            "rms_norm_eps": getattr(c, "rms_norm_eps", 1e-6),
+            "rope_theta": _rope_theta(c),
+            "max_position_embeddings": getattr(c, "max_position_embeddings", 2048),
+            "hidden_act": getattr(c, "hidden_act", "silu"),
+            "bias": True,
+            "aux_layer_ids": tuple(layers) if recipe == "eagle3" else None,
+        }
+    )
+    if recipe == "eagle3":
+        return Eagle3Head(config, num_fused=len(layers))
+    return Eagle1Head(config)
+
+
+def _rope_theta(c: Any) -> float:
+    theta = getattr(c, "rope_theta", None)
+    params = getattr(c, "rope_parameters", None)
+    if theta is None and isinstance(params, dict):
+        theta = params.get("rope_theta")
+    return float(theta or 10000.0)
+
+
+class RecipeModule(nn.Module):
+    """The head plus its frozen target pieces; ``forward(batch, generator) -> (loss, metrics)`` is one recipe step.
+
+    The target's lm_head weight ``[V, H]`` is a plain tensor attribute, created on the training device: not a
+    parameter or buffer, so it is never saved, optimised, or broadcast by DDP every step. The target embedding is
+    attached to the head the same way (shared, frozen).
+    """
+
+    def __init__(
+        self, head: Eagle1Head | Eagle3Head, recipe: str, lm_head_weight: torch.Tensor, options: dict[str, Any]
+    ) -> None:
+        super().__init__()
+        self.head = head
+        self.recipe = recipe
+        self.lm_head_weight = lm_head_weight.detach()
+        self.options = recipe_kwargs(recipe, options)
+
+    def forward(
+        self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return RECIPES[self.recipe](self.head, batch, self.lm_head_weight, generator, **self.options)
+
+
+def _load_target(name: str, device: torch.device) -> tuple[Any, Any]:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name == "smollm2":
+        from specdec.models import load_smollm2
+
+        return load_smollm2(dtype=dtype, device=device)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(name)
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _derived_seed(*parts: int) -> int:
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    return sorted((out / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ------------------------------------------------------------------------------------------------ train
+
+
+def train(
+    config: TrainConfig,
+    *,
+    target: Any | None = None,
+    tokenizer: Any | None = None,
+    train_data: TokenDataset | Sequence[Any] | None = None,
+    heldout_data: TokenDataset | Sequence[Any] | None = None,
+    tau_fn: Callable[[Any, Any], float] | None = None,
+) -> Path:
+    """Train a head with ``config``; returns the folder of the saved head (``config.out / "head"``), or the features
+    folder when ``config.extract_only``.
+
+    Multi-GPU: only the main process extracts features while the others wait at a barrier, which can time out on
+    long extractions; run once with ``extract_only`` (``--extract-only``) first, then ``accelerate launch``.
+
+    Args:
+        target: an HF causal LM to use instead of loading ``config.target`` (with ``tokenizer`` when the data must be
+            built from ShareGPT).
+        train_data, heldout_data: :class:`~specdec.train.data.TokenDataset` to use instead of ShareGPT (e.g.
+            self-distilled data); ``heldout_data`` may be empty.
+        tau_fn: optional ``(head, heldout_store) -> τ`` hook measuring dynamic-tree τ (see
+            :mod:`specdec.train.evaluate`).
+    """
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(mixed_precision=config.mixed_precision)
+    device = accelerator.device
+    main = accelerator.is_main_process
+    out = Path(config.out)
+    _seed_all(config.seed)
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "train_config.json").write_text(config.model_dump_json(indent=1))
+
+    # ---- target and data
+    if target is None:
+        target, tokenizer = _load_target(config.target, device)
+    else:
+        target = target.to(device).eval()
+    num_layers = int(target.config.num_hidden_layers)
+    layers = tuple(config.eagle3_layers or eagle3_layers(num_layers)) if config.recipe == "eagle3" else ()
+    spec = FeatureSpec(final=True, layers=layers)
+    features_dir = Path(config.features_dir) if config.features_dir else out / "features"
+    if main:
+        if train_data is None:
+            if tokenizer is None:
+                raise ValueError("building ShareGPT data needs the target's tokenizer")
+            train_data, heldout_data = load_sharegpt(
+                tokenizer,
+                max_conversations=config.max_conversations,
+                max_len=config.max_len,
+                heldout_fraction=config.heldout_fraction,
+                max_heldout=config.max_heldout,
+                seed=config.data_seed,
+            )
+        dtype = getattr(torch, config.feature_dtype)
+        for split, data in (("train", train_data), ("heldout", heldout_data or TokenDataset([]))):
+            extract_features(
+                target,
+                data,
+                features_dir / split,
+                spec,
+                dtype=dtype,
+                batch_size=config.extract_batch_size,
+                progress=config.progress,
+                desc=f"target features ({split})",
+            )
+    accelerator.wait_for_everyone()
+    if config.extract_only:
+        return features_dir
+    train_store = FeatureStore(features_dir / "train")
+    heldout_store = FeatureStore(features_dir / "heldout")
+    if len(train_store) == 0:
+        raise ValueError("no training sequences")
+
+    # ---- head
+    lm_head_weight = target.get_output_embeddings().weight.detach().to(device, torch.float32).clone()
+    embed_weight = target.get_input_embeddings().weight.detach().to(device, torch.float32).clone()
+    vocab_size = int(target.config.vocab_size)
+    draft_vocab = min(vocab_size, config.draft_vocab_size or 32000)
+    torch.manual_seed(config.seed)
+    head = build_head(config.recipe, target.config, layers, draft_vocab, config.intermediate_size)
+    if isinstance(head, Eagle3Head):
+        counts = token_frequencies(
+            ((train_store[i]["input_ids"], train_store[i]["loss_mask"]) for i in range(len(train_store))), vocab_size
+        )
+        draft_ids = select_draft_vocab(counts, draft_vocab)
+        head.set_vocab_map(draft_ids)
+        with torch.no_grad():  # start the draft lm_head from the target's rows of the draft tokens
+            head.lm_head.weight.copy_(lm_head_weight[draft_ids.to(device)].cpu())
+    head.attach_target_embedding(embed_weight)
+    del target  # features are cached: only the frozen embedding and lm_head are needed from here on
+    module = RecipeModule(head, config.recipe, lm_head_weight, config.model_dump())
+    module.to(device)
+
+    # ---- schedule
+    world, rank = accelerator.num_processes, accelerator.process_index
+    batches_per_epoch = math.ceil(len(train_store) / config.batch_size)
+    if batches_per_epoch < world:
+        raise ValueError(f"{batches_per_epoch} batches per epoch cannot feed {world} processes")
+    steps_per_epoch = batches_per_epoch // world
+    total_steps = steps_per_epoch * config.epochs
+    warmup = config.warmup_steps if config.warmup_steps is not None else min(2000, total_steps // 20)
+    optimizer = torch.optim.AdamW(
+        [p for p in head.parameters() if p.requires_grad],
+        lr=config.lr,
+        betas=config.betas,
+        weight_decay=config.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup, total_steps))
+    module, optimizer = accelerator.prepare(module, optimizer)
+    unwrapped: RecipeModule = accelerator.unwrap_model(module)
+
+    # ---- resume
+    step = 0
+    checkpoints = _checkpoints(out) if config.resume else []
+    if checkpoints:
+        state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)  # our own file (RNG states)
+        unwrapped.head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step = int(state["step"])
+        _set_rng_state(state["rng"])
+    log_path = out / "log.jsonl"
+    if main:
+        kept = []
+        if step and log_path.is_file():
+            kept = [line for line in log_path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        log_path.write_text("".join(line + "\n" for line in kept))
+
+    def save_checkpoint() -> None:
+        if not main:
+            return
+        folder = out / "checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {
+            "head": unwrapped.head.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "step": step,
+            "rng": _rng_state(),
+            "config": config.model_dump(mode="json"),
+        }
+        path = folder / f"step_{step:08d}.pt"
+        torch.save(state, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+        for old in _checkpoints(out)[: -config.keep_checkpoints]:
+            old.unlink()
+
+    # ---- loop
+    stop = total_steps if config.max_steps is None else min(total_steps, config.max_steps)
+    order_cache: dict[int, torch.Tensor] = {}
+    module.train()
+    show = main and config.progress
+    bar = tqdm(total=stop, initial=step, unit="step", desc=f"train {config.recipe}", disable=not show)
+    log_file = open(log_path, "a") if main else None  # noqa: SIM115 (kept open across the loop)
+    try:
+        while step < stop:
+            epoch, index = divmod(step, steps_per_epoch)
+            if epoch not in order_cache:
+                order_cache.clear()
+                order_cache[epoch] = torch.randperm(
+                    len(train_store), generator=torch.Generator().manual_seed(_derived_seed(config.seed, epoch))
+                )
+            order = order_cache[epoch]
+            b = index * world + rank
+            items = [train_store[int(i)] for i in order[b * config.batch_size : (b + 1) * config.batch_size]]
+            batch = {k: v.to(device) for k, v in collate(items).items()}
+            generator = torch.Generator(device=device).manual_seed(_derived_seed(config.seed, step, rank))
+            with accelerator.autocast():
+                loss, metrics = module(batch, generator)
+            accelerator.backward(loss)
+            if config.grad_clip_value is not None:
+                accelerator.clip_grad_value_(module.parameters(), config.grad_clip_value)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            if log_file is not None:
+                record = {"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0], "loss": float(loss.detach())}
+                record.update({k: float(v) for k, v in metrics.items()})
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+                bar.update(1)
+                if step % config.log_every == 0:
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", acc=f"{record.get('acc_0', 0.0):.3f}")
+            if step % config.save_every == 0 or step == stop:
+                save_checkpoint()
+    finally:
+        bar.close()
+        if log_file is not None:
+            log_file.close()
+    accelerator.wait_for_everyone()
+
+    # ---- save and evaluate
+    head_dir = out / "head"
+    if main:
+        head = unwrapped.head
+        head.eval()
+        save_eagle_head(head, head_dir)
+        result = evaluate_heldout(
+            head,
+            heldout_store,
+            unwrapped.lm_head_weight,
+            depth=config.eval_depth,
+            max_sequences=config.eval_max_sequences,
+            tau_fn=tau_fn,
+        )
+        report = {"step": step, "heldout_sequences": len(heldout_store), **result.to_dict()}
+        (out / "eval.json").write_text(json.dumps(report, indent=1))
+    accelerator.wait_for_everyone()
+    return head_dir
+
+
+def read_log(out: str | Path) -> list[dict[str, Any]]:
+    """The ``log.jsonl`` records of a run folder."""
+    path = Path(out) / "log.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
