@@ -104,6 +104,8 @@ def test_trained_head_accepts_more_than_random(target, tmp_path, recipe: str, ep
     assert got.chain_tau > base.chain_tau
     report = json.loads((tmp_path / "eval.json").read_text())
     assert report["alpha"] == pytest.approx(got.alpha)
+    # Dynamic-tree τ through the real decoding loop (default hook): at least the bonus token per forward.
+    assert report["tau"] is not None and report["tau"] >= 1.0
 
 
 def test_warmup_then_linear_decay() -> None:

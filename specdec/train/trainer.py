@@ -65,6 +65,7 @@ class TrainConfig(BaseModel):
     max_len: int = Field(1024, ge=8)
     heldout_fraction: float = Field(0.02, ge=0.0, lt=1.0)
     max_heldout: int = Field(50, ge=0)
+    eval_tau_prompts: int = Field(8, ge=0)
     data_seed: int = 42
     features_dir: Path | None = None
     feature_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
@@ -152,6 +153,15 @@ def build_head(
     if recipe == "eagle3":
         return Eagle3Head(config, num_fused=len(layers))
     return Eagle1Head(config)
+
+
+def _default_tau_fn(target: Any, config: TrainConfig) -> Callable[[Any, Any], float] | None:
+    """Dynamic-tree τ on held-out prompts through the real decoding loop (``eval_tau_prompts`` of them)."""
+    if config.eval_tau_prompts <= 0:
+        return None
+    from specdec.train.tau import make_tau_fn
+
+    return make_tau_fn(target, num_prompts=config.eval_tau_prompts)
 
 
 def _rope_theta(c: Any) -> float:
@@ -320,6 +330,8 @@ def train(
         with torch.no_grad():  # start the draft lm_head from the target's rows of the draft tokens
             head.lm_head.weight.copy_(lm_head_weight[draft_ids.to(device)].cpu())
     head.attach_target_embedding(embed_weight)
+    if tau_fn is None and main:
+        tau_fn = _default_tau_fn(target, config)  # keeps the target for the final τ evaluation only
     del target  # features are cached: only the frozen embedding and lm_head are needed from here on
     module = RecipeModule(head, config.recipe, lm_head_weight, config.model_dump())
     module.to(device)
