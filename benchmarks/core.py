@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import time
@@ -56,20 +57,21 @@ def vanilla_vs_hf(model, tokenizer, prompts, new_tokens: int) -> dict:
     sampling = SamplingParams()
     stop = StopCondition(max_new_tokens=new_tokens)
     ours, hf = [], []
+    # Both sides run exactly new_tokens greedy steps: no EOS stop (min_new_tokens would mask EOS and change argmax).
+    no_eos = copy.deepcopy(model.generation_config)
+    no_eos.update(eos_token_id=None, do_sample=False, min_new_tokens=None, pad_token_id=0)
     for i, prompt in enumerate(prompts):
         ids = chat_ids(tokenizer, prompt)
         if i == 0:  # warm-up both
             VanillaGenerator(target).generate(ids, sampling, StopCondition(max_new_tokens=4))
             with torch.no_grad():
-                model.generate(ids[None], max_new_tokens=4, do_sample=False)
+                model.generate(ids[None], generation_config=no_eos, max_new_tokens=4)
         t = time.perf_counter()
         ours_tokens = VanillaGenerator(target).generate(ids, sampling, stop).tokens
         ours.append(len(ours_tokens) / (time.perf_counter() - t))
         t = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(
-                ids[None], max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None
-            )
+            out = model.generate(ids[None], generation_config=no_eos, max_new_tokens=new_tokens)
         hf.append((out.shape[1] - ids.shape[0]) / (time.perf_counter() - t))
         same = out[0, ids.shape[0] :].tolist() == ours_tokens
         print(f"  prompt {i}: ours {ours[-1]:.1f} tok/s, HF generate {hf[-1]:.1f} tok/s, same tokens: {same}")
