@@ -138,6 +138,15 @@ def _generator(sampling: SamplingParams, device: torch.device, generator: torch.
 
 
 def _check_prompt(target: Target, input_ids: torch.Tensor, stop: StopCondition, extra: int) -> None:
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"prompt must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.numel():  # an empty prompt is reported by the target's prefill (EmptyPromptError)
+        lo, hi = (int(x) for x in torch.aminmax(input_ids))
+        if lo < 0 or hi >= target.vocab_size:
+            raise ValueError(
+                f"prompt token ids must be in [0, {target.vocab_size}) (the target's vocabulary), got ids from "
+                f"{lo} to {hi}; was it encoded with another tokenizer?"
+            )
     need = input_ids.shape[-1] + stop.max_new_tokens + extra
     if need > target.max_len:
         raise CacheFullError(
@@ -276,6 +285,7 @@ class SpeculativeGenerator:
             if not ok:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
             count = n_acc + 1
+            self.policy.observe(n_acc)
             target.commit(accepted, count)
             drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
             root = verdict.bonus_token

@@ -193,6 +193,12 @@ class TreePolicy(ABC):
         must not depend on ``generator`` (contract for the one-hot-q verifiers).
         """
 
+    def observe(self, accept_length: int) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Feedback after each cycle: how many draft tokens were accepted (host int, already synced).
+
+        Adaptive policies use it to calibrate their estimate of the accepted length; the default does nothing.
+        """
+
 
 class Verifier(ABC):
     """A pure function from (tree, target logits, sampling, randomness) to a :class:`Verdict`."""

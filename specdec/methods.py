@@ -11,26 +11,51 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.generate import SpeculativeGenerator, VanillaGenerator
+from specdec.interfaces import TreePolicy
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
 from specdec.verify import default_verifier
 
-__all__ = ["METHODS", "MethodOptions", "build_method", "shipped_head_dir", "method_names"]
+__all__ = [
+    "DYNAMIC_TREE_METHODS",
+    "METHODS",
+    "MethodOptions",
+    "build_method",
+    "shipped_head_dir",
+    "method_names",
+]
 
 HEADS_DIR = Path(__file__).parent / "heads" / "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)
 class MethodOptions:
-    """Tree and drafter settings shared by the named methods (CPU-sized defaults)."""
+    """Tree and drafter settings shared by the named methods (CPU-sized defaults).
+
+    Dynamic-tree methods size their tree per cycle by default (:class:`~specdec.trees.adaptive.AdaptiveTreePolicy`:
+    the target's forward cost is measured once per machine and thread count, then cached). ``total_tokens``
+    forces a fixed size; ``adaptive=False`` without ``total_tokens`` uses ``FIXED_TOTAL_TOKENS``.
+
+    Attributes:
+        adaptive: choose the tree size per cycle from measured costs (dynamic-tree methods).
+        total_tokens: a fixed tree size (root included); None lets ``adaptive`` decide.
+        max_total_tokens: the largest tree the adaptive budget may choose.
+        adapt_depth: let the adaptive budget shorten the expansion depth when deep levels do not pay.
+    """
 
     topk: int = 8
     depth: int = 5
-    total_tokens: int = 24
+    adaptive: bool = True
+    total_tokens: int | None = None
+    max_total_tokens: int = 64
+    adapt_depth: bool = True
     small_lm_layers: int = 6
     head_dir: Path | None = None
+
+
+FIXED_TOTAL_TOKENS = 24
 
 
 def shipped_head_dir(kind: str) -> Path:
@@ -41,13 +66,23 @@ def shipped_head_dir(kind: str) -> Path:
     return path
 
 
-def _dynamic(o: MethodOptions) -> DynamicTreePolicy:
-    return DynamicTreePolicy(topk=o.topk, depth=o.depth, total_tokens=o.total_tokens)
+def _dynamic(target: HFTarget, o: MethodOptions) -> TreePolicy:
+    if o.total_tokens is not None or not o.adaptive:
+        return DynamicTreePolicy(topk=o.topk, depth=o.depth, total_tokens=o.total_tokens or FIXED_TOTAL_TOKENS)
+    from specdec.budget import forward_cost_curve
+    from specdec.trees.adaptive import AdaptiveTreePolicy
+
+    # Measured on first use for this model, device and thread count (seconds), then read from the cache.
+    curve = forward_cost_curve(target)
+    return AdaptiveTreePolicy(o.topk, o.depth, o.max_total_tokens, curve, adapt_depth=o.adapt_depth)
 
 
 def _speculative(target: HFTarget, drafter, policy, sampling: SamplingParams) -> SpeculativeGenerator:
     stochastic = isinstance(policy, StochasticTreePolicy) and not sampling.greedy
-    return SpeculativeGenerator(target, drafter, policy, default_verifier(stochastic, sampling.temperature))
+    # Widest sibling group of the shape (its ranks are consecutive draws), so the verifier runs that many rounds.
+    max_children = max(level.width for level in policy.shape.levels) if stochastic else None
+    verifier = default_verifier(stochastic, sampling.temperature, max_children)
+    return SpeculativeGenerator(target, drafter, policy, verifier)
 
 
 def _eagle_drafter(target: HFTarget, kind: str, o: MethodOptions):
@@ -67,14 +102,14 @@ def _vanilla(target, sampling, o):
 def _ngram(target, sampling, o):
     from specdec.drafters import NGramDrafter
 
-    return _speculative(target, NGramDrafter(target.vocab_size), _dynamic(o), sampling)
+    return _speculative(target, NGramDrafter(target.vocab_size), _dynamic(target, o), sampling)
 
 
 def _small_lm(target, sampling, o):
     from specdec.drafters import SmallLMDrafter
 
     drafter = SmallLMDrafter.from_target_layers(target.model, o.small_lm_layers, target.max_len)
-    return _speculative(target, drafter, _dynamic(o), sampling)
+    return _speculative(target, drafter, _dynamic(target, o), sampling)
 
 
 def _eagle1_static(target, sampling, o):
@@ -82,15 +117,15 @@ def _eagle1_static(target, sampling, o):
 
 
 def _eagle2(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "eagle1", o), _dynamic(o), sampling)
+    return _speculative(target, _eagle_drafter(target, "eagle1", o), _dynamic(target, o), sampling)
 
 
 def _hass(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "hass", o), _dynamic(o), sampling)
+    return _speculative(target, _eagle_drafter(target, "hass", o), _dynamic(target, o), sampling)
 
 
 def _eagle3(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "eagle3", o), _dynamic(o), sampling)
+    return _speculative(target, _eagle_drafter(target, "eagle3", o), _dynamic(target, o), sampling)
 
 
 METHODS: dict[str, Callable] = {
@@ -102,6 +137,10 @@ METHODS: dict[str, Callable] = {
     "hass": _hass,
     "eagle3": _eagle3,
 }
+
+
+#: Methods whose tree is the dynamic (EAGLE-2) tree, so ``MethodOptions`` tree sizes apply to them.
+DYNAMIC_TREE_METHODS = ("ngram", "small-lm", "eagle2", "hass", "eagle3")
 
 
 def method_names() -> list[str]:

@@ -1,7 +1,15 @@
 """Tree policies: how a draft tree is shaped from a drafter's proposals (one policy per file)."""
 
+from specdec.trees.adaptive import AdaptiveTreePolicy
 from specdec.trees.dynamic import DynamicTreePolicy
 from specdec.trees.static import EAGLE1_DEFAULT_PATHS, StaticTreePolicy, validate_paths
 from specdec.trees.stochastic import StochasticTreePolicy
 
-__all__ = ["EAGLE1_DEFAULT_PATHS", "DynamicTreePolicy", "StaticTreePolicy", "StochasticTreePolicy", "validate_paths"]
+__all__ = [
+    "AdaptiveTreePolicy",
+    "EAGLE1_DEFAULT_PATHS",
+    "DynamicTreePolicy",
+    "StaticTreePolicy",
+    "StochasticTreePolicy",
+    "validate_paths",
+]

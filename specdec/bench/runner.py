@@ -1,0 +1,474 @@
+"""Run methods side by side on one target: interleaved per prompt, one JSON line per measurement, resumable.
+
+For each temperature, for each prompt, every method runs once, in an order rotated by the prompt index (so no
+method always runs first or last on a shared machine). Each (prompt, method, temperature) appends one line to
+``out_dir/results.jsonl`` as soon as it is measured; a rerun skips the triples already there. Vanilla decoding
+always runs: it is the baseline of the speedups and, at T=0, the reference every method must reproduce token
+for token. A row measured before its prompt's vanilla row (rotation) waits in memory until vanilla has run,
+so an interrupt loses at most those rows.
+
+Besides the named methods of :mod:`specdec.methods`:
+
+* ``hf-generate``: Hugging Face ``model.generate`` (greedy, or sampling at the same temperature with top-k and
+  top-p off), on a copy of the model's generation config with the same EOS id as ours and ``pad = eos``;
+* ``hf-prompt-lookup``: the same with ``prompt_lookup_num_tokens`` (HF's n-gram assisted decoding).
+
+Row fields (``status == "ok"``): ``prompt_id``, ``method`` (the row label), ``base_method``, ``tree_size``
+(fixed size, ``"adaptive"`` or null), ``temperature``, ``max_new_tokens``, ``seed``, ``prompt_tokens``,
+``new_tokens``, ``tokens``, ``finish_reason``, ``time_total`` (prefill included), ``time_prefill``,
+``tokens_per_second``, ``tau`` (null for HF methods), ``cycles``, ``accept_lengths``, ``tree_depths``,
+``tree_sizes``, ``acceptance_per_depth``, ``time_phases`` (seconds) and ``time_split`` (fractions of decode time),
+and at T=0 ``greedy_equal`` and ``first_diff`` (position, tokens and the vanilla top-2 logit margin there: a
+margin below :data:`NEAR_TIE` means the divergence is a floating-point near-tie, not a bug).
+Rows with ``status == "skipped"`` carry the ``reason`` (missing assets); ``"error"`` rows the exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specdec.assets import Prompt, chat_ids, load_prompts
+from specdec.generate import GenerationMetrics, GenerationResult, StopCondition
+from specdec.methods import DYNAMIC_TREE_METHODS, MethodOptions, build_method, method_names
+from specdec.models import MissingAssetError
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+
+__all__ = [
+    "HF_METHODS",
+    "NEAR_TIE",
+    "Variant",
+    "all_method_names",
+    "first_difference",
+    "hardware_info",
+    "plan_variants",
+    "row_key",
+    "run_bench",
+]
+
+HF_METHODS = ("hf-generate", "hf-prompt-lookup")
+#: Top-2 logit margin under which a greedy divergence is attributed to floating-point rounding.
+NEAR_TIE = 1e-2
+PROMPT_LOOKUP_TOKENS = 10
+WARMUP_TOKENS = 4
+
+
+def all_method_names() -> list[str]:
+    """Every name ``run_bench`` accepts: the named methods and the Hugging Face baselines."""
+    return method_names() + list(HF_METHODS)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row label of the benchmark: a method, optionally at a forced tree size."""
+
+    name: str
+    method: str
+    tree_size: int | str | None = None  # fixed size, "adaptive" or None (no dynamic tree)
+    options: MethodOptions = field(default_factory=MethodOptions)
+
+
+def plan_variants(
+    methods: Sequence[str],
+    tree_sizes: Sequence[int] = (),
+    sweep_method: str | None = None,
+    options: MethodOptions | None = None,
+) -> list[Variant]:
+    """Row labels to run: vanilla first, then ``methods``, then ``sweep_method@m`` for each fixed size ``m``.
+
+    The default options make dynamic-tree methods adaptive, so ``ngram`` itself is the sweep's adaptive row.
+    """
+    options = options or MethodOptions()
+    adaptive = "adaptive" if options.adaptive and options.total_tokens is None else options.total_tokens
+    unknown = [m for m in [*methods, *([sweep_method] if sweep_method else [])] if m not in all_method_names()]
+    if unknown:
+        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(all_method_names())}")
+    names = ["vanilla"] + [m for m in dict.fromkeys(methods) if m != "vanilla"]
+    variants = [Variant(m, m, adaptive if m in DYNAMIC_TREE_METHODS else None, options) for m in names]
+    if tree_sizes:
+        sweep = sweep_method or next((m for m in names if m in DYNAMIC_TREE_METHODS), None)
+        if sweep is None or sweep not in DYNAMIC_TREE_METHODS:
+            raise ValueError(f"--tree-sizes needs a dynamic-tree method ({', '.join(DYNAMIC_TREE_METHODS)})")
+        if sweep not in names:
+            variants.append(Variant(sweep, sweep, adaptive, options))
+        for m in sorted(set(tree_sizes)):
+            if m < 2:
+                raise ValueError(f"tree sizes count the root and must be at least 2, got {m}")
+            variants.append(Variant(f"{sweep}@{m}", sweep, m, dataclasses.replace(options, total_tokens=m)))
+    return variants
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a measurement: (prompt, row label, temperature, max_new_tokens)."""
+    return (row["prompt_id"], row["method"], float(row["temperature"]), int(row["max_new_tokens"]))
+
+
+def hardware_info(device: torch.device | str = "cpu") -> dict:
+    """What the numbers were measured on: CPU model, threads, torch, device, date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    device = torch.device(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    import transformers
+
+    return {
+        "cpu": cpu,
+        "logical_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": name,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- HF baselines
+class HFGenerate:
+    """``model.generate`` behind the ``generate(ids, sampling, stop)`` call of our generators."""
+
+    def __init__(self, model, eos_token_id: int | None, prompt_lookup: int | None = None) -> None:
+        self.model = model
+        self.eos_token_id = eos_token_id
+        self.prompt_lookup = prompt_lookup
+
+    def config(self, sampling: SamplingParams, max_new_tokens: int):
+        gc = copy.deepcopy(self.model.generation_config)
+        eos = self.eos_token_id
+        gc.update(
+            eos_token_id=eos,
+            pad_token_id=eos if eos is not None else 0,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=None,
+            min_length=0,
+            max_length=None,
+            do_sample=not sampling.greedy,
+            temperature=None if sampling.greedy else sampling.temperature,
+            top_k=None if sampling.greedy else (sampling.top_k or 0),
+            top_p=None if sampling.greedy else sampling.top_p,
+            repetition_penalty=None,
+            num_beams=1,
+            prompt_lookup_num_tokens=self.prompt_lookup,
+        )
+        return gc
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition) -> GenerationResult:
+        device = self.model.get_output_embeddings().weight.device
+        ids = input_ids.to(device)[None]
+        gc = self.config(sampling, stop.max_new_tokens)
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        _sync(device)
+        t0 = time.perf_counter()
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc)
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+        tokens = out[0, ids.shape[1] :].tolist()
+        metrics = GenerationMetrics(new_tokens=len(tokens), time_total=elapsed)
+        return GenerationResult(tokens, stop.check(tokens) or "length", metrics)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ----------------------------------------------------------------------------------------------- results file
+class ResultsFile:
+    """``results.jsonl``: append-only, one flushed line per measurement."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if path.is_file() and path.stat().st_size:
+            with path.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                cut = f.read(1) != b"\n"
+            if cut:  # an interrupted write left half a line: end it, so the next row starts on its own line
+                with path.open("a") as f:
+                    f.write("\n")
+
+    def rows(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by an interrupt
+        return out
+
+    def done(self) -> set[tuple]:
+        return {row_key(r) for r in self.rows() if r.get("status") == "ok"}
+
+    def append(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------------------------- greedy checks
+@torch.no_grad()
+def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: list[int]) -> dict | None:
+    """Where ``tokens`` first departs from the vanilla greedy ``reference``, and how close the call was there.
+
+    Returns None when equal; else ``position``, ``vanilla_token``, ``method_token``, ``top2_margin`` (vanilla
+    top-2 logit margin after ``prompt + reference[:position]``, from one fresh forward), ``logit_gap`` (vanilla
+    token's logit minus the method token's) and ``near_tie`` (``top2_margin < NEAR_TIE``).
+    """
+    if reference == tokens:
+        return None
+    n = min(len(reference), len(tokens))
+    i = next((k for k in range(n) if reference[k] != tokens[k]), n)
+    out = {"position": i, "vanilla_token": None, "method_token": None, "top2_margin": None, "logit_gap": None}
+    if i == n:  # one is a prefix of the other (a stop condition differed)
+        out["near_tie"] = False
+        return out
+    device = model.get_output_embeddings().weight.device
+    context = torch.cat([prompt.cpu(), torch.tensor(reference[:i], dtype=torch.long)]).to(device)
+    logits = model(context[None]).logits[0, -1].float()
+    top2 = logits.topk(2).values
+    margin = float(top2[0] - top2[1])
+    out.update(
+        vanilla_token=reference[i],
+        method_token=tokens[i],
+        top2_margin=margin,
+        logit_gap=float(logits[reference[i]] - logits[tokens[i]]),
+        near_tie=margin < NEAR_TIE,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- rows
+def result_row(
+    variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
+) -> dict:
+    m: GenerationMetrics = result.metrics
+    speculative = variant.method not in HF_METHODS
+    phases = {
+        "prefill": m.time_prefill,
+        "draft": m.time_draft,
+        "target": m.time_target,
+        "verify": m.time_verify,
+        "bookkeeping": m.time_bookkeeping,
+    }
+    return {
+        "status": "ok",
+        "prompt_id": prompt.id,
+        "method": variant.name,
+        "base_method": variant.method,
+        "tree_size": variant.tree_size,
+        "temperature": float(sampling.temperature),
+        "max_new_tokens": stop.max_new_tokens,
+        "seed": sampling.seed,
+        "prompt_tokens": int(ids.shape[0]),
+        "new_tokens": m.new_tokens,
+        "tokens": list(result.tokens),
+        "finish_reason": result.finish_reason,
+        "time_total": m.time_total,
+        "time_prefill": m.time_prefill,
+        "tokens_per_second": m.tokens_per_second,
+        "tau": m.tau if speculative and m.cycles else None,
+        "cycles": m.cycles if speculative else None,
+        "accept_lengths": m.accept_lengths if speculative else None,
+        "tree_depths": m.tree_depths if speculative else None,
+        "tree_sizes": m.tree_sizes if speculative else None,
+        "acceptance_per_depth": m.acceptance_per_depth() if speculative else None,
+        "time_phases": phases if speculative else None,
+        "time_split": m.time_split() if speculative else None,
+        "greedy_equal": None,
+        "first_diff": None,
+    }
+
+
+def _status_row(variant: Variant, temperature: float, max_new_tokens: int, status: str, reason: str) -> dict:
+    return {
+        "status": status,
+        "prompt_id": None,
+        "method": variant.name,
+        "base_method": variant.method,
+        "tree_size": variant.tree_size,
+        "temperature": float(temperature),
+        "max_new_tokens": max_new_tokens,
+        "reason": reason,
+    }
+
+
+def _build(variant: Variant, model, tokenizer, target: HFTarget, sampling: SamplingParams):
+    if variant.method == "hf-generate":
+        return HFGenerate(model, tokenizer.eos_token_id)
+    if variant.method == "hf-prompt-lookup":
+        return HFGenerate(model, tokenizer.eos_token_id, prompt_lookup=PROMPT_LOOKUP_TOKENS)
+    return build_method(variant.method, target, sampling, variant.options)
+
+
+def _max_tree(variants: Iterable[Variant]) -> int:
+    return max(
+        [v.options.total_tokens or v.options.max_total_tokens for v in variants if v.method in DYNAMIC_TREE_METHODS]
+        + [64]
+    )
+
+
+# ----------------------------------------------------------------------------------------------- the run
+def run_bench(
+    methods: Sequence[str],
+    dataset: str | Sequence[Prompt],
+    temperatures: Sequence[float] = (0.0,),
+    max_new_tokens: int = 128,
+    limit: int | None = None,
+    out_dir: str | Path = "bench",
+    resume: bool = True,
+    threads: int | None = None,
+    tree_sizes: Sequence[int] = (),
+    sweep_method: str | None = None,
+    seed: int = 0,
+    command: str | None = None,
+    progress: bool = True,
+    options: MethodOptions | None = None,
+    model=None,
+    tokenizer=None,
+) -> Path:
+    """Measure ``methods`` (vanilla always included) on ``dataset`` at each temperature; returns the results file.
+
+    Args:
+        methods: named methods (:func:`specdec.methods.method_names`) and/or ``hf-generate``,
+            ``hf-prompt-lookup``.
+        dataset: ``mtbench``, ``humaneval``, a jsonl path, or a list of :class:`~specdec.assets.Prompt`.
+        temperatures: 0 is greedy (with the token-for-token check against vanilla).
+        max_new_tokens: generation budget per prompt (EOS stops earlier).
+        limit: first ``limit`` prompts only.
+        out_dir: folder of ``results.jsonl`` and ``runs.jsonl`` (one line per invocation: command, hardware).
+        resume: skip measurements already in ``results.jsonl`` (else the file is started afresh).
+        threads: ``torch.set_num_threads`` for the run (default: leave as is).
+        tree_sizes: fixed tree sizes of the sweep (rows ``METHOD@m``) next to the adaptive default.
+        sweep_method: the dynamic-tree method to sweep (default: the first one in ``methods``).
+        seed: prompt ``i`` samples with seed ``seed + i`` (every method alike).
+        command: the command line to record (default: none).
+        progress: show a tqdm bar.
+        options: tree and drafter settings of the named methods (default :class:`MethodOptions`).
+        model, tokenizer: the target (default: SmolLM2-135M-Instruct).
+    """
+    from tqdm.auto import tqdm
+
+    variants = plan_variants(methods, tree_sizes, sweep_method, options)
+    prompts = list(load_prompts(dataset) if isinstance(dataset, str) else dataset)[:limit]
+    if not prompts:
+        raise ValueError("no prompts to run")
+    if threads:
+        torch.set_num_threads(threads)
+    if model is None:
+        from specdec.models import load_smollm2
+
+        model, tokenizer = load_smollm2()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = ResultsFile(out / "results.jsonl")
+    if not resume and results.path.exists():
+        results.path.unlink()
+    done = results.done()
+    device = model.get_output_embeddings().weight.device
+    encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
+    limit_len = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
+    max_len = min(max(e.shape[0] for e in encoded) + max_new_tokens + _max_tree(variants) + 8, limit_len)
+    target = HFTarget(model, max_len=max_len)
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+    meta = {
+        "command": command,
+        "hardware": hardware_info(device),
+        "methods": [v.name for v in variants],
+        "dataset": dataset if isinstance(dataset, str) else "custom",
+        "temperatures": [float(t) for t in temperatures],
+        "max_new_tokens": max_new_tokens,
+        "prompts": len(prompts),
+        "tree_sizes": list(tree_sizes),
+    }
+    with (out / "runs.jsonl").open("a") as f:
+        f.write(json.dumps(meta) + "\n")
+
+    # Vanilla greedy references already measured (resume).
+    reference: dict[str, list[int]] = {
+        r["prompt_id"]: r["tokens"]
+        for r in results.rows()
+        if r.get("status") == "ok"
+        and r["method"] == "vanilla"
+        and float(r["temperature"]) == 0.0
+        and int(r["max_new_tokens"]) == max_new_tokens
+    }
+    total = len(prompts) * len(temperatures) * len(variants)
+    bar = tqdm(total=total, disable=not progress, unit="run", desc="bench")
+    bar.update(sum(1 for p in prompts for t in temperatures for v in variants
+                   if (p.id, v.name, float(t), max_new_tokens) in done))  # fmt: skip
+    for temperature in temperatures:
+        temperature = float(temperature)
+        base = SamplingParams(temperature=temperature, seed=seed)
+        todo = [v for v in variants if any((p.id, v.name, temperature, max_new_tokens) not in done for p in prompts)]
+        built = {}
+        for v in todo:
+            try:
+                built[v.name] = _build(v, model, tokenizer, target, base)
+            except Exception as e:  # missing assets are expected; anything else is reported, not fatal
+                status = "skipped" if isinstance(e, MissingAssetError) else "error"
+                reason = str(e) if status == "skipped" else f"{type(e).__name__}: {e}"
+                results.append(_status_row(v, temperature, max_new_tokens, status, reason))
+                bar.write(f"{status} {v.name}: {reason}")
+                bar.update(sum((p.id, v.name, temperature, max_new_tokens) not in done for p in prompts))
+        if not built:
+            continue
+        warm_stop = StopCondition(max_new_tokens=WARMUP_TOKENS)
+        for gen in built.values():  # first-call costs (allocations, kernels) stay out of the timed runs
+            gen.generate(encoded[0], base, warm_stop)
+        order = [v for v in variants if v.name in built]
+        for i, (prompt, ids) in enumerate(zip(prompts, encoded, strict=True)):
+            sampling = SamplingParams(temperature=temperature, seed=seed + i)
+            stop = StopCondition(max_new_tokens=max_new_tokens, eos_token_ids=eos)
+            rotated = order[i % len(order) :] + order[: i % len(order)]
+            waiting: list[dict] = []
+            for v in rotated:
+                if (prompt.id, v.name, temperature, max_new_tokens) in done:
+                    continue
+                bar.set_postfix_str(f"{v.name} T={temperature:g} {prompt.id}")
+                try:
+                    result = built[v.name].generate(ids, sampling, stop)
+                except Exception as e:  # a failing method must not lose the others' measurements
+                    results.append(_status_row(v, temperature, max_new_tokens, "error", f"{type(e).__name__}: {e}"))
+                    bar.write(f"error in {v.name} on {prompt.id}: {type(e).__name__}: {e}")
+                    bar.update(1)
+                    continue
+                row = result_row(v, prompt, ids, sampling, stop, result)
+                bar.update(1)
+                if temperature == 0.0 and v.name == "vanilla":
+                    reference[prompt.id] = row["tokens"]
+                    row["greedy_equal"] = True
+                waiting.append(row)
+                if temperature == 0.0 and prompt.id not in reference:
+                    continue  # compared (and written) once vanilla has run for this prompt
+                for r in waiting:
+                    if temperature == 0.0 and r["method"] != "vanilla":
+                        diff = first_difference(model, ids, reference[prompt.id], r["tokens"])
+                        r["greedy_equal"], r["first_diff"] = diff is None, diff
+                    results.append(r)
+                waiting = []
+            for r in waiting:  # only if vanilla failed: keep the rows without the comparison
+                results.append(r)
+    bar.close()
+    return results.path

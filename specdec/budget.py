@@ -1,0 +1,315 @@
+"""Hardware-aware draft-tree budget: measure what a target forward costs here, pick the tree size that pays.
+
+EAGLE-2's reference picks ``total_token`` by timing the target at several tree sizes (``total_token=-1``). We do
+the same per machine and thread count, then choose the size *per cycle* from the drafter's own path values:
+
+* :func:`measure_forward_cost` times ``target.forward_tree`` on a synthetic flat tree of ``m`` tokens (root plus
+  ``m - 1`` children) after a fixed synthetic context, for each ``m`` in ``sizes``; the median of ``repeats``
+  interleaved runs is kept. :func:`forward_cost_curve` caches the curve as JSON under
+  ``cache_dir()/budget/<model-fingerprint>-<device>-<threads>.json`` and reuses it.
+* :func:`choose_budget` maximises the expected tokens per second of one cycle::
+
+      rate(m, d) = E[tau(m, d)] / (cost(m) + fixed_seconds + d * step_seconds)
+
+  where ``E[tau(m, d)] = 1 + sum of the m - 1 largest path probabilities exp(value)`` among pool nodes of depth
+  ``<= d``. A node's path probability under the draft approximates the probability that the node lies on the
+  accepted path (EAGLE-2's argument for ranking by value); the expected accepted length is the sum of those
+  probabilities over the kept nodes, and the kept set of a dynamic tree is exactly the top values.
+
+The estimate is only as calibrated as the drafter: a trained head's confidences track acceptance well; the n-gram
+drafter's rank-based logits are overconfident when a match exists and near zero when none does (where the budget
+correctly falls back to the smallest tree).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import json
+import math
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specdec.models import cache_dir
+from specdec.target import HFTarget
+from specdec.tree import DraftTree
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "Budget",
+    "CostCurve",
+    "choose_budget",
+    "curve_path",
+    "device_label",
+    "forward_cost_curve",
+    "measure_forward_cost",
+    "model_fingerprint",
+]
+
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+CURVE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one target tree forward as a function of the number of tree tokens.
+
+    Attributes:
+        sizes: measured tree sizes (tokens, root included), increasing.
+        seconds: median seconds of one forward at each size.
+        meta: how it was measured (model fingerprint, device, threads, context length, repeats, torch, date).
+    """
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.seconds) or not self.sizes:
+            raise ValueError("a cost curve needs one time per size and at least one size")
+        if list(self.sizes) != sorted(set(self.sizes)) or self.sizes[0] < 1:
+            raise ValueError(f"sizes must be distinct, increasing and >= 1, got {self.sizes}")
+        if any(not (s > 0 and math.isfinite(s)) for s in self.seconds):
+            raise ValueError(f"times must be positive and finite, got {self.seconds}")
+
+    def cost(self, m: int) -> float:
+        """Seconds for a tree of ``m`` tokens: linear between measured sizes, linear (non-decreasing) beyond."""
+        sizes, secs = self.sizes, self.seconds
+        if m <= sizes[0] or len(sizes) == 1:
+            return secs[0] if m <= sizes[0] else secs[0] * m / sizes[0]
+        i = bisect.bisect_left(sizes, m)
+        if i == len(sizes):  # extrapolate from the last two points
+            i -= 1
+        x0, x1, y0, y1 = sizes[i - 1], sizes[i], secs[i - 1], secs[i]
+        slope = max(0.0, (y1 - y0) / (x1 - x0))
+        return y0 + slope * (m - x0) if m <= x1 else y1 + slope * (m - x1)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 (curves are few, small and immutable)
+    def costs(self, up_to: int) -> np.ndarray:
+        """``[up_to]`` float64: ``cost(m)`` for ``m = 1 .. up_to`` (cached; read-only)."""
+        table = np.array([self.cost(m) for m in range(1, up_to + 1)], dtype=np.float64)
+        table.setflags(write=False)
+        return table
+
+    def to_json(self) -> dict:
+        return {"version": CURVE_VERSION, "sizes": list(self.sizes), "seconds": list(self.seconds), "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostCurve:
+        return cls(tuple(int(s) for s in data["sizes"]), tuple(float(s) for s in data["seconds"]), data.get("meta", {}))
+
+    def table(self) -> str:
+        """Human-readable curve: size, ms per forward, ms per token."""
+        lines = [f"{'tokens':>6}  {'ms/forward':>10}  {'ms/token':>8}"]
+        for m, s in zip(self.sizes, self.seconds, strict=True):
+            lines.append(f"{m:>6}  {s * 1e3:>10.2f}  {s * 1e3 / m:>8.2f}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The chosen tree: ``total_tokens`` nodes (root included) whose deepest node has depth ``depth``."""
+
+    total_tokens: int
+    depth: int
+    expected_tau: float
+    expected_tokens_per_second: float
+
+
+# ------------------------------------------------------------------------------------------------- identity
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """Short stable id of a model: class, config and a checksum of a few weights (no full hash of the weights)."""
+    h = hashlib.sha256(type(model).__name__.encode())
+    config = getattr(model, "config", None)
+    if config is not None:
+        h.update(config.to_json_string(use_diff=False).encode())
+    params = list(model.parameters())
+    h.update(str(sum(p.numel() for p in params)).encode())
+    with torch.no_grad():
+        for p in params[:: max(1, len(params) // 8)]:
+            sample = p.detach().reshape(-1)[:64].float().cpu()
+            h.update(f"{p.dtype}:{tuple(p.shape)}:{float(sample.sum()):.6e}:{float(sample.abs().sum()):.6e}".encode())
+    return h.hexdigest()[:16]
+
+
+def device_label(device: torch.device) -> str:
+    """``cpu`` or e.g. ``cuda-NVIDIA_H100_80GB_HBM3`` (safe as a file-name part)."""
+    device = torch.device(device)
+    name = device.type
+    if device.type == "cuda":
+        name += "-" + torch.cuda.get_device_name(device)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None = None) -> Path:
+    """Where the curve of ``model`` on ``device`` with ``threads`` CPU threads is cached."""
+    threads = threads or torch.get_num_threads()
+    return cache_dir() / "budget" / f"{model_fingerprint(model)}-{device_label(device)}-{threads}.json"
+
+
+# ------------------------------------------------------------------------------------------------- measuring
+def _flat_tree(m: int, device: torch.device, generator: torch.Generator, vocab: int) -> DraftTree:
+    tokens = torch.randint(0, vocab, (m,), generator=generator).to(device)
+    parents = torch.zeros(m, dtype=torch.long, device=device)
+    parents[0] = -1
+    return DraftTree.from_parents(tokens, parents, 1 if m > 1 else 0)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def measure_forward_cost(
+    target: HFTarget,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeats: int = 5,
+    context: int = 256,
+    save: bool = True,
+) -> CostCurve:
+    """Time ``target.forward_tree`` against the number of tree tokens on this machine.
+
+    Args:
+        target: the adapter to time (its cache is reset and reused; nothing is committed).
+        sizes: tree sizes in tokens (root included).
+        repeats: timed forwards per size (after one warm-up round); sizes are interleaved within each round
+            so a slow patch of a shared machine hits every size alike; the median is kept.
+        context: tokens of synthetic committed context before the tree (clamped to fit the cache).
+        save: write the curve to :func:`curve_path`.
+
+    Returns:
+        The :class:`CostCurve`.
+    """
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes must be positive, got {sizes}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    device = target.device
+    context = max(1, min(context, target.max_len - sizes[-1] - 1))
+    if context + sizes[-1] > target.max_len:
+        raise ValueError(f"a tree of {sizes[-1]} tokens does not fit the target cache of {target.max_len}")
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, target.vocab_size, (context,), generator=g).to(device)
+    trees = {m: _flat_tree(m, device, g, target.vocab_size) for m in sizes}
+    target.prefill(prompt)
+    times: dict[int, list[float]] = {m: [] for m in sizes}
+    for round_ in range(repeats + 1):
+        for m in sizes:
+            _sync(device)
+            t0 = time.perf_counter()
+            target.forward_tree(trees[m])
+            _sync(device)
+            if round_:  # round 0 warms up every shape
+                times[m].append(time.perf_counter() - t0)
+    target.reset()
+    seconds = [statistics.median(times[m]) for m in sizes]
+    # Forward time cannot shrink with more tokens; a noisy dip would make the budget chase it.
+    for i in range(1, len(seconds)):
+        seconds[i] = max(seconds[i], seconds[i - 1])
+    meta = {
+        "fingerprint": model_fingerprint(target.model),
+        "device": device_label(device),
+        "threads": torch.get_num_threads(),
+        "context": context,
+        "repeats": repeats,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    curve = CostCurve(tuple(sizes), tuple(seconds), meta)
+    if save:
+        path = curve_path(target.model, device)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(curve.to_json(), indent=2))
+        tmp.replace(path)
+    return curve
+
+
+def forward_cost_curve(
+    target: HFTarget, refresh: bool = False, sizes: Sequence[int] = DEFAULT_SIZES, context: int = 256, repeats: int = 5
+) -> CostCurve:
+    """The cached curve for this model, device and thread count, measured (and cached) on first use.
+
+    The measurement runs on a private adapter around ``target.model`` (cache of ``context + max(sizes) + 1``), so
+    the curve does not depend on the caller's cache size and the caller's cache is left alone.
+    """
+    path = curve_path(target.model, target.device)
+    if not refresh and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") == CURVE_VERSION:
+                return CostCurve.from_json(data)
+        except (ValueError, KeyError, TypeError):
+            pass  # a corrupt cache file is re-measured
+    limit = getattr(target.config, "max_position_embeddings", None) or 1 << 30
+    probe = HFTarget(target.model, max_len=min(limit, context + max(sizes) + 1))
+    return measure_forward_cost(probe, sizes=sizes, repeats=repeats, context=context, save=True)
+
+
+# ------------------------------------------------------------------------------------------------- choosing
+def choose_budget(
+    curve: CostCurve,
+    path_values: Sequence[float],
+    depths: Sequence[int] | None = None,
+    max_total: int | None = None,
+    min_total: int = 2,
+    fixed_seconds: float = 0.0,
+    step_seconds: float = 0.0,
+) -> Budget:
+    """Tree size (and depth) maximising expected tokens per second for one cycle.
+
+    Args:
+        curve: target forward cost against tree tokens.
+        path_values: the pool's node values (log draft probability of each node's root path, root excluded),
+            in any order.
+        depths: the depth of each node (same order). Given, the depth ``d`` is chosen too: only nodes of depth
+            ``<= d`` are eligible and each level costs ``step_seconds``. Without it, ``d`` is the pool's depth.
+        max_total: largest tree (root included); default ``len(path_values) + 1``.
+        min_total: smallest tree (2: the root and one draft node; 1 allows a root-only step).
+        fixed_seconds: per-cycle time that does not depend on ``m`` or ``d`` (drafting already done, verify).
+        step_seconds: drafting time per expansion level (only used with ``depths``).
+
+    Returns:
+        The :class:`Budget` with the best ``expected_tau / seconds``; ties go to the smaller tree, then the
+        shallower one. ``depth`` is the deepest kept node's depth.
+    """
+    values = np.asarray(path_values, dtype=np.float64).reshape(-1)
+    n = values.shape[0]
+    hi = min(max_total if max_total is not None else n + 1, n + 1)
+    lo = max(1, min(min_total, hi))
+    node_depth = np.ones(n, dtype=np.int64) if depths is None else np.asarray(depths, dtype=np.int64).reshape(-1)
+    if node_depth.shape[0] != n:
+        raise ValueError(f"{n} values but {node_depth.shape[0]} depths")
+    probs = np.clip(np.nan_to_num(np.exp(values), nan=0.0), 0.0, 1.0)
+    order = np.argsort(-probs, kind="stable")
+    probs, node_depth = probs[order], node_depth[order]
+    cost = curve.costs(hi)  # cost[m - 1]
+    levels = range(1, int(node_depth.max()) + 1) if depths is not None and n else [None]
+    best: Budget | None = None
+    for d in levels:
+        eligible = slice(None) if d is None else node_depth <= d
+        keep, kept_depth = probs[eligible], node_depth[eligible]
+        tau = 1.0 + np.concatenate([[0.0], np.cumsum(keep)])[:hi]  # tau[m - 1]
+        m_hi = tau.shape[0]
+        if m_hi < lo:
+            continue
+        extra = fixed_seconds + (d * step_seconds if d is not None else 0.0)
+        rate = tau[lo - 1 : m_hi] / (cost[lo - 1 : m_hi] + extra)
+        i = int(np.argmax(rate))  # first maximum: the smallest tree among ties
+        m = lo + i
+        if best is None or rate[i] > best.expected_tokens_per_second * (1 + 1e-12):
+            depth = int(kept_depth[: m - 1].max()) if m > 1 else 0
+            best = Budget(m, depth, float(tau[m - 1]), float(rate[i]))
+    if best is None:  # no node at all: the root alone
+        return Budget(1, 0, 1.0, 1.0 / (curve.cost(1) + fixed_seconds))
+    return best

@@ -1,0 +1,288 @@
+"""The specdec command: generate, bench, train, budget.
+
+    specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat]
+                     (text streams to stdout, the stats line to stderr)
+    specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
+                  [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
+    specdec train {eagle1,hass,eagle3} --out DIR ...
+    specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
+
+Everything runs on SmolLM2-135M-Instruct from its installed package. User errors (unknown method or data set,
+missing assets, a prompt that does not fit) print one ``specdec: error: ...`` line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main", "build_parser"]
+
+DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
+EXIT_USAGE = 2
+BENCH_METHODS = (
+    "vanilla",
+    "hf-generate",
+    "hf-prompt-lookup",
+    "ngram",
+    "small-lm",
+    "eagle1-static",
+    "eagle2",
+    "hass",
+    "eagle3",
+)
+
+
+class UsageError(Exception):
+    """A user error reported as one line with exit code 2."""
+
+
+def _method_names() -> list[str]:
+    from specdec.bench.runner import all_method_names
+
+    return all_method_names()
+
+
+# ----------------------------------------------------------------------------------------------- generate
+def cmd_generate(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+
+    from specdec.assets import Prompt, chat_ids
+    from specdec.demo import default_method
+    from specdec.generate import GenerationMetrics, StopCondition
+    from specdec.methods import build_method, method_names
+    from specdec.models import load_smollm2
+    from specdec.sampling import SamplingParams
+    from specdec.target import HFTarget
+
+    method = args.method or default_method()
+    if method not in method_names():
+        raise UsageError(f"unknown method {method!r}; choose from {', '.join(method_names())}")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_smollm2()
+    ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=args.chat))
+    limit = model.config.max_position_embeddings
+    target = HFTarget(model, max_len=min(limit, ids.shape[0] + args.max_new_tokens + 128))
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+    generator = build_method(method, target, sampling)
+    stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=[tokenizer.eos_token_id])
+    metrics = GenerationMetrics()
+    tokens: list[int] = []
+    shown = ""
+    t0 = time.perf_counter()
+    for token in generator.stream(ids, sampling, stop, metrics=metrics):
+        tokens.append(token)
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            sys.stdout.write(text[len(shown) :] if text.startswith(shown) else "\n" + text)
+            sys.stdout.flush()
+            shown = text
+    wall = time.perf_counter() - t0
+    sys.stdout.write("\n")
+    print(
+        f"[{method}, T={args.temperature:g}, {torch.get_num_threads()} threads] {metrics.summary()}; "
+        f"wall {wall:.2f}s incl. streaming",
+        file=sys.stderr,  # the text alone goes to stdout (pipe-friendly)
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- bench
+def cmd_bench(args: argparse.Namespace) -> int:
+    from specdec.assets import DATASETS
+
+    names = _method_names()
+    for m in [*args.methods, *([args.sweep_method] if args.sweep_method else [])]:
+        if m not in names:
+            raise UsageError(f"unknown method {m!r}; choose from {', '.join(names)}")
+    import json
+    from pathlib import Path
+
+    from specdec.assets import load_prompts
+
+    if args.dataset not in DATASETS and not Path(args.dataset).is_file():
+        raise UsageError(f"unknown dataset {args.dataset!r}: use one of {', '.join(DATASETS)} or a jsonl file path")
+    try:
+        if not load_prompts(args.dataset)[: args.limit]:
+            raise UsageError(f"dataset {args.dataset!r} has no prompts (or --limit is 0)")
+    except (ValueError, json.JSONDecodeError) as e:
+        raise UsageError(f"cannot read dataset {args.dataset!r}: {e}") from None
+    if any(t < 0 for t in args.temperatures):
+        raise UsageError("temperatures must be >= 0")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    from specdec.bench import run_bench, write_report
+    from specdec.bench.runner import plan_variants
+
+    try:
+        plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
+    run_bench(
+        args.methods,
+        args.dataset,
+        temperatures=args.temperatures,
+        max_new_tokens=args.max_new_tokens,
+        limit=args.limit,
+        out_dir=args.out,
+        resume=not args.fresh,
+        threads=args.threads,
+        tree_sizes=args.tree_sizes or (),
+        sweep_method=args.sweep_method,
+        seed=args.seed,
+        command=command,
+        progress=not args.no_progress,
+    )
+    report = write_report(args.out)
+    print(report.read_text())
+    print(f"wrote {report} and plots in {args.out}/", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- budget
+def cmd_budget(args: argparse.Namespace) -> int:
+    import math
+
+    import torch
+
+    from specdec.budget import DEFAULT_SIZES, choose_budget, curve_path, forward_cost_curve, measure_forward_cost
+    from specdec.models import load_smollm2
+    from specdec.target import HFTarget
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, _ = load_smollm2()
+    sizes = sorted(set(args.sizes or DEFAULT_SIZES))
+    if sizes[0] < 1:
+        raise UsageError("--sizes must be positive")
+    target = HFTarget(model, max_len=max(sizes) + args.context + 8)
+    if args.refresh or args.sizes or args.repeats is not None:
+        curve = measure_forward_cost(target, sizes=sizes, repeats=args.repeats or 5, context=args.context)
+    else:
+        curve = forward_cost_curve(target, context=args.context)
+    meta = curve.meta
+    print(
+        f"target forward cost, SmolLM2-135M-Instruct on {meta.get('device', '?')}, {meta.get('threads', '?')} "
+        f"threads, {meta.get('context', '?')} tokens of context, median of {meta.get('repeats', '?')} "
+        f"(measured {meta.get('date', '?')})"
+    )
+    print(curve.table())
+    print(f"cache: {curve_path(model, target.device)}")
+    # What the budget picks for drafts whose depth-n nodes are accepted with probability a^n (a chain-like pool).
+    for a in (0.3, 0.6, 0.8, 0.9):
+        values, depths = [], []
+        for d in range(1, 9):
+            for rank in range(4):
+                values.append(d * math.log(a) + rank * math.log(0.25))
+                depths.append(d)
+        b = choose_budget(curve, values, depths=depths, max_total=max(curve.sizes))
+        print(
+            f"  per-level acceptance {a:.1f}: tree of {b.total_tokens} tokens, depth {b.depth}, "
+            f"E[tau] {b.expected_tau:.2f}, ~{b.expected_tokens_per_second:.1f} tok/s (target forwards only)"
+        )
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- parser
+def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="{generate,bench,train,budget}")
+
+    g = sub.add_parser("generate", help="stream a speculative generation on SmolLM2-135M-Instruct")
+    g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
+    g.add_argument("--method", default=None, help="named method (default: the best one whose assets are present)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument(
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wrap the prompt in the chat template (default); --no-chat continues raw text",
+    )
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.set_defaults(func=cmd_generate)
+
+    b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
+    b.add_argument("--methods", nargs="+", default=list(BENCH_METHODS), help="methods to run (vanilla always runs)")
+    b.add_argument("--dataset", default="mtbench", help="mtbench (default), humaneval or a jsonl file")
+    b.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 1.0])
+    b.add_argument("--max-new-tokens", type=int, default=128)
+    b.add_argument("--limit", type=int, default=None, help="first N prompts only")
+    b.add_argument("--out", default="bench", help="output folder (default: bench)")
+    b.add_argument("--tree-sizes", nargs="+", type=int, default=None, help="fixed tree sizes to sweep")
+    b.add_argument("--sweep-method", default=None, help="dynamic-tree method of the sweep (default: first one)")
+    b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    if with_train:
+        from specdec.train.cli import add_train_parser
+
+        add_train_parser(sub)  # sets func=run_train
+    else:
+        sub.add_parser("train", help="train an EAGLE-1 / HASS / EAGLE-3 head (specdec train --help)", add_help=False)
+
+    u = sub.add_parser("budget", help="measure the target's forward cost vs tree size (the adaptive tree budget)")
+    u.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
+    u.add_argument("--sizes", nargs="+", type=int, default=None)
+    u.add_argument("--repeats", type=int, default=None, help="timed forwards per size (default 5)")
+    u.add_argument("--context", type=int, default=256, help="tokens of context before the tree (default 256)")
+    u.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    u.set_defaults(func=cmd_budget)
+    return parser
+
+
+def _quiet_transformers() -> None:
+    """No weight-loading progress bars between our own output."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
+def _error(message: str) -> int:
+    print(f"specdec: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``specdec`` command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(with_train=first == "train")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed usage and the error (code 2) or the help (code 0)
+        return int(e.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    args.argv = argv
+    from specdec.kvcache import CacheFullError
+    from specdec.models import MissingAssetError
+
+    _quiet_transformers()
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, MissingAssetError, CacheFullError) as e:
+        return _error(str(e))
+    except KeyboardInterrupt:
+        print("\nspecdec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

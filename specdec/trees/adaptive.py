@@ -1,0 +1,175 @@
+"""EAGLE-2 dynamic trees whose size (and expansion depth) is chosen per cycle from measured costs.
+
+Each cycle grows the candidate pool exactly like :class:`~specdec.trees.dynamic.DynamicTreePolicy` (same
+``expand_pool``), then asks :func:`specdec.budget.choose_budget` how many of the best pool nodes to keep: the size
+``m`` that maximises ``E[tau(m)] / (cost(m) + drafting time)``, with ``E[tau(m)] = 1 + sum of the m - 1 largest
+path probabilities`` and ``cost`` the target's measured forward-cost curve. The kept set is built by
+``DynamicTreePolicy.rerank`` of a policy with ``total_tokens = m`` (one small policy object per size, created on
+first use), so the tree is exactly the dynamic policy's tree of that size: connected, parents first, same order.
+
+With ``adapt_depth`` the policy also picks the next cycle's expansion depth: the depth ``d*`` of the best
+``(m, d)`` under the full cost model (``d`` levels of drafting at the measured per-level time), plus one level of
+look-ahead so a deeper tree can win back when drafts get better (``next depth = min(depth, d* + 1)``).
+
+Host syncs: one per cycle, the transfer of the pool's node values and depths (``2 x pool_size`` floats, at most
+``2 * (topk + (depth - 1) * topk^2)``) needed to choose ``m`` on the host. It also bounds the drafting time
+measured on CUDA (the transfer waits for the drafter's kernels).
+
+Determinism: the candidates are a deterministic function of the context and the policy's state, never of the
+sampling generator, so the deterministic-candidate verifiers stay lossless (state carried across cycles depends
+only on the past). The measured drafting time makes tree sizes depend on timing, so at T > 0 a seed fixes the
+distribution but not the exact sample; pass ``draft_seconds`` for runs whose trees depend on the context only.
+
+Calibration: the drafter's probabilities may be over- or under-confident (the n-gram drafter's rank logits are).
+:meth:`AdaptiveTreePolicy.observe` takes the accepted length of each cycle (a host int the generator already
+has) and rescales the probabilities by ``observed / predicted`` accepted tokens. The decoding loop does not call
+it yet; without it the raw probabilities are used, as the EAGLE-2 argument assumes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from specdec.budget import Budget, CostCurve, choose_budget
+from specdec.interfaces import Drafter, TreePolicy
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+from specdec.trees.dynamic import DynamicTreePolicy
+
+__all__ = ["AdaptiveTreePolicy"]
+
+
+class AdaptiveTreePolicy(TreePolicy):
+    """Dynamic draft tree with a per-cycle, hardware-aware size.
+
+    Args:
+        topk: K, children per expanded node and frontier width.
+        depth: largest expansion depth (root step included), as in :class:`DynamicTreePolicy`.
+        max_total: largest tree (root included).
+        curve: the target's forward cost against tree tokens (:func:`specdec.budget.forward_cost_curve`).
+        min_total: smallest tree (at least 2: the root and one draft node).
+        adapt_depth: choose the next cycle's expansion depth too (see the module docstring).
+        draft_seconds: fixed drafting time per expansion level; None measures it (moving average).
+        overhead_seconds: per-cycle time outside drafting and the target forward (verify, bookkeeping).
+
+    Attributes:
+        last_budget: the :class:`~specdec.budget.Budget` of the latest cycle (for inspection).
+        current_depth: the expansion depth the next cycle will use.
+        calibration: observed / predicted accepted draft tokens (1.0 until :meth:`observe` is called).
+    """
+
+    #: Weight (in accepted tokens) of the calibration prior "the drafter's probabilities are right".
+    PRIOR_CYCLES = 2.0
+    #: Per-cycle decay of the calibration sums (about 20 cycles of memory).
+    DECAY = 0.95
+
+    def __init__(
+        self,
+        topk: int,
+        depth: int,
+        max_total: int,
+        curve: CostCurve,
+        min_total: int = 2,
+        adapt_depth: bool = True,
+        draft_seconds: float | None = None,
+        overhead_seconds: float = 0.0,
+    ) -> None:
+        if not 2 <= min_total <= max_total:
+            raise ValueError(f"need 2 <= min_total <= max_total, got min_total={min_total}, max_total={max_total}")
+        self._full = DynamicTreePolicy(topk=topk, depth=depth, total_tokens=max_total)  # validates topk, depth
+        self.topk, self.depth, self.curve = topk, depth, curve
+        self.min_total, self.max_total = min_total, max_total
+        self.adapt_depth = adapt_depth
+        self.draft_seconds = draft_seconds
+        self.overhead_seconds = overhead_seconds
+        self.max_nodes = self._full.max_nodes
+        self.max_depth = depth
+        self.current_depth = depth
+        self.last_budget: Budget | None = None
+        self._step_seconds = draft_seconds  # per expansion level; moving average when measured
+        # Calibration (only with observe()): decayed sums of accepted and predicted draft tokens, prior ratio 1.
+        self._observed = self._predicted = self.PRIOR_CYCLES
+        self._last_predicted: float | None = None
+        self._policies: dict[tuple[int, int], DynamicTreePolicy] = {}
+
+    def _policy(self, depth: int, total: int) -> DynamicTreePolicy:
+        key = (depth, total)
+        if key not in self._policies:
+            self._policies[key] = DynamicTreePolicy(topk=self.topk, depth=depth, total_tokens=total)
+        return self._policies[key]
+
+    def grow(
+        self,
+        drafter: Drafter,
+        root: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> DraftTree:
+        """Grow the pool at the current depth, choose the size from its values, rerank to that size.
+
+        Args:
+            drafter: proposes ``[F, V]`` logits, as for :class:`DynamicTreePolicy`.
+            root: 0-dim long, the last emitted token.
+            sampling, generator: unused (deterministic candidates).
+        """
+        depth = self.current_depth
+        t0 = time.perf_counter()
+        pool = self._policy(depth, self.max_total).expand_pool(drafter, root)
+        size = pool.size
+        # The cycle's one extra host sync: node values and depths of the pool (root excluded).
+        packed = np.asarray(torch.stack([pool.logq[1:size], pool.depth[1:size].float()]).cpu())
+        step = (time.perf_counter() - t0) / depth
+        if self.draft_seconds is None:
+            self._step_seconds = step if self._step_seconds is None else 0.8 * self._step_seconds + 0.2 * step
+        step_seconds = self._step_seconds or 0.0
+        values, depths = packed[0], packed[1].astype(np.int64)
+        probs = np.sort(np.exp(values))[::-1]
+        values = values + np.log(self.calibration)
+        # This cycle: drafting is done; choose m for the best rate of the whole cycle.
+        budget = choose_budget(
+            self.curve,
+            values,
+            max_total=self.max_total,
+            min_total=self.min_total,
+            fixed_seconds=self.overhead_seconds + depth * step_seconds,
+        )
+        if self.adapt_depth:
+            plan = choose_budget(
+                self.curve,
+                values,
+                depths=depths,
+                max_total=self.max_total,
+                min_total=self.min_total,
+                fixed_seconds=self.overhead_seconds,
+                step_seconds=step_seconds,
+            )
+            self.current_depth = max(1, min(self.depth, plan.depth + 1))
+        self.last_budget = budget
+        self._last_predicted = float(probs[: budget.total_tokens - 1].sum())
+        return self._policy(depth, budget.total_tokens).rerank(pool)
+
+    @property
+    def calibration(self) -> float:
+        return min(4.0, max(0.02, self._observed / self._predicted))
+
+    def observe(self, accept_length: int) -> None:
+        """Feedback after verification: draft tokens accepted from the latest tree (a host int).
+
+        Scales the drafter's path probabilities by ``observed / predicted`` accepted tokens (decayed sums), so
+        an over- or under-confident drafter still gets the right tree size. Optional: without calls, the raw
+        probabilities are used.
+        """
+        if self._last_predicted is None:
+            return
+        self._observed = self.DECAY * self._observed + accept_length
+        self._predicted = self.DECAY * self._predicted + self._last_predicted
+        self._last_predicted = None
+
+    def __repr__(self) -> str:
+        return (
+            f"AdaptiveTreePolicy(topk={self.topk}, depth={self.depth}, max_total={self.max_total}, "
+            f"adapt_depth={self.adapt_depth})"
+        )

