@@ -35,15 +35,22 @@ __all__ = [
 ]
 
 
-def default_verifier(tree_is_stochastic: bool, temperature: float) -> PlanVerifier:
+def default_verifier(tree_is_stochastic: bool, temperature: float, max_children: int | None = None) -> PlanVerifier:
     """The verifier to use for a tree policy and temperature (float32 plans).
 
     Temperature 0 -> :class:`GreedyVerifier` (lossless for any candidates, no coins needed); sampled candidates ->
     :class:`StochasticMultiRoundVerifier`; deterministic candidates -> :class:`MultiRoundVerifier` (which also
     covers chains).
+
+    Args:
+        tree_is_stochastic: the policy samples its candidates (fills ``q_dist``).
+        temperature: the sampling temperature.
+        max_children: for sampled candidates, the most children any node of the policy's trees has (the
+            stochastic verifier runs one round per sibling rank). ``None`` means ``N - 1`` rounds: always safe,
+            slower on large trees. Must not be below the true maximum (candidates past it would be dropped).
     """
     if temperature == 0:
         return GreedyVerifier()
     if tree_is_stochastic:
-        return StochasticMultiRoundVerifier()
+        return StochasticMultiRoundVerifier(max_children=max_children)
     return MultiRoundVerifier()

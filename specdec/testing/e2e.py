@@ -1,0 +1,356 @@
+"""End-to-end statistical checks: the whole decoding loop against the exact target process.
+
+:mod:`specdec.testing.stats` checks one verification cycle on a tabulated target. This module checks a complete
+decoder (``SpeculativeGenerator`` or ``VanillaGenerator``): prefill, drafter, tree policy, the target's tree
+forward through its KV cache, verifier, commit, and the next cycle. The compared object is the joint distribution
+of the first ``n_tokens`` generated tokens:
+
+* **exact**: enumerate all ``V ** n_tokens`` continuations with batched forwards of the model (no KV cache, plain
+  causal forwards over ``prompt + prefix``) and multiply the conditionals ``warp(logits, sampling)``: that is the
+  definition of the target process;
+* **empirical**: run ``decoder.generate(prompt, sampling, StopCondition(max_new_tokens=n_tokens), g)`` many times
+  with one ``torch.Generator`` ``g`` seeded once;
+* a G-test (:func:`~specdec.testing.stats.g_test`) of the counts against the exact probabilities.
+
+Typical use on your own pipeline (keep ``V ** n_tokens`` small: a tiny random model with a small vocabulary)::
+
+    from specdec.testing.e2e import assert_e2e_lossless
+
+    decoder = SpeculativeGenerator(HFTarget(model, max_len=64), drafter, policy, verifier)
+    report = assert_e2e_lossless(decoder, model, prompt, SamplingParams(temperature=1.0, top_k=3),
+                                 n_samples=2000, seed=0, alpha=1e-3, n_tests=number_of_checks_you_run)
+    assert report.acceptances > 0 and report.rejections > 0   # the verifier was really exercised
+
+False positives: for a lossless decoder the p-value is (asymptotically) uniform, so a check fails wrongly with
+probability about ``alpha / n_tests``; a family of ``n_tests`` checks fails wrongly with probability at most about
+``alpha`` (Bonferroni). At a fixed seed a check is deterministic. The exact distribution is computed without the
+KV cache, so the two sides round differently (about 1e-6): :func:`exact_sequence_distribution` refuses a setting
+where that could flip a top-k / top-p / argmax decision (a margin below ``min_margin``), because then "exact"
+would not be well defined.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from specdec.generate import GenerationResult, StopCondition
+from specdec.sampling import SamplingParams, logits_ok, warp
+from specdec.testing.stats import g_test
+
+__all__ = [
+    "Decoder",
+    "E2EReport",
+    "SampledSequences",
+    "assert_e2e_lossless",
+    "e2e_check",
+    "exact_sequence_distribution",
+    "sample_sequences",
+    "sequence_index",
+    "warp_margin",
+]
+
+
+class Decoder(Protocol):
+    """Anything with the ``generate`` of :class:`~specdec.generate.SpeculativeGenerator`."""
+
+    def generate(
+        self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
+    ) -> GenerationResult: ...
+
+
+def warp_margin(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """``[B]`` float64: how far each row of ``logits [B, V]`` is from flipping a decision ``warp`` makes.
+
+    * greedy: the gap between the two largest logits (an argmax flip);
+    * top-k: the gap between the k-th and (k+1)-th tempered logits (which tokens are kept);
+    * top-p: the smallest ``|mass before a token - top_p|`` over the tokens that top-k kept (where the cut falls).
+
+    ``inf`` where no decision is made (temperature > 0 without top-k/top-p).
+    """
+    x = logits.to(torch.float64)
+    margin = torch.full(x.shape[:-1], torch.inf, dtype=torch.float64, device=x.device)
+    v = x.shape[-1]
+    if sampling.greedy:
+        if v > 1:
+            top2 = torch.topk(x, 2, dim=-1).values
+            margin = top2[..., 0] - top2[..., 1]
+        return margin
+    x = torch.sort(x / sampling.temperature, dim=-1, descending=True).values
+    keep = v
+    if sampling.top_k and sampling.top_k < v:
+        keep = sampling.top_k
+        margin = torch.minimum(margin, x[..., keep - 1] - x[..., keep])
+    if sampling.top_p < 1.0 and keep > 1:
+        p = torch.softmax(x[..., :keep], dim=-1)
+        mass_before = (p.cumsum(-1) - p)[..., 1:]
+        margin = torch.minimum(margin, (mass_before - sampling.top_p).abs().amin(-1))
+    return margin
+
+
+def _last_logits(model: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    if isinstance(model, torch.nn.Module):
+        return model(input_ids=ids).logits[:, -1]
+    return model(ids)
+
+
+@torch.no_grad()
+def exact_sequence_distribution(
+    model: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor],
+    prompt: torch.Tensor,
+    sampling: SamplingParams,
+    n_tokens: int = 3,
+    batch_size: int = 1024,
+    min_margin: float = 1e-4,
+) -> torch.Tensor:
+    """The target process's exact distribution of the first ``n_tokens`` tokens after ``prompt``.
+
+    Step ``d`` runs every prefix of ``d`` tokens (``V ** d`` sequences ``prompt + prefix``) through the model in
+    batches of ``batch_size`` and takes ``warp(last logits, sampling)`` in float64; the joint is the product of the
+    conditionals. Cost: ``sum_d V ** d`` sequences, so keep ``V ** (n_tokens - 1)`` small.
+
+    Args:
+        model: a Hugging Face causal LM (called as ``model(input_ids=ids).logits``, no cache) or a function mapping
+            ``[B, L]`` long ids to the last position's logits ``[B, V]``.
+        prompt: ``[L]`` long prompt (the decoder's ``input_ids``).
+        sampling: the settings the decoder uses.
+        n_tokens: length of the compared continuations.
+        batch_size: sequences per forward.
+        min_margin: refuse settings where some prefix is within this margin of a top-k / top-p / argmax flip
+            (see :func:`warp_margin`); ``0`` disables the check.
+
+    Returns:
+        ``[V] * n_tokens`` float64 probabilities, summing to 1.
+
+    Raises:
+        ValueError: NaN/+inf logits or an all -inf row, or a warp decision within ``min_margin`` of flipping.
+    """
+    if prompt.ndim != 1 or prompt.shape[0] == 0:
+        raise ValueError(f"prompt must be a non-empty 1-D tensor, got shape {tuple(prompt.shape)}")
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be at least 1, got {n_tokens}")
+    joint: torch.Tensor | None = None
+    vocab = 0
+    for d in range(n_tokens):
+        if d == 0:
+            prefixes = torch.zeros(1, 0, dtype=torch.long)
+        else:
+            prefixes = torch.tensor(list(itertools.product(range(vocab), repeat=d)), dtype=torch.long)
+        ids = torch.cat([prompt.cpu().long().expand(prefixes.shape[0], -1), prefixes], dim=1).to(prompt.device)
+        logits = torch.cat([_last_logits(model, chunk) for chunk in ids.split(batch_size)]).float()
+        if not bool(logits_ok(logits)):
+            raise ValueError(f"target logits with NaN/+inf or an all -inf row after some prefix of length {d}")
+        vocab = logits.shape[-1]
+        if min_margin > 0:
+            # NaN margins come from ties between -inf logits, which round identically everywhere: not ambiguous.
+            margin = torch.nan_to_num(warp_margin(logits, sampling), nan=torch.inf)
+            worst = int(margin.argmin())
+            if float(margin[worst]) < min_margin:
+                raise ValueError(
+                    f"after prefix {prefixes[worst].tolist()} the {sampling} decision is {float(margin[worst]):.3g} "
+                    f"from flipping (< min_margin={min_margin:g}): float rounding between a cached and an uncached "
+                    "forward could change it, so the exact distribution is ill-defined; use another prompt or model"
+                )
+        cond = warp(logits, sampling, torch.float64).cpu()  # [V ** d, V]
+        joint = cond[0] if joint is None else (joint.reshape(-1, 1) * cond).reshape(-1)
+    assert joint is not None
+    return joint.reshape((vocab,) * n_tokens)
+
+
+def sequence_index(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``[S]`` row-major flat index of each sequence in ``tokens [S, n]`` (matches ``exact.flatten()``)."""
+    flat = torch.zeros(tokens.shape[0], dtype=torch.long)
+    for j in range(tokens.shape[1]):
+        flat = flat * vocab_size + tokens[:, j].long()
+    return flat
+
+
+@dataclass
+class SampledSequences:
+    """What :func:`sample_sequences` collected.
+
+    Attributes:
+        tokens: ``[S, n_tokens]`` long, the first ``n_tokens`` tokens of every run.
+        accept_lengths: accepted draft tokens of every cycle of every run (``GenerationMetrics.accept_lengths``).
+        tree_depths: depth bound of the tree of each of those cycles.
+    """
+
+    tokens: torch.Tensor
+    accept_lengths: list[int] = field(default_factory=list)
+    tree_depths: list[int] = field(default_factory=list)
+
+
+def sample_sequences(
+    decoder: Decoder,
+    prompt: torch.Tensor,
+    sampling: SamplingParams,
+    n_samples: int,
+    n_tokens: int = 3,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+) -> SampledSequences:
+    """Run ``decoder.generate`` ``n_samples`` times with one generator seeded ``seed`` (reused across runs).
+
+    Args:
+        device: device of the generator; default the decoder's target device (``decoder.target.device``) or CPU.
+
+    Raises:
+        AssertionError: a run emitted a number of tokens other than ``n_tokens`` (no EOS or stop string may end it).
+    """
+    if device is None:
+        target = getattr(decoder, "target", None)
+        device = getattr(target, "device", "cpu")
+    g = torch.Generator(device=device).manual_seed(seed)
+    stop = StopCondition(max_new_tokens=n_tokens)
+    rows: list[list[int]] = []
+    out = SampledSequences(torch.zeros(0, n_tokens, dtype=torch.long))
+    for _ in range(n_samples):
+        result = decoder.generate(prompt, sampling, stop, g)
+        if len(result.tokens) != n_tokens:
+            raise AssertionError(f"a run emitted {len(result.tokens)} tokens, expected {n_tokens}: {result.tokens}")
+        rows.append(result.tokens)
+        out.accept_lengths.extend(result.metrics.accept_lengths)
+        out.tree_depths.extend(result.metrics.tree_depths)
+    out.tokens = torch.tensor(rows, dtype=torch.long).reshape(n_samples, n_tokens)
+    return out
+
+
+@dataclass
+class E2EReport:
+    """Outcome of :func:`e2e_check`.
+
+    Attributes:
+        p_value: G-test p-value of the sampled sequences against the exact distribution.
+        level: the per-check threshold ``alpha / n_tests``; the check passes iff ``p_value > level``.
+        counts: ``[V] * n_tokens`` observed counts.
+        exact: ``[V] * n_tokens`` exact probabilities.
+        accept_lengths, tree_depths: per cycle, from the runs' metrics (empty for a vanilla decoder's prefill-only
+            runs; a vanilla cycle has accept length 0).
+    """
+
+    p_value: float
+    level: float
+    counts: torch.Tensor
+    exact: torch.Tensor
+    accept_lengths: list[int]
+    tree_depths: list[int]
+
+    @property
+    def passed(self) -> bool:
+        return self.p_value > self.level
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def cycles(self) -> int:
+        return len(self.accept_lengths)
+
+    @property
+    def acceptances(self) -> int:
+        """Cycles that accepted at least one draft token."""
+        return sum(a > 0 for a in self.accept_lengths)
+
+    @property
+    def rejections(self) -> int:
+        """Cycles that stopped before the bottom of their tree (some draft token was rejected)."""
+        return sum(a < d for a, d in zip(self.accept_lengths, self.tree_depths, strict=True))
+
+    @property
+    def root_rejections(self) -> int:
+        """Cycles that accepted nothing (every child of the root rejected)."""
+        return sum(a == 0 for a in self.accept_lengths)
+
+    def largest_deviations(self, k: int = 3) -> list[tuple[tuple[int, ...], float, float]]:
+        """The ``k`` sequences with the largest ``|frequency - probability|``: ``(sequence, freq, prob)``."""
+        n = max(self.n_samples, 1)
+        freq = self.counts.flatten().double() / n
+        prob = self.exact.flatten()
+        order = torch.argsort((freq - prob).abs(), descending=True)[:k]
+        shape = self.exact.shape
+        return [
+            (
+                tuple(int(t) for t in torch.unravel_index(i, shape)),
+                float(freq[i]),
+                float(prob[i]),
+            )
+            for i in order
+        ]
+
+    def summary(self) -> str:
+        dev = ", ".join(f"{s}: freq {f:.4f} vs p {p:.4f}" for s, f, p in self.largest_deviations())
+        verdict = "pass" if self.passed else "FAIL"
+        return (
+            f"{verdict}: G-test p-value {self.p_value:.3g} vs level {self.level:.3g} (n={self.n_samples}, "
+            f"{self.exact.numel()} cells); {self.cycles} cycles, {self.acceptances} with an acceptance, "
+            f"{self.rejections} with a rejection ({self.root_rejections} at the root); largest deviations {dev}"
+        )
+
+
+def e2e_check(
+    decoder: Decoder,
+    model: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor],
+    prompt: torch.Tensor,
+    sampling: SamplingParams,
+    n_samples: int,
+    n_tokens: int = 3,
+    seed: int = 0,
+    alpha: float = 1e-3,
+    n_tests: int = 1,
+    exact: torch.Tensor | None = None,
+) -> E2EReport:
+    """Sample ``decoder`` and G-test its first ``n_tokens`` tokens against the exact target process (no raise).
+
+    Args:
+        decoder: e.g. a ``SpeculativeGenerator`` around a target built from ``model``.
+        model: the target model for :func:`exact_sequence_distribution` (ignored when ``exact`` is given).
+        prompt, sampling, n_tokens: as for :func:`exact_sequence_distribution`.
+        n_samples, seed: as for :func:`sample_sequences`.
+        alpha, n_tests: the check's level is ``alpha / n_tests`` (Bonferroni over a family of ``n_tests``).
+        exact: a precomputed :func:`exact_sequence_distribution`, to share between checks.
+    """
+    if exact is None:
+        exact = exact_sequence_distribution(model, prompt, sampling, n_tokens)
+    vocab = exact.shape[-1]
+    sampled = sample_sequences(decoder, prompt, sampling, n_samples, n_tokens, seed)
+    counts = torch.bincount(sequence_index(sampled.tokens, vocab), minlength=exact.numel()).reshape(exact.shape)
+    return E2EReport(
+        p_value=g_test(counts, exact),
+        level=alpha / n_tests,
+        counts=counts,
+        exact=exact,
+        accept_lengths=sampled.accept_lengths,
+        tree_depths=sampled.tree_depths,
+    )
+
+
+def assert_e2e_lossless(
+    decoder: Decoder,
+    model: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor],
+    prompt: torch.Tensor,
+    sampling: SamplingParams,
+    n_samples: int,
+    n_tokens: int = 3,
+    seed: int = 0,
+    alpha: float = 1e-3,
+    n_tests: int = 1,
+    exact: torch.Tensor | None = None,
+) -> E2EReport:
+    """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless it passes."""
+    report = e2e_check(decoder, model, prompt, sampling, n_samples, n_tokens, seed, alpha, n_tests, exact)
+    if not report.passed:
+        raise AssertionError(f"{_describe(decoder)} with {sampling}: {report.summary()}")
+    return report
+
+
+def _describe(decoder: Decoder) -> str:
+    parts = []
+    if hasattr(decoder, "drafter"):
+        parts.append(f"drafter={type(decoder.drafter).__name__}")
+    parts += [f"{name}={getattr(decoder, name)!r}" for name in ("policy", "verifier") if hasattr(decoder, name)]
+    return f"{type(decoder).__name__}({', '.join(parts)})"
