@@ -12,6 +12,7 @@ Typical use for your own :class:`~specdec.verify.plan.PlanVerifier`::
 """
 
 from specdec.testing.cases import VerifyCase, prefix_index
+from specdec.testing.e2e import E2EReport, assert_e2e_lossless, e2e_check, exact_sequence_distribution
 from specdec.testing.exact import (
     assert_lossless_exact,
     exact_output_distribution,
@@ -21,6 +22,10 @@ from specdec.testing.exact import (
 from specdec.testing.stats import assert_same_distribution, empirical_verify_check, g_test, sample_cycle_outputs
 
 __all__ = [
+    "E2EReport",
+    "assert_e2e_lossless",
+    "e2e_check",
+    "exact_sequence_distribution",
     "VerifyCase",
     "assert_lossless_exact",
     "assert_same_distribution",
