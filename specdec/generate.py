@@ -192,7 +192,8 @@ class VanillaGenerator:
                 return
             t1 = time.perf_counter()
             step = self.target.decode_one(token)
-            next_token = sample(warp(step.logits[0], sampling), g)
+            logits = step.logits[0]
+            next_token = logits.argmax() if sampling.greedy else sample(warp(logits, sampling), g)
             token_ok = torch.stack([next_token, logits_ok(step.logits).long()]).tolist()  # the step's one sync
             if not token_ok[1]:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values")

@@ -64,12 +64,13 @@ class HFTarget(Target):
         self.length = 0
 
     def _forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor, logits_to_keep: int
+        self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor | None, logits_to_keep: int
     ) -> TargetStep:
         """Run ``n`` new tokens at cache slots ``length .. length + n``.
 
         Args:
-            ids: ``[n]`` long. positions: ``[n]`` long. block_mask: ``[n, n]`` bool among the new tokens.
+            ids: ``[n]`` long. positions: ``[n]`` long. block_mask: ``[n, n]`` bool among the new tokens, or None
+                for a single token that sees the whole prefix.
             logits_to_keep: 0 for all rows, else the last k rows.
         """
         n = ids.shape[0]
@@ -77,10 +78,12 @@ class HFTarget(Target):
             raise CacheFullError(
                 f"{self.length} cached + {n} new tokens exceed the cache of {self.max_len}; raise max_len"
             )
-        # Additive float mask (0 = attend): HF eager attention adds the mask to the scores, sdpa accepts either.
-        allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device)
-        mask = mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[None, None]
+        mask = None  # one new token attending to the whole prefix needs no mask
+        if block_mask is not None:
+            # Additive float mask (0 = attend): HF eager attention adds the mask to the scores, sdpa takes either.
+            allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
+            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device)
+            mask = mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[None, None]
         self.cache.set_write_pos(self.length)
         want = self.hidden
         out = self.model(
@@ -129,7 +132,7 @@ class HFTarget(Target):
         """Run and commit one token (vanilla decoding); logits ``[1, V]``."""
         ids = token.reshape(1)
         positions = torch.full((1,), self.length, dtype=torch.long, device=ids.device)
-        step = self._forward(ids, positions, torch.ones(1, 1, dtype=torch.bool, device=ids.device), 0)
+        step = self._forward(ids, positions, None, 0)
         self.length += 1
         return step
 
