@@ -1,0 +1,183 @@
+"""The runnable examples: each one runs on tiny models and prints what its tutorial says it prints.
+
+Examples run in-process (``runpy`` + their ``main(argv)``) so the suite pays the torch/transformers import once;
+one test runs a script as a real subprocess to cover the ``__main__`` path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import runpy
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+TUTORIALS = ROOT / "docs" / "tutorials"
+NAMES = [
+    "compose_pipeline",
+    "compare_tree_policies",
+    "custom_drafter",
+    "prove_verifier",
+    "train_head",
+    "load_checkpoint",
+]
+
+
+def load_example(name: str) -> dict:
+    """The example's module namespace (its ``__main__`` block does not run)."""
+    return runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name=f"example_{name}")
+
+
+def run_example(name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert load_example(name)["main"](argv) == 0
+    return capsys.readouterr().out
+
+
+def require(module: str) -> None:
+    """Skip only when ``module`` does not exist yet; a module that exists but fails to import fails the test."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        pytest.skip(f"{module} is not written yet")
+
+
+def taus(out: str) -> list[float]:
+    return [float(t) for t in re.findall(r"tau[=:] ?([0-9.]+)", out)]
+
+
+def test_every_example_has_a_tutorial_and_a_test() -> None:
+    assert sorted(p.stem for p in EXAMPLES.glob("*.py")) == sorted(NAMES)
+    tutorials = "\n".join(p.read_text() for p in TUTORIALS.glob("*.md"))
+    for name in NAMES:
+        assert f"examples/{name}.py" in tutorials, f"no tutorial runs examples/{name}.py"
+
+
+def test_compose_pipeline_prints_tokens_tau_and_matches_vanilla(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_example("compose_pipeline", [], capsys)
+    tokens = json.loads(re.search(r"^tokens: (\[.*\])$", out, re.M).group(1))
+    assert len(tokens) == 48 and all(0 <= t < 32 for t in tokens)
+    assert "SmallLMDrafter -> DynamicTreePolicy -> HFTarget -> GreedyVerifier" in out
+    tau = taus(out)
+    assert tau and all(1.0 <= t <= 5.0 for t in tau)  # depth 4: at most 4 drafts + the bonus per forward
+    assert tau[0] > 1.2  # the small-LM drafter (2 of the target's 4 layers) gets some drafts accepted
+    assert len(re.search(r"n-alpha\): (.*)$", out, re.M).group(1).split()) >= 1
+    assert "identical to vanilla greedy: yes" in out
+
+    out = run_example(
+        "compose_pipeline", ["--drafter", "ngram", "--temperature", "0.8", "--max-new-tokens", "16"], capsys
+    )
+    assert "NGramDrafter -> DynamicTreePolicy -> HFTarget -> MultiRoundVerifier" in out
+    assert "identical to vanilla" not in out  # sampling: same distribution, not the same draws
+    assert all(t >= 1.0 for t in taus(out))
+
+
+def test_compare_tree_policies_writes_plot_and_table(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # no --out: must land in the temp folder
+    out = run_example("compare_tree_policies", ["--sizes", "4", "16", "--max-new-tokens", "24"], capsys)
+    (folder,) = tmp_path.glob("specdec-trees-*")
+    png = (folder / "tree_policies.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    table = json.loads((folder / "tree_policies.json").read_text())
+    rows = table["policies"]
+    assert list(rows) == ["chain-4", "eagle1-static", "dynamic-4", "dynamic-16"]
+    assert [round(r["nodes"]) for r in rows.values()] == [5, 26, 4, 16]
+    for r in rows.values():
+        assert 1.0 <= r["tau"] <= 6.0 and r["tokens_per_s"] > 0 and r["speedup"] > 0
+    assert out.count(" yes") == 4 and " NO" not in out  # greedy: every policy reproduces vanilla
+    assert "drafter: SmallLMDrafter" in out
+
+
+def test_compare_tree_policies_with_an_eagle_head(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    require("specdec.checkpoints")
+    loader = load_example("load_checkpoint")
+    head = loader["write_eagle1_standin"](tmp_path / "head", loader["load_target"]("tiny", "cpu")[0])
+    out = run_example(
+        "compare_tree_policies",
+        ["--head", str(head), "--sizes", "8", "--max-new-tokens", "16", "--out", str(tmp_path)],
+        capsys,
+    )
+    assert "drafter: EagleDrafter" in out and out.count(" yes") == 3
+    assert (tmp_path / "tree_policies.png").is_file()
+
+
+def test_custom_drafter_is_lossless_and_drafts(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_example("custom_drafter", ["--max-new-tokens", "32"], capsys)
+    assert "contract check: shapes, finite logits, deterministic q: ok" in out
+    assert out.count("identical to vanilla greedy: yes") == 2
+    assert len(taus(out)) == 4 and all(t >= 1.0 for t in taus(out))
+
+    bigram = load_example("custom_drafter")["BigramDrafter"](vocab_size=5)
+    bigram.prefill(torch.tensor([1, 2, 1, 2, 1, 3]), None)
+    assert bigram.counts[1].tolist() == [0, 0, 2, 1, 0]
+    bigram.commit(torch.tensor([1, 3]), None)  # the last committed token (3) is followed by 1, then 1 -> 3
+    assert bigram.counts[1].tolist() == [0, 0, 2, 2, 0] and bigram.counts[3, 1] == 1
+
+
+def test_prove_verifier_passes_mine_and_catches_broken(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_example("prove_verifier", ["--max-new-tokens", "24"], capsys)
+    assert re.search(r"PASS exact: FirstChildVerifier on 8 cases, max \|P_spec - P_target\| = [0-9.e+-]+", out)
+    assert "PASS statistical: FirstChildVerifier.verify" in out
+    assert re.search(r"FAIL \(as expected\) exact, ResidualNotRenormalisedVerifier:\n.*is not lossless on case", out)
+    assert re.search(r"FAIL \(as expected\) statistical, ResidualNotRenormalisedVerifier:\n.*G-test p-value", out)
+    assert "PASS exact: StochasticMultiRoundVerifier" in out
+    assert re.search(r"FAIL \(as expected\) exact, StaleQVerifier:\n.*is not lossless", out)
+    assert out.count("identical to vanilla greedy: yes") == 2 and "greedy: NO" not in out
+
+
+def test_prove_verifier_runs_as_a_script() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "prove_verifier.py"), "--skip-model"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("PASS") == 3 and proc.stdout.count("FAIL (as expected)") == 3
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_train_head_trains_decodes_and_exports(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    require("specdec.train.trainer")
+    require("specdec.checkpoints")
+    out = run_example("train_head", ["--out", str(tmp_path), "--epochs", "1"], capsys)
+    for recipe in ("eagle1", "hass", "eagle3"):
+        assert re.search(rf"\[{recipe}\] trained \d+ steps", out)
+        assert re.search(rf"\[{recipe}\] held-out greedy chain: chain_tau=[0-9.]+", out)
+        assert re.search(rf"\[{recipe}\] held-out dynamic-tree tau=[0-9.]+", out)
+        assert f"[{recipe}] decoding with the saved head: tau=" in out
+        assert (tmp_path / recipe / "head" / "config.json").is_file()
+        assert (tmp_path / recipe / "eval.json").is_file()
+    assert out.count("identical to vanilla greedy: True") == 3
+    vllm = json.loads((tmp_path / "eagle3" / "export-vllm" / "config.json").read_text())
+    assert vllm["draft_vocab_size"] == 24 and vllm["num_hidden_layers"] == 1
+    assert "draft_id_to_target_id" in out and "'t2d'" in out  # vLLM renames d2t; SGLang keeps t2d
+
+
+def test_load_checkpoint_loads_official_layouts_and_rejects_broken(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    require("specdec.checkpoints")
+    out = run_example("load_checkpoint", ["--out", str(tmp_path), "--max-new-tokens", "24"], capsys)
+    assert "Eagle1Head" in out and "Eagle3Head, hidden 32, vocab 32, draft vocab 24" in out
+    assert out.count("identical to vanilla greedy: yes") == 2
+    assert "missing keys (1): layers.0.post_attention_layernorm.weight" in out
+    assert "unexpected keys (1): layers.1.mlp.up_proj.weight" in out
+    assert "shape mismatches (1): layers.0.mlp.down_proj.weight" in out
+    assert (tmp_path / "eagle1" / "pytorch_model.bin").is_file()
