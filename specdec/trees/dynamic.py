@@ -70,11 +70,12 @@ class DynamicTreePolicy(TreePolicy):
         frontier = torch.zeros(1, dtype=torch.long, device=root.device)
         for step in range(self.depth):
             logits = drafter.expand(tree, frontier).float()  # [F, V]
-            logq = torch.log_softmax(logits, dim=-1)
+            k = min(self.topk, logits.shape[-1])
+            # log q of the top-k only: top logits minus the row's logsumexp (two passes over V, no [F, V] temp).
+            top_logits, top_tokens = torch.topk(logits, k, dim=-1)  # [F, k], best first
+            top_logq = top_logits - torch.logsumexp(logits, dim=-1, keepdim=True)
             # A NaN row would make values incomparable; -inf keeps "child value <= parent value" true.
-            logq = torch.where(torch.isnan(logq), torch.full_like(logq, -torch.inf), logq)
-            k = min(self.topk, logq.shape[-1])
-            top_logq, top_tokens = torch.topk(logq, k, dim=-1)  # [F, k], best first
+            top_logq = torch.nan_to_num(top_logq, nan=-torch.inf)
             value = tree.logq[frontier].unsqueeze(-1) + top_logq  # [F, k]
             ids = tree.add(frontier.repeat_interleave(k), top_tokens.reshape(-1), value.reshape(-1))
             if step + 1 < self.depth:
