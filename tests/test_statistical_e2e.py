@@ -200,7 +200,8 @@ def test_exact_distribution_matches_sequential_forwards(model):
             for j, tok in enumerate(seq):
                 logits = model(torch.cat([PROMPT, torch.tensor(seq[:j], dtype=torch.long)])[None]).logits[0, -1]
                 prob *= float(warp(logits, sampling, torch.float64)[tok])
-        assert abs(float(exact[seq]) - prob) < 1e-12
+        # float32 logits: a batched and a one-sequence forward may round differently (seen: 2.5e-8).
+        assert abs(float(exact[seq]) - prob) < 1e-6
 
 
 def test_exact_distribution_refuses_ambiguous_warps():
