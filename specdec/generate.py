@@ -183,8 +183,9 @@ class VanillaGenerator:
         _, token = _first_token(self.target, input_ids, sampling, g)
         metrics.time_prefill = time.perf_counter() - t0
         out: list[int] = []
+        token_id = int(token)  # the prefill's sync
         while True:
-            out.append(int(token))
+            out.append(token_id)
             metrics.new_tokens = len(out)
             metrics.time_total = time.perf_counter() - t0
             yield out[-1]
@@ -197,7 +198,7 @@ class VanillaGenerator:
             token_ok = torch.stack([next_token, logits_ok(step.logits).long()]).tolist()  # the step's one sync
             if not token_ok[1]:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values")
-            token = next_token
+            token, token_id = next_token, token_ok[0]
             metrics.accept_lengths.append(0)
             metrics.tree_depths.append(0)
             metrics.tree_sizes.append(1)

@@ -236,6 +236,13 @@ def test_stochastic_multiround_is_exactly_lossless(case: VerifyCase) -> None:
 
 
 @settings(EXACT, max_examples=40)
+@given(case=sto_cases())
+def test_stochastic_multiround_with_too_small_width_bound_stays_lossless(case: VerifyCase) -> None:
+    """A ``max_children`` below the real width must drop the later siblings, never accept them blindly."""
+    assert_lossless_exact(StochasticMultiRoundVerifier(F64, max_children=1), [case])
+
+
+@settings(EXACT, max_examples=40)
 @given(case=st.one_of(det_cases(kind="chain"), sto_cases(kind="chain")))
 def test_chain_is_exactly_lossless(case: VerifyCase) -> None:
     assert_lossless_exact(ChainVerifier(F64), [case])

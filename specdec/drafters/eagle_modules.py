@@ -260,7 +260,11 @@ class EagleRotary:
                     self.dim / (self.dim - 2)
                 )
                 inv_freq = self._inv_freq(base)
-        freqs = position_ids[..., None].float() * inv_freq.to(position_ids.device)
+        if inv_freq.device != position_ids.device:
+            inv_freq = inv_freq.to(position_ids.device)
+            if self.kind != "dynamic":
+                self.inv_freq = inv_freq  # move once: a per-call host->device copy would sync every expand
+        freqs = position_ids[..., None].float() * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 

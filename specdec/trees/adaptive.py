@@ -22,8 +22,8 @@ distribution but not the exact sample; pass ``draft_seconds`` for runs whose tre
 
 Calibration: the drafter's probabilities may be over- or under-confident (the n-gram drafter's rank logits are).
 :meth:`AdaptiveTreePolicy.observe` takes the accepted length of each cycle (a host int the generator already
-has) and rescales the probabilities by ``observed / predicted`` accepted tokens. The decoding loop does not call
-it yet; without it the raw probabilities are used, as the EAGLE-2 argument assumes.
+has) and rescales the probabilities by ``observed / predicted`` accepted tokens. The decoding loop calls it after
+each cycle's sync (:meth:`specdec.interfaces.TreePolicy.observe`); without calls the raw probabilities are used.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ class StochasticMultiRoundVerifier(PlanVerifier):
         dtype: dtype of the plan's probabilities.
         max_children: an upper bound on the number of children of any node (the number of rounds, one tensor step
             each). ``None`` uses ``N - 1``, always safe but slower for large trees. A bound below the true
-            maximum silently drops candidates, so pass the policy's real width.
+            maximum drops the later candidates (never accepted; still lossless, but acceptance is wasted), so pass the
+            policy's real width.
     """
 
     def __init__(self, dtype: torch.dtype = torch.float32, max_children: int | None = None) -> None:
@@ -90,7 +91,9 @@ class StochasticMultiRoundVerifier(PlanVerifier):
         child_at = torch.full((n, rounds + 1), -1, dtype=torch.long, device=tree.device)
         col = torch.where((idx > 0) & (rank < rounds), rank, rounds)
         child_at[parent_index(tree), col] = idx
-        accept_prob = torch.ones(n, dtype=self.dtype, device=tree.device)
+        # Siblings past `rounds` are never accepted (probability 0), so they are dropped, not half-used: the
+        # bonus then comes from p_rounds, which keeps the output lossless (fewer candidates, same distribution).
+        accept_prob = torch.zeros(n, dtype=self.dtype, device=tree.device)
         p_k, q_k = p, q
         for k in range(rounds):
             child = child_at[:, k]  # [N] the k-th child of every node (as a parent), -1 if none
