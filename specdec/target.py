@@ -12,7 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
-from specdec.kvcache import CacheFullError, PositionCache
+from specdec.kvcache import CacheFullError, PositionCache, additive_mask
 from specdec.tree import DraftTree
 
 __all__ = ["HFTarget", "CacheFullError", "EmptyPromptError"]
@@ -80,10 +80,8 @@ class HFTarget(Target):
             )
         mask = None  # one new token attending to the whole prefix needs no mask
         if block_mask is not None:
-            # Additive float mask (0 = attend): HF eager attention adds the mask to the scores, sdpa takes either.
             allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
-            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device)
-            mask = mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[None, None]
+            mask = additive_mask(allowed, self.dtype)
         self.cache.set_write_pos(self.length)
         want = self.hidden
         out = self.model(

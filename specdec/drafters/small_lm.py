@@ -25,16 +25,10 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
-from specdec.kvcache import PositionCache
+from specdec.kvcache import PositionCache, additive_mask
 from specdec.tree import PartialTree
 
 __all__ = ["SmallLMDrafter"]
-
-
-def _additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[n, kv]`` bool (True = attend) -> ``[1, 1, n, kv]`` additive mask (works for eager and sdpa)."""
-    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    return zeros.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
 class SmallLMDrafter(Drafter):
@@ -123,7 +117,7 @@ class SmallLMDrafter(Drafter):
         self.cache.set_write_pos(allowed.shape[1] - tokens.shape[0])
         out = self.model(
             input_ids=tokens[None],
-            attention_mask=_additive_mask(allowed, self.dtype),
+            attention_mask=additive_mask(allowed, self.dtype),
             position_ids=positions[None],
             past_key_values=self.cache,
             use_cache=True,
