@@ -103,3 +103,20 @@ def test_collate_pads_right(target, tmp_path) -> None:
     assert batch["valid"].tolist() == [[True, True, True], [True, True, False]]
     assert batch["final"].dtype == torch.float32 and batch["final"].shape == (2, 3, 32)
     assert batch["fused"].shape == (2, 3, 32) and float(batch["fused"][1, 2].abs().sum()) == 0.0
+
+
+def test_superset_cache_serves_a_smaller_spec(target, tmp_path) -> None:
+    data = dataset(4, seed=3)
+    full = extract_features(target, data, tmp_path, FeatureSpec(True, (0, 2)), dtype=torch.float32, progress=False)
+    shards = sorted(tmp_path.glob("shard_*.safetensors"))
+    stamp = [s.stat().st_mtime_ns for s in shards]
+    # EAGLE-1 asks for the final features only: the EAGLE-3 cache is reused as is and reads "final" only
+    small = extract_features(target, data, tmp_path, FeatureSpec(True, ()), dtype=torch.float32, progress=False)
+    assert [s.stat().st_mtime_ns for s in shards] == stamp
+    assert set(small[0]) == {"input_ids", "loss_mask", "final"}
+    assert torch.equal(small[1]["final"], full[1]["final"])
+    # other layers are not covered: a store cannot be opened with them, and extraction recomputes
+    with pytest.raises(ValueError, match="does not cover"):
+        FeatureStore(tmp_path, FeatureSpec(True, (1,)))
+    other = extract_features(target, data, tmp_path, FeatureSpec(True, (1,)), dtype=torch.float32, progress=False)
+    assert other.spec.layers == (1,)

@@ -57,7 +57,9 @@ def config(tmp_path, recipe: str, **kw) -> TrainConfig:
 def test_resume_continues_identically(target, tmp_path, recipe: str) -> None:
     train_data, heldout = greedy_data(target, 12), greedy_data(target, 2, seed=1)
     straight = tmp_path / "straight"
-    train(config(straight, recipe, epochs=2), target=target, train_data=train_data, heldout_data=heldout)
+    train(
+        config(straight, recipe, epochs=2, eval_steps=(2, 4, 6)), target=target, train_data=train_data, heldout_data=heldout
+    )
     resumed = tmp_path / "resumed"
     train(config(resumed, recipe, epochs=2, max_steps=4), target=target, train_data=train_data, heldout_data=heldout)
     assert len(read_log(resumed)) == 4
@@ -72,6 +74,11 @@ def test_resume_continues_identically(target, tmp_path, recipe: str) -> None:
         assert torch.equal(p, q), name
     report = json.loads((straight / "eval.json").read_text())
     assert report["step"] == 6 and len(report["alpha"]) == 3
+    # the curve: one evaluation after each listed mid-run step (the last step is eval.json), tokens growing
+    curve = [json.loads(line) for line in (straight / "curve.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in curve] == [2, 4]
+    seen = [c["trained_tokens"] for c in curve] + [report["trained_tokens"]]
+    assert 0 < seen[0] < seen[1] < seen[2] == sum(r["tokens"] for r in a)
 
 
 def test_seed_changes_the_run(target, tmp_path) -> None:
@@ -126,3 +133,24 @@ def test_cli_maps_arguments_to_config(tmp_path) -> None:
     assert (cfg.lr, cfg.seed, cfg.passes, cfg.noise, cfg.progress) == (1e-4, 5, 2, 0.05, False)
     with pytest.raises(ValueError):
         _config_from_args(parser.parse_args(["train", "eagle1", "--out", "x", "--set", "no_such_field=1"]))
+
+
+def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
+    from specdec.train.card import ship_head
+
+    run = tmp_path / "run"
+    data, heldout = greedy_data(target, 8), greedy_data(target, 2, seed=1)
+    # train on a prefix of 6 of the 8 cached sequences: 2 steps of batch 4
+    cfg = config(run, "eagle1", eval_steps=(1,), train_sequences=6)
+    train(cfg, target=target, train_data=data, heldout_data=heldout)
+    dest = ship_head(run, tmp_path / "shipped", hardware="test cpu", title="tiny head", notes="a note")
+    facts = json.loads((dest / "training.json").read_text())
+    log = read_log(run)
+    assert facts["steps"] == len(log) == 2 and facts["scored_tokens"] == sum(r["tokens"] for r in log)
+    assert facts["data"]["train_sequences"] == 6 and facts["data"]["tokens"] == 6 * 32
+    assert facts["wall_seconds"] == log[-1]["wall_s"] > 0
+    assert [p["step"] for p in facts["curve"]] == [1]
+    card = (dest / "README.md").read_text()
+    assert "# tiny head" in card and "test cpu" in card and "a note" in card
+    assert f"{facts['evaluation']['chain_tau']:.3f}" in card
+    load_eagle_head(dest, target_model=target)  # the copied head still loads

@@ -12,8 +12,8 @@ Greedy-chain acceptance (offline, exact where it is defined):
     On self-distilled greedy data every accepted chain is continued; on fixed ShareGPT data fewer are.
 
 τ with the dynamic tree needs the real decoding loop: pass ``tau_fn`` to :func:`evaluate_heldout` (a callable
-``(head, heldout_store) -> float``); the trainer records its value when given one. TODO(lead): provide a
-``tau_fn`` that runs :mod:`specdec`'s EAGLE-2 dynamic-tree generation on held-out prompts.
+``(head, heldout_store) -> float``); the trainer records its value when given one, by default
+:func:`specdec.train.tau.make_tau_fn` (EAGLE-2 dynamic-tree greedy generation on held-out prompts).
 """
 
 from __future__ import annotations

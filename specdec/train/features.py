@@ -157,6 +157,15 @@ def extract_features(
     index: dict[str, Any] | None = None
     if index_path.is_file():
         index = json.loads(index_path.read_text())
+        stored = FeatureSpec(bool(index.get("spec", {}).get("final")), tuple(index.get("spec", {}).get("layers", ())))
+        if (
+            index.get("complete")
+            and index.get("version") == FORMAT_VERSION
+            and stored != spec
+            and _covers(stored, spec)
+            and index.get("fingerprint") == _fingerprint(target, dataset, stored, dtype)
+        ):
+            return FeatureStore(out, spec)  # e.g. an EAGLE-3 cache (final + layers) serves EAGLE-1 (final only)
         if index.get("fingerprint") != fingerprint or index.get("version") != FORMAT_VERSION:
             for f in out.glob("shard_*.safetensors"):
                 f.unlink()
@@ -237,6 +246,11 @@ def extract_features(
     return FeatureStore(out)
 
 
+def _covers(stored: FeatureSpec, wanted: FeatureSpec) -> bool:
+    """Whether a cache extracted with ``stored`` holds everything ``wanted`` asks for (same layers, or none wanted)."""
+    return (stored.final or not wanted.final) and (not wanted.layers or stored.layers == wanted.layers)
+
+
 def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=1))
@@ -248,14 +262,21 @@ class FeatureStore(Sequence[dict[str, torch.Tensor]]):
 
     ``store[i]`` is a dict for sequence ``i``: ``input_ids [T]`` long, ``loss_mask [T]`` bool, and ``final [T, H]``
     and/or ``fused [T, kH]`` in the storage dtype. Shards are opened lazily and sliced without loading them whole.
+
+    Args:
+        path: the feature folder.
+        spec: read only these features (must be held by the folder); None: everything the folder holds.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, spec: FeatureSpec | None = None) -> None:
         self.path = Path(path)
         self.index = json.loads((self.path / "index.json").read_text())
         if not self.index.get("complete"):
             raise ValueError(f"feature folder {self.path} is incomplete; rerun extract_features")
-        self.spec = FeatureSpec(bool(self.index["spec"]["final"]), tuple(self.index["spec"]["layers"]))
+        stored = FeatureSpec(bool(self.index["spec"]["final"]), tuple(self.index["spec"]["layers"]))
+        if spec is not None and not _covers(stored, spec):
+            raise ValueError(f"feature folder {self.path} holds {stored}, which does not cover the requested {spec}")
+        self.spec = spec or stored
         self._where: list[tuple[int, int, int]] = []  # (shard, token offset, length)
         self.lengths: list[int] = []
         for s, shard in enumerate(self.index["shards"]):

@@ -14,9 +14,11 @@ Output folder::
     train_config.json      the TrainConfig
     features/{train,heldout}/   cached target features (see specdec.train.features)
     checkpoints/step_*.pt  resumable state (the newest ``keep_checkpoints`` are kept)
-    log.jsonl              one line per optimizer step: step, epoch, lr, loss and the recipe's metrics
+    log.jsonl              one line per optimizer step: step, epoch, lr, loss, wall_s (training time so far, resumes
+                           included) and the recipe's metrics
     head/                  the trained head in the official format (specdec.checkpoints.save_eagle_head)
     eval.json              held-out greedy-chain acceptance (specdec.train.evaluate)
+    curve.jsonl            the same evaluation after each of ``eval_steps`` (τ against training tokens)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import hashlib
 import json
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -68,6 +71,9 @@ class TrainConfig(BaseModel):
     eval_tau_prompts: int = Field(8, ge=0)
     data_seed: int = 42
     features_dir: Path | None = None
+    train_sequences: int | None = Field(
+        None, ge=1, description="train on the first N cached sequences only (a smaller budget on the same cache)"
+    )
     feature_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     extract_batch_size: int = Field(1, ge=1)
     # optimisation
@@ -102,6 +108,9 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, ge=1)
     eval_depth: int = Field(5, ge=1)
     eval_max_sequences: int | None = Field(50, ge=1)
+    eval_steps: tuple[int, ...] = Field(
+        (), description="also evaluate (chain acceptance and τ) after these steps; one line each in curve.jsonl"
+    )
     progress: bool = True
     extract_only: bool = Field(False, description="stop after caching the features (then train multi-GPU on them)")
 
@@ -309,8 +318,12 @@ def train(
     accelerator.wait_for_everyone()
     if config.extract_only:
         return features_dir
-    train_store = FeatureStore(features_dir / "train")
-    heldout_store = FeatureStore(features_dir / "heldout")
+    train_store = FeatureStore(features_dir / "train", spec)
+    heldout_store = FeatureStore(features_dir / "heldout", spec)
+    if config.train_sequences is not None:
+        if config.train_sequences > len(train_store):
+            raise ValueError(f"train_sequences={config.train_sequences} but the cache holds {len(train_store)}")
+        train_store = _Prefix(train_store, config.train_sequences)
     if len(train_store) == 0:
         raise ValueError("no training sequences")
 
@@ -370,6 +383,23 @@ def train(
         if step and log_path.is_file():
             kept = [line for line in log_path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
         log_path.write_text("".join(line + "\n" for line in kept))
+    wall_before = float(json.loads(kept[-1]).get("wall_s", 0.0)) if main and kept else 0.0
+    start_time = time.perf_counter()
+
+    def evaluate() -> dict[str, Any]:
+        head = unwrapped.head
+        was_training = head.training
+        head.eval()
+        result = evaluate_heldout(
+            head,
+            heldout_store,
+            unwrapped.lm_head_weight,
+            depth=config.eval_depth,
+            max_sequences=config.eval_max_sequences,
+            tau_fn=tau_fn,
+        )
+        head.train(was_training)
+        return {"step": step, "heldout_sequences": len(heldout_store), **result.to_dict()}
 
     def save_checkpoint() -> None:
         if not main:
@@ -421,6 +451,7 @@ def train(
             step += 1
             if log_file is not None:
                 record = {"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0], "loss": float(loss.detach())}
+                record["wall_s"] = round(wall_before + time.perf_counter() - start_time, 3)
                 record.update({k: float(v) for k, v in metrics.items()})
                 log_file.write(json.dumps(record) + "\n")
                 log_file.flush()
@@ -429,6 +460,11 @@ def train(
                     bar.set_postfix(loss=f"{record['loss']:.4f}", acc=f"{record.get('acc_0', 0.0):.3f}")
             if step % config.save_every == 0 or step == stop:
                 save_checkpoint()
+            if main and step in config.eval_steps and step < stop:
+                point = evaluate()
+                point["trained_tokens"] = _trained_tokens(log_path)
+                with open(out / "curve.jsonl", "a") as f:
+                    f.write(json.dumps(point) + "\n")
     finally:
         bar.close()
         if log_file is not None:
@@ -438,21 +474,33 @@ def train(
     # ---- save and evaluate
     head_dir = out / "head"
     if main:
-        head = unwrapped.head
-        head.eval()
-        save_eagle_head(head, head_dir)
-        result = evaluate_heldout(
-            head,
-            heldout_store,
-            unwrapped.lm_head_weight,
-            depth=config.eval_depth,
-            max_sequences=config.eval_max_sequences,
-            tau_fn=tau_fn,
-        )
-        report = {"step": step, "heldout_sequences": len(heldout_store), **result.to_dict()}
+        unwrapped.head.eval()
+        save_eagle_head(unwrapped.head, head_dir)
+        report = evaluate()
+        report["trained_tokens"] = _trained_tokens(log_path)
         (out / "eval.json").write_text(json.dumps(report, indent=1))
     accelerator.wait_for_everyone()
     return head_dir
+
+
+class _Prefix(Sequence[dict[str, torch.Tensor]]):
+    """The first ``n`` items of a feature store."""
+
+    def __init__(self, store: FeatureStore, n: int) -> None:
+        self.store, self.n = store, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.store[i]
+
+
+def _trained_tokens(log_path: Path) -> int:
+    """Scored draft slots so far (sum of the logged per-step ``tokens``; epochs count again)."""
+    return int(sum(json.loads(line).get("tokens", 0) for line in log_path.read_text().splitlines() if line))
 
 
 def read_log(out: str | Path) -> list[dict[str, Any]]:

