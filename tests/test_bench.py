@@ -90,7 +90,10 @@ def test_run_interleaved_rows_and_greedy_checks(tiny, tmp_path):
     assert runs[0]["hardware"]["torch"] == torch.__version__ and runs[0]["methods"][0] == "vanilla"
 
 
-def test_resume_skips_done_and_missing_assets_are_skipped(tiny, tmp_path):
+def test_resume_skips_done_and_missing_assets_are_skipped(tiny, tmp_path, monkeypatch):
+    import specdec.methods
+
+    monkeypatch.setattr(specdec.methods, "HEADS_DIR", tmp_path / "no-heads")  # as before any head is shipped
     bench(tiny, tmp_path, methods=("ngram",), limit=2)
     first = load_rows(tmp_path)
     assert {row_key(r)[:2] for r in first} == {("p0", "vanilla"), ("p0", "ngram"), ("p1", "vanilla"), ("p1", "ngram")}

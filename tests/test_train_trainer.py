@@ -58,7 +58,10 @@ def test_resume_continues_identically(target, tmp_path, recipe: str) -> None:
     train_data, heldout = greedy_data(target, 12), greedy_data(target, 2, seed=1)
     straight = tmp_path / "straight"
     train(
-        config(straight, recipe, epochs=2, eval_steps=(2, 4, 6)), target=target, train_data=train_data, heldout_data=heldout
+        config(straight, recipe, epochs=2, eval_steps=(2, 4, 6)),
+        target=target,
+        train_data=train_data,
+        heldout_data=heldout,
     )
     resumed = tmp_path / "resumed"
     train(config(resumed, recipe, epochs=2, max_steps=4), target=target, train_data=train_data, heldout_data=heldout)
@@ -153,4 +156,7 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     card = (dest / "README.md").read_text()
     assert "# tiny head" in card and "test cpu" in card and "a note" in card
     assert f"{facts['evaluation']['chain_tau']:.3f}" in card
-    load_eagle_head(dest, target_model=target)  # the copied head still loads
+    copied = load_eagle_head(dest, target_model=target)  # the copied head still loads
+    small = load_eagle_head(ship_head(run, tmp_path / "bf16", "cpu", "t", dtype=torch.bfloat16), target_model=target)
+    assert small.fc.weight.dtype == torch.bfloat16
+    torch.testing.assert_close(small.fc.weight.float(), copied.fc.weight, atol=1e-2, rtol=1e-2)

@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from specdec.train.features import FeatureStore
 
 __all__ = ["run_facts", "model_card", "ship_head"]
@@ -145,15 +147,32 @@ def model_card(facts: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ship_head(run_dir: str | Path, dest: str | Path, hardware: str, title: str, notes: str = "") -> Path:
-    """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``."""
+def ship_head(
+    run_dir: str | Path,
+    dest: str | Path,
+    hardware: str,
+    title: str,
+    notes: str = "",
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``.
+
+    Args:
+        dtype: re-save the weights in this dtype (e.g. ``torch.bfloat16`` to halve the files); None copies them.
+    """
+    from specdec.checkpoints import load_eagle_head, save_eagle_head
+
     run, out = Path(run_dir), Path(dest)
     if not (run / "head" / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'head'} holds no trained head")
     facts = run_facts(run, hardware, notes)
     if out.exists():
         shutil.rmtree(out)
-    shutil.copytree(run / "head", out)
+    if dtype is None:
+        shutil.copytree(run / "head", out)
+    else:
+        save_eagle_head(load_eagle_head(run / "head", dtype=dtype), out)
+        facts["weights_dtype"] = str(dtype).removeprefix("torch.")
     (out / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
     (out / "README.md").write_text(model_card(facts, title))
     return out
