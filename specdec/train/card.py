@@ -35,13 +35,20 @@ def _wall_seconds(run: Path, log: list[dict[str, Any]]) -> tuple[float | None, s
     if start.is_file() and end.is_file():
         return (
             end.stat().st_mtime - start.stat().st_mtime,
-            "file times: start of run to eval.json (evaluations included)",
+            "file times from the start of the run to eval.json, evaluations included",
         )
     return None, "unknown"
 
 
-def run_facts(run_dir: str | Path, hardware: str, notes: str = "") -> dict[str, Any]:
-    """Collect the facts of a finished training run (see the module docstring)."""
+def run_facts(
+    run_dir: str | Path, hardware: str, notes: str = "", wall: tuple[float, str] | None = None
+) -> dict[str, Any]:
+    """Collect the facts of a finished training run (see the module docstring).
+
+    Args:
+        wall: ``(seconds, how it was measured)`` to report instead of the run's own record (e.g. a run resumed
+            from a log written before ``wall_s`` existed).
+    """
     run = Path(run_dir)
     config = json.loads((run / "train_config.json").read_text())
     log = _jsonl(run / "log.jsonl")
@@ -51,7 +58,7 @@ def run_facts(run_dir: str | Path, hardware: str, notes: str = "") -> dict[str, 
     features = Path(config["features_dir"]) if config.get("features_dir") else run / "features"
     used = config.get("train_sequences")
     sequences = len(FeatureStore(features / "train"))
-    wall, wall_source = _wall_seconds(run, log)
+    seconds, wall_source = wall or _wall_seconds(run, log)
     return {
         "recipe": config["recipe"],
         "target": config["target"],
@@ -76,7 +83,7 @@ def run_facts(run_dir: str | Path, hardware: str, notes: str = "") -> dict[str, 
         "steps": int(log[-1]["step"]),
         "scored_tokens": int(sum(r.get("tokens", 0) for r in log)),
         "final_loss_mean_last_50": sum(r["loss"] for r in log[-50:]) / len(log[-50:]),
-        "wall_seconds": wall,
+        "wall_seconds": seconds,
         "wall_source": wall_source,
         "hardware": hardware,
         "evaluation": evaluation,
@@ -86,7 +93,7 @@ def run_facts(run_dir: str | Path, hardware: str, notes: str = "") -> dict[str, 
 
 
 def _alpha_row(alpha: list[float]) -> str:
-    return " | ".join(f"{a:.3f}" for a in alpha)
+    return ", ".join(f"{a:.3f}" for a in alpha)
 
 
 def model_card(facts: dict[str, Any], title: str) -> str:
@@ -110,7 +117,7 @@ def model_card(facts: dict[str, Any], title: str) -> str:
         f"| optimisation | {opt.get('epochs')} epoch(s), {facts['steps']} steps, batch {opt.get('batch_size')}, "
         f"AdamW peak lr {opt.get('lr')}, seed {opt.get('seed')} |",
         f"| recipe options | `{json.dumps(facts['recipe_options'])}` |",
-        f"| wall time | {wall / 60:.1f} min ({facts['wall_source']}) |" if wall else "| wall time | unknown |",
+        f"| wall time | {wall / 60:.1f} min; {facts['wall_source']} |" if wall else "| wall time | unknown |",
         f"| hardware | {facts['hardware']} |",
         f"| final training loss (mean of last 50 steps) | {facts['final_loss_mean_last_50']:.4f} |",
         "",
@@ -154,18 +161,20 @@ def ship_head(
     title: str,
     notes: str = "",
     dtype: torch.dtype | None = None,
+    wall: tuple[float, str] | None = None,
 ) -> Path:
     """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``.
 
     Args:
         dtype: re-save the weights in this dtype (e.g. ``torch.bfloat16`` to halve the files); None copies them.
+        wall: see :func:`run_facts`.
     """
     from specdec.checkpoints import load_eagle_head, save_eagle_head
 
     run, out = Path(run_dir), Path(dest)
     if not (run / "head" / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'head'} holds no trained head")
-    facts = run_facts(run, hardware, notes)
+    facts = run_facts(run, hardware, notes, wall)
     if out.exists():
         shutil.rmtree(out)
     if dtype is None:
