@@ -16,12 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def points(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "curve.jsonl").read_text().splitlines() if line]
-    if (run / "eval.json").is_file():
-        rows.append(json.loads((run / "eval.json").read_text()))
-    return rows
+from specdec.train.trainer import curve_points  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +32,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for run in args.runs:
         recipe = json.loads((run / "train_config.json").read_text())["recipe"]
-        rows = points(run)
+        rows = curve_points(run)
         for r in rows:
             tau = f"{r['tau']:.3f}" if r.get("tau") is not None else "n/a"
             lines.append(

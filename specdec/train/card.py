@@ -20,12 +20,9 @@ from typing import Any
 import torch
 
 from specdec.train.features import FeatureStore
+from specdec.train.trainer import curve_points, read_log, trained_tokens
 
 __all__ = ["run_facts", "model_card", "ship_head"]
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
 def _wall_seconds(run: Path, log: list[dict[str, Any]]) -> tuple[float | None, str]:
@@ -51,7 +48,7 @@ def run_facts(
     """
     run = Path(run_dir)
     config = json.loads((run / "train_config.json").read_text())
-    log = _jsonl(run / "log.jsonl")
+    log = read_log(run) if (run / "log.jsonl").is_file() else []
     if not log:
         raise ValueError(f"{run} has no log.jsonl records: not a finished training run")
     evaluation = json.loads((run / "eval.json").read_text()) if (run / "eval.json").is_file() else None
@@ -81,13 +78,13 @@ def run_facts(
             "eagle3": {k: config[k] for k in ("steps", "decay", "draft_vocab_size", "eagle3_layers")},
         }[config["recipe"]],
         "steps": int(log[-1]["step"]),
-        "scored_tokens": int(sum(r.get("tokens", 0) for r in log)),
+        "scored_tokens": trained_tokens(log),
         "final_loss_mean_last_50": sum(r["loss"] for r in log[-50:]) / len(log[-50:]),
         "wall_seconds": seconds,
         "wall_source": wall_source,
         "hardware": hardware,
         "evaluation": evaluation,
-        "curve": _jsonl(run / "curve.jsonl"),
+        "curve": curve_points(run)[:-1] if evaluation else curve_points(run),  # eval.json is the last point
         "notes": notes,
     }
 

@@ -157,7 +157,7 @@ def extract_features(
     index: dict[str, Any] | None = None
     if index_path.is_file():
         index = json.loads(index_path.read_text())
-        stored = FeatureSpec(bool(index.get("spec", {}).get("final")), tuple(index.get("spec", {}).get("layers", ())))
+        stored = _stored_spec(index)
         if (
             index.get("complete")
             and index.get("version") == FORMAT_VERSION
@@ -246,6 +246,12 @@ def extract_features(
     return FeatureStore(out)
 
 
+def _stored_spec(index: dict[str, Any]) -> FeatureSpec:
+    """The :class:`FeatureSpec` a feature folder's ``index.json`` was extracted with."""
+    spec = index.get("spec", {})
+    return FeatureSpec(bool(spec.get("final")), tuple(spec.get("layers", ())))
+
+
 def _covers(stored: FeatureSpec, wanted: FeatureSpec) -> bool:
     """Whether a cache extracted with ``stored`` holds everything ``wanted`` asks for (same layers, or none wanted)."""
     return (stored.final or not wanted.final) and (not wanted.layers or stored.layers == wanted.layers)
@@ -273,7 +279,7 @@ class FeatureStore(Sequence[dict[str, torch.Tensor]]):
         self.index = json.loads((self.path / "index.json").read_text())
         if not self.index.get("complete"):
             raise ValueError(f"feature folder {self.path} is incomplete; rerun extract_features")
-        stored = FeatureSpec(bool(self.index["spec"]["final"]), tuple(self.index["spec"]["layers"]))
+        stored = _stored_spec(self.index)
         if spec is not None and not _covers(stored, spec):
             raise ValueError(f"feature folder {self.path} holds {stored}, which does not cover the requested {spec}")
         self.spec = spec or stored

@@ -46,7 +46,16 @@ from specdec.train.evaluate import evaluate_heldout
 from specdec.train.features import FeatureSpec, FeatureStore, collate, eagle3_layers, extract_features
 from specdec.train.recipes import RECIPES, recipe_kwargs
 
-__all__ = ["TrainConfig", "train", "build_head", "RecipeModule", "lr_lambda", "read_log"]
+__all__ = [
+    "TrainConfig",
+    "train",
+    "build_head",
+    "RecipeModule",
+    "lr_lambda",
+    "read_log",
+    "trained_tokens",
+    "curve_points",
+]
 
 Recipe = Literal["eagle1", "hass", "eagle3"]
 
@@ -462,7 +471,7 @@ def train(
                 save_checkpoint()
             if main and step in config.eval_steps and step < stop:
                 point = evaluate()
-                point["trained_tokens"] = _trained_tokens(log_path)
+                point["trained_tokens"] = trained_tokens(read_log(out))
                 with open(out / "curve.jsonl", "a") as f:
                     f.write(json.dumps(point) + "\n")
     finally:
@@ -477,7 +486,7 @@ def train(
         unwrapped.head.eval()
         save_eagle_head(unwrapped.head, head_dir)
         report = evaluate()
-        report["trained_tokens"] = _trained_tokens(log_path)
+        report["trained_tokens"] = trained_tokens(read_log(out))
         (out / "eval.json").write_text(json.dumps(report, indent=1))
     accelerator.wait_for_everyone()
     return head_dir
@@ -498,9 +507,19 @@ class _Prefix(Sequence[dict[str, torch.Tensor]]):
         return self.store[i]
 
 
-def _trained_tokens(log_path: Path) -> int:
-    """Scored draft slots so far (sum of the logged per-step ``tokens``; epochs count again)."""
-    return int(sum(json.loads(line).get("tokens", 0) for line in log_path.read_text().splitlines() if line))
+def trained_tokens(records: Sequence[dict[str, Any]]) -> int:
+    """Scored draft slots over ``log.jsonl`` records (sum of the per-step ``tokens``; epochs count again)."""
+    return int(sum(r.get("tokens", 0) for r in records))
+
+
+def curve_points(out: str | Path) -> list[dict[str, Any]]:
+    """The run's mid-run evaluations (``curve.jsonl``) followed by its final one (``eval.json``), when present."""
+    out = Path(out)
+    curve = out / "curve.jsonl"
+    points = [json.loads(line) for line in curve.read_text().splitlines() if line] if curve.is_file() else []
+    if (out / "eval.json").is_file():
+        points.append(json.loads((out / "eval.json").read_text()))
+    return points
 
 
 def read_log(out: str | Path) -> list[dict[str, Any]]:
