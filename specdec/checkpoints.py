@@ -34,11 +34,20 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, EagleConfig, check_head_target
+from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, EagleConfig, check_draft_vocab, check_head_target
 
-__all__ = ["CheckpointError", "load_eagle_head", "save_eagle_head", "export_eagle3", "read_weights"]
+__all__ = [
+    "CheckpointError",
+    "load_eagle_head",
+    "save_eagle_head",
+    "export_eagle3",
+    "read_weights",
+    "load_draft_vocab",
+    "save_draft_vocab",
+]
 
 CONFIG_FILE = "config.json"
+DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
 SAFETENSORS_FILE = "model.safetensors"
 PICKLE_FILE = "pytorch_model.bin"
 
@@ -190,6 +199,41 @@ def load_eagle_head(
         if head.embed_tokens is None:
             head.attach_target_embedding(target_model.get_input_embeddings().weight)
     return head
+
+
+def save_draft_vocab(ids: torch.Tensor, directory: str | Path, vocab_size: int) -> Path:
+    """Write an EAGLE-1/HASS head's draft shortlist (``[V_d]`` increasing target ids) beside its weights.
+
+    Our own side file (``draft_vocab.safetensors``, key ``draft_to_target`` int32, metadata ``vocab_size``); official
+    EAGLE-1 loaders ignore it and draft over the full vocabulary.
+    """
+    ids = check_draft_vocab(ids, vocab_size)
+    path = Path(directory) / DRAFT_VOCAB_FILE
+    state = {"draft_to_target": ids.to(torch.int32).contiguous()}
+    save_file(state, str(path), metadata={"vocab_size": str(vocab_size)})
+    return path
+
+
+def load_draft_vocab(directory: str | Path, vocab_size: int) -> torch.Tensor | None:
+    """The shortlist saved by :func:`save_draft_vocab` in ``directory`` (``[V_d]`` long), or None if there is none.
+
+    Raises:
+        CheckpointError: the file is unreadable, or was made for another vocabulary size, or holds invalid ids.
+    """
+    path = Path(directory) / DRAFT_VOCAB_FILE
+    if not path.is_file():
+        return None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            ids = f.get_tensor("draft_to_target")
+        if int(meta.get("vocab_size", vocab_size)) != vocab_size:
+            raise ValueError(f"made for a vocabulary of {meta['vocab_size']}, the target has {vocab_size}")
+        return check_draft_vocab(ids, vocab_size)
+    except Exception as exc:
+        raise CheckpointError(f"invalid draft vocabulary {path}: {exc}") from exc
 
 
 def _dtype_name(head: nn.Module) -> str:

@@ -1,6 +1,6 @@
 """The specdec command: generate, bench, train, budget.
 
-    specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat]
+    specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat] [--backend B]
                      (text streams to stdout, the stats line to stderr)
     specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
                   [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
@@ -54,7 +54,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specdec.assets import Prompt, chat_ids
     from specdec.demo import default_method
     from specdec.generate import GenerationMetrics, StopCondition
-    from specdec.methods import build_method, method_names
+    from specdec.methods import MethodOptions, build_method, method_names
     from specdec.models import load_smollm2
     from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
@@ -71,9 +71,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model, tokenizer = load_smollm2()
     ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=args.chat))
     limit = model.config.max_position_embeddings
-    target = HFTarget(model, max_len=min(limit, ids.shape[0] + args.max_new_tokens + 128))
+    target = HFTarget(model, max_len=min(limit, ids.shape[0] + args.max_new_tokens + 128), backend=args.backend)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    generator = build_method(method, target, sampling)
+    generator = build_method(method, target, sampling, MethodOptions(backend=args.backend))
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=[tokenizer.eos_token_id])
     metrics = GenerationMetrics()
     tokens: list[int] = []
@@ -89,7 +89,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     sys.stdout.write("\n")
     print(
-        f"[{method}, T={args.temperature:g}, {torch.get_num_threads()} threads] {metrics.summary()}; "
+        f"[{method}, T={args.temperature:g}, {torch.get_num_threads()} threads, {target.backend}] {metrics.summary()}; "
         f"wall {wall:.2f}s incl. streaming",
         file=sys.stderr,  # the text alone goes to stdout (pipe-friendly)
     )
@@ -122,6 +122,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     from specdec.bench import run_bench, write_report
     from specdec.bench.runner import plan_variants
+    from specdec.methods import MethodOptions
 
     try:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
@@ -142,6 +143,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         command=command,
         progress=not args.no_progress,
+        options=MethodOptions(backend=args.backend),
+        backend=args.backend,
     )
     report = write_report(args.out)
     print(report.read_text())
@@ -165,14 +168,15 @@ def cmd_budget(args: argparse.Namespace) -> int:
     sizes = sorted(set(args.sizes or DEFAULT_SIZES))
     if sizes[0] < 1:
         raise UsageError("--sizes must be positive")
-    target = HFTarget(model, max_len=max(sizes) + args.context + 8)
+    target = HFTarget(model, max_len=max(sizes) + args.context + 8, backend=args.backend)
     if args.refresh or args.sizes or args.repeats is not None:
         curve = measure_forward_cost(target, sizes=sizes, repeats=args.repeats or 5, context=args.context)
     else:
         curve = forward_cost_curve(target, context=args.context)
     meta = curve.meta
     print(
-        f"target forward cost, SmolLM2-135M-Instruct on {meta.get('device', '?')}, {meta.get('threads', '?')} "
+        f"target forward cost, SmolLM2-135M-Instruct on {meta.get('device', '?')} ({target.backend}), "
+        f"{meta.get('threads', '?')} "
         f"threads, {meta.get('context', '?')} tokens of context, median of {meta.get('repeats', '?')} "
         f"(measured {meta.get('date', '?')})"
     )
@@ -194,6 +198,18 @@ def cmd_budget(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- parser
+def _backend_option(parser: argparse.ArgumentParser) -> None:
+    from specdec.fastpath import BACKENDS
+
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="execution backend of the target and drafters: auto (default: oneDNN-packed linears and copy-free "
+        "GQA attention on CPU where they apply), cpu-packed, or stock (the model as loaded)",
+    )
+
+
 def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
@@ -212,6 +228,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     )
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    _backend_option(g)
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
@@ -227,6 +244,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     b.add_argument("--no-progress", action="store_true")
+    _backend_option(b)
     b.set_defaults(func=cmd_bench)
 
     if with_train:
@@ -242,6 +260,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     u.add_argument("--repeats", type=int, default=None, help="timed forwards per size (default 5)")
     u.add_argument("--context", type=int, default=256, help="tokens of context before the tree (default 256)")
     u.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    _backend_option(u)
     u.set_defaults(func=cmd_budget)
     return parser
 

@@ -1,18 +1,22 @@
 """The README's demo: speculative generation on SmolLM2-135M-Instruct, with vanilla decoding timed in the same run.
 
-    python -m specdec.demo [--method NAME] [--prompt TEXT] [--max-new-tokens N] [--temperature T]
+    python -m specdec.demo [--method NAME] [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--backend B]
 
-Defaults to the shipped EAGLE-3 head; without shipped heads it falls back to the best training-free drafter.
+Defaults to the shipped EAGLE-3 head; without shipped heads it falls back to the best training-free drafter. Our
+vanilla loop and HF ``generate`` (on a stock copy of the model) are timed in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 
 import torch
 
 from specdec.assets import chat_ids
+from specdec.bench.runner import HFGenerate
+from specdec.fastpath import BACKENDS
 from specdec.generate import GenerationResult, StopCondition
 from specdec.methods import MethodOptions, build_method, method_names, shipped_head_dir
 from specdec.models import MissingAssetError, load_smollm2
@@ -37,29 +41,34 @@ def default_method() -> str:
     return "ngram"
 
 
-def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed: int) -> int:
+def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, backend: str = "auto") -> int:
     torch.manual_seed(seed)
     model, tokenizer = load_smollm2()
-    target = HFTarget(model, max_len=2048)
+    stock_model = copy.deepcopy(model)  # HF generate runs the model as loaded, as its users run it
+    target = HFTarget(model, max_len=2048, backend=backend)
     ids = chat_ids(tokenizer, prompt)
     sampling = SamplingParams(temperature=temperature, seed=seed)
     stop = StopCondition(max_new_tokens=max_new_tokens, eos_token_ids=[tokenizer.eos_token_id])
     vanilla = build_method("vanilla", target, sampling)
-    spec = build_method(method, target, sampling, MethodOptions())
-    # Warm-up both paths once so neither pays first-call costs in the timed runs.
-    build_method("vanilla", target, sampling).generate(ids, sampling, StopCondition(max_new_tokens=4))
-    spec.generate(ids, sampling, StopCondition(max_new_tokens=4))
+    spec = build_method(method, target, sampling, MethodOptions(backend=backend))
+    hf = HFGenerate(stock_model, tokenizer.eos_token_id)
+    # Warm-up every path once so none pays first-call costs in the timed runs.
+    for gen in (vanilla, spec, hf):
+        gen.generate(ids, sampling, StopCondition(max_new_tokens=4))
     base: GenerationResult = vanilla.generate(ids, sampling, stop)
     result: GenerationResult = spec.generate(ids, sampling, stop)
+    reference: GenerationResult = hf.generate(ids, sampling, stop)
 
     print(f"prompt: {prompt}\n")
     print(tokenizer.decode(result.tokens, skip_special_tokens=True).strip(), "\n")
     m = result.metrics
     speedup = m.tokens_per_second / max(base.metrics.tokens_per_second, 1e-9)
+    vs_hf = m.tokens_per_second / max(reference.metrics.tokens_per_second, 1e-9)
     line = (
-        f"[{method}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
-        f"speedup={speedup:.2f}x vs vanilla ({base.metrics.tokens_per_second:.1f} tok/s, same run, "
-        f"{torch.get_num_threads()} threads, T={temperature})"
+        f"[{method}, {target.backend}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
+        f"speedup={speedup:.2f}x vs vanilla ({base.metrics.tokens_per_second:.1f} tok/s), "
+        f"{vs_hf:.2f}x vs HF generate ({reference.metrics.tokens_per_second:.1f} tok/s, stock model); same run, "
+        f"{torch.get_num_threads()} threads, T={temperature}"
     )
     if sampling.greedy:
         line += f", identical to vanilla greedy: {'yes' if result.tokens == base.tokens else 'NO'}"
@@ -74,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", choices=BACKENDS, default="auto", help="execution backend (specdec.fastpath)")
     args = parser.parse_args(argv)
     method = args.method or default_method()
     if method == "vanilla":
         parser.error("the demo compares a speculative method against vanilla; pick another method")
-    return run(method, args.prompt, args.max_new_tokens, args.temperature, args.seed)
+    return run(method, args.prompt, args.max_new_tokens, args.temperature, args.seed, args.backend)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,10 @@ class MethodOptions:
         total_tokens: a fixed tree size (root included); None lets ``adaptive`` decide.
         max_total_tokens: the largest tree the adaptive budget may choose.
         adapt_depth: let the adaptive budget shorten the expansion depth when deep levels do not pay.
+        backend: execution backend of the drafters' models (:mod:`specdec.fastpath`); the target's is set on
+            :class:`~specdec.target.HFTarget`.
+        draft_shortlist: EAGLE-1/HASS heads draft over the shortlist shipped beside the head
+            (``draft_vocab.safetensors``) when there is one, instead of the full vocabulary.
     """
 
     topk: int = 8
@@ -53,6 +57,8 @@ class MethodOptions:
     adapt_depth: bool = True
     small_lm_layers: int = 6
     head_dir: Path | None = None
+    backend: str = "auto"
+    draft_shortlist: bool = True
 
 
 FIXED_TOTAL_TOKENS = 24
@@ -86,13 +92,16 @@ def _speculative(target: HFTarget, drafter, policy, sampling: SamplingParams) ->
 
 
 def _eagle_drafter(target: HFTarget, kind: str, o: MethodOptions):
-    from specdec.checkpoints import load_eagle_head
+    from specdec.checkpoints import load_draft_vocab, load_eagle_head
     from specdec.drafters import Eagle3Drafter, EagleDrafter
 
-    head = load_eagle_head(o.head_dir or shipped_head_dir(kind), target_model=target.model)
+    head_dir = o.head_dir or shipped_head_dir(kind)
+    head = load_eagle_head(head_dir, target_model=target.model)
     head = head.to(device=target.device, dtype=target.dtype).eval()
-    cls = Eagle3Drafter if kind == "eagle3" else EagleDrafter
-    return cls(head, target.model, max_len=target.max_len)
+    if kind == "eagle3":
+        return Eagle3Drafter(head, target.model, max_len=target.max_len, backend=o.backend)
+    vocab = load_draft_vocab(head_dir, target.vocab_size) if o.draft_shortlist else None
+    return EagleDrafter(head, target.model, max_len=target.max_len, draft_vocab=vocab, backend=o.backend)
 
 
 def _vanilla(target, sampling, o):
@@ -108,7 +117,7 @@ def _ngram(target, sampling, o):
 def _small_lm(target, sampling, o):
     from specdec.drafters import SmallLMDrafter
 
-    drafter = SmallLMDrafter.from_target_layers(target.model, o.small_lm_layers, target.max_len)
+    drafter = SmallLMDrafter.from_target_layers(target.model, o.small_lm_layers, target.max_len, backend=o.backend)
     return _speculative(target, drafter, _dynamic(target, o), sampling)
 
 

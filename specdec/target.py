@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from specdec.fastpath import apply_backend
 from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
 from specdec.kvcache import CacheFullError, PositionCache, additive_mask
 from specdec.tree import DraftTree
@@ -30,13 +31,24 @@ class HFTarget(Target):
             (Llama-family models do; tested on SmolLM2 and tiny random Llamas).
         max_len: cache capacity in tokens (prompt + generated + one tree).
         hidden: hidden states every forward should return (drafters add theirs via :meth:`request_hidden`).
+        backend: how the model's forward executes (:mod:`specdec.fastpath`): ``"auto"`` packs the linears for oneDNN
+            and runs GQA attention without copies where it can (CPU, float32), ``"stock"`` runs the model as
+            loaded. It transforms ``model`` in place, for every holder of it.
     """
 
-    def __init__(self, model: PreTrainedModel, max_len: int = 2048, hidden: HiddenRequest | None = None) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        max_len: int = 2048,
+        hidden: HiddenRequest | None = None,
+        backend: str = "auto",
+    ) -> None:
         self.model = model.eval()
         config = model.config.get_text_config()
         self.config = config
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.backend = apply_backend(model, backend).backend
+        head = model.get_output_embeddings()
+        self.vocab_size = int(getattr(head, "out_features", 0) or head.weight.shape[0])
         self.num_layers = int(config.num_hidden_layers)
         limit = getattr(config, "max_position_embeddings", None)
         if limit is not None and max_len > limit:
@@ -48,11 +60,11 @@ class HFTarget(Target):
 
     @property
     def device(self) -> torch.device:
-        return self.model.get_output_embeddings().weight.device
+        return self.model.get_input_embeddings().weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.get_output_embeddings().weight.dtype
+        return self.model.get_input_embeddings().weight.dtype
 
     def request_hidden(self, request: HiddenRequest) -> None:
         bad = [i for i in request.layers if not 0 <= i < self.num_layers]
@@ -78,7 +90,7 @@ class HFTarget(Target):
             raise CacheFullError(
                 f"{self.length} cached + {n} new tokens exceed the cache of {self.max_len}; raise max_len"
             )
-        mask = None  # one new token attending to the whole prefix needs no mask
+        mask = None  # causal over the cache: the model's own mask logic (no O(L^2) float mask)
         if block_mask is not None:
             allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
             mask = additive_mask(allowed, self.dtype)
@@ -115,8 +127,7 @@ class HFTarget(Target):
         self.length = 0
         n = input_ids.shape[0]
         positions = torch.arange(n, device=input_ids.device)
-        causal = torch.ones(n, n, dtype=torch.bool, device=input_ids.device).tril()
-        step = self._forward(input_ids, positions, causal, logits_to_keep=1)
+        step = self._forward(input_ids, positions, None, logits_to_keep=1)
         self.length = n
         return step
 

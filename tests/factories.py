@@ -44,6 +44,8 @@ def make_drafter(kind: str, model, max_len: int, seed: int = 0, small_layers: in
         return SmallLMDrafter.from_target_layers(model, small_layers, max_len)
     if kind == "eagle1":
         return EagleDrafter(random_head("eagle1", model, seed), model, max_len)
+    if kind == "eagle1-shortlist":  # drafts over every other token: q = 0 on the rest
+        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, draft_vocab=torch.arange(0, vocab, 2))
     if kind == "eagle3":
         return Eagle3Drafter(random_head("eagle3", model, seed), model, max_len)
     raise ValueError(kind)

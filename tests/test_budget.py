@@ -63,7 +63,8 @@ def test_measure_and_cache(tiny):
     assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))  # made monotone
     assert curve.meta["threads"] == torch.get_num_threads() and curve.meta["context"] == 16
     path = curve_path(tiny, target.device)
-    assert path.is_file() and path.name.endswith(f"-cpu-{torch.get_num_threads()}.json")
+    assert path.is_file() and path.name.endswith(f"-cpu-{torch.get_num_threads()}-{target.backend}.json")
+    assert curve.meta["backend"] == target.backend == "cpu-packed"
     assert target.length == 0  # the cache is left empty
     assert forward_cost_curve(target) == curve  # read back, not re-measured
     path.write_text("{not json")

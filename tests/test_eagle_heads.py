@@ -305,10 +305,12 @@ def final_hidden(hs, start, end):
     return TargetHidden(final=hs[-1][start:end])
 
 
+@pytest.mark.parametrize("backend", ["auto", "stock"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_eagle1_drafter_matches_full_forward(target, seed):
+def test_eagle1_drafter_matches_full_forward(target, seed, backend):
     head = eagle1_head(seed + 10)
-    drafter = EagleDrafter(head, target, max_len=64)
+    drafter = EagleDrafter(head, target, max_len=64, backend=backend)
+    assert drafter.backend == ("cpu-packed" if backend == "auto" else "stock")
     assert drafter.hidden_request.final and not drafter.hidden_request.layers
     assert drafter.vocab_size == V
     # the feature is what the target feeds its lm_head
@@ -326,10 +328,10 @@ def test_eagle1_drafter_matches_full_forward(target, seed):
     )
 
 
-@pytest.mark.parametrize("layers", [None, (3, 0, 1)])
-def test_eagle3_drafter_matches_full_forward(target, layers):
+@pytest.mark.parametrize(("layers", "backend"), [(None, "auto"), ((3, 0, 1), "auto"), (None, "stock")])
+def test_eagle3_drafter_matches_full_forward(target, layers, backend):
     head = eagle3_head(20, draft_vocab=10)
-    drafter = Eagle3Drafter(head, target, max_len=64, layers=layers)
+    drafter = Eagle3Drafter(head, target, max_len=64, layers=layers, backend=backend)
     used = layers or default_aux_layers(4)
     assert drafter.hidden_request.layers == used and not drafter.hidden_request.final
 
@@ -348,6 +350,48 @@ def test_eagle3_drafter_matches_full_forward(target, layers):
         logits_fn=lambda out: head.target_logits(head.logits(out)),
         seed=7,
     )
+
+
+def test_eagle1_drafter_shortlist_matches_full_forward(target):
+    """Drafting over a shortlist = the full lm_head's logits at the shortlist ids, -inf (q = 0) elsewhere."""
+    head = eagle1_head(30)
+    ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15])
+    drafter = EagleDrafter(head, target, max_len=64, draft_vocab=ids)
+    outside = torch.ones(V, dtype=torch.bool)
+    outside[ids] = False
+
+    def logits_fn(out):
+        full = target.lm_head(out).float()
+        return full.masked_fill(outside, float("-inf"))
+
+    drive(
+        drafter,
+        target,
+        features_of=lambda hs: hs[-1],
+        hidden_of=final_hidden,
+        ref_hidden=lambda f: f,
+        logits_fn=logits_fn,
+        seed=3,
+    )
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [([], "empty"), ([0, 16], r"\[0, 16\)"), ([3, 2], "increasing"), ([1, 1], "increasing")],
+)
+def test_eagle1_drafter_rejects_bad_shortlist(target, ids, match):
+    with pytest.raises(ValueError, match=match):
+        EagleDrafter(eagle1_head(), target, 16, draft_vocab=torch.tensor(ids, dtype=torch.long))
+
+
+def test_drafter_leaves_the_callers_head_untouched(target):
+    """The packed copy is the drafter's: the caller's head keeps plain, trainable nn.Linear layers."""
+    head = eagle1_head(31)
+    drafter = EagleDrafter(head, target, max_len=16)
+    assert drafter.backend == "cpu-packed" and drafter.head is not head
+    assert all(type(m) is not torch.nn.Linear for m in drafter.head.modules())
+    assert any(type(m) is torch.nn.Linear for m in head.modules())
+    assert drafter.head.fc.weight is head.fc.weight  # shared, not copied
 
 
 def test_eagle3_default_and_configured_layers():

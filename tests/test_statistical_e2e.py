@@ -19,8 +19,9 @@ drafter and every policy meets every T in {0.5, 1, 1.5}, and each of the 4 warpi
 top-k 4 + top-p 0.9) exactly once, and every (T, warping) pair occurs (:func:`test_design_covers_every_level`).
 Verifiers in their domain: deterministic trees -> ``MultiRoundVerifier``; the deterministic chain ->
 ``MultiRoundVerifier`` (2 drafters) and ``ChainVerifier`` (2 drafters); stochastic trees ->
-``StochasticMultiRoundVerifier(max_children=2)``; plus ``ChainVerifier`` on a stochastic chain (2 drafters) and one
-``VanillaGenerator`` check of the reference computation itself: ``FAMILY = 19`` checks.
+``StochasticMultiRoundVerifier(max_children=2)``; plus ``ChainVerifier`` on a stochastic chain (2 drafters), the EAGLE-1
+head drafting over a shortlist (half the vocabulary, q = 0 on the rest) on a stochastic tree, and one
+``VanillaGenerator`` check of the reference computation itself: ``FAMILY = 20`` checks.
 
 False-positive rate: one family, Bonferroni at family-wise ``ALPHA = 1e-3``: each check fails iff its p-value is
 ``<= ALPHA / FAMILY ~= 5.3e-5``, so a correct implementation fails this file with probability at most about 1e-3
@@ -84,7 +85,7 @@ WARPS = {
 
 @dataclass(frozen=True)
 class Config:
-    drafter: str  # ngram | small-lm | eagle1 | eagle3 | vanilla
+    drafter: str  # ngram | small-lm | eagle1 | eagle1-shortlist | eagle3 | vanilla
     policy: str  # static | chain | dynamic | stochastic | stochastic-chain (unused for vanilla)
     verifier: str  # multiround | chain | stochastic
     temperature: float
@@ -122,6 +123,7 @@ _DESIGN = [
     ("eagle3", "stochastic", "stochastic", 1.5, "top-k"),
     ("ngram", "stochastic-chain", "chain", 1.0, "both"),
     ("eagle3", "stochastic-chain", "chain", 0.5, "top-k"),
+    ("eagle1-shortlist", "stochastic", "stochastic", 1.5, "off"),
     ("vanilla", "-", "-", 1.5, "top-p"),
 ]
 CONFIGS = [Config(*row, seed=1000 + i) for i, row in enumerate(_DESIGN)]

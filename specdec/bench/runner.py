@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from specdec.assets import Prompt, chat_ids, load_prompts
+from specdec.fastpath import apply_backend
 from specdec.generate import GenerationMetrics, GenerationResult, StopCondition
 from specdec.methods import DYNAMIC_TREE_METHODS, MethodOptions, build_method, method_names
 from specdec.models import MissingAssetError
@@ -346,6 +347,7 @@ def run_bench(
     options: MethodOptions | None = None,
     model=None,
     tokenizer=None,
+    backend: str = "auto",
 ) -> Path:
     """Measure ``methods`` (vanilla always included) on ``dataset`` at each temperature; returns the results file.
 
@@ -366,6 +368,8 @@ def run_bench(
         progress: show a tqdm bar.
         options: tree and drafter settings of the named methods (default :class:`MethodOptions`).
         model, tokenizer: the target (default: SmolLM2-135M-Instruct).
+        backend: execution backend of our target (:mod:`specdec.fastpath`). The HF baselines always run a stock copy
+            of the model, as a user of ``generate`` would: the fast path is ours to be measured against it.
     """
     from tqdm.auto import tqdm
 
@@ -389,12 +393,18 @@ def run_bench(
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
     limit_len = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
     max_len = min(max(e.shape[0] for e in encoded) + max_new_tokens + _max_tree(variants) + 8, limit_len)
-    target = HFTarget(model, max_len=max_len)
+    # The HF baselines run the model as loaded (a stock copy taken before our target transforms it).
+    hf_model = model
+    if any(v.method in HF_METHODS for v in variants):
+        hf_model = copy.deepcopy(model)
+        apply_backend(hf_model, "stock")
+    target = HFTarget(model, max_len=max_len, backend=backend)
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
     meta = {
         "command": command,
         "hardware": hardware_info(device),
+        "backend": target.backend,
         "methods": [v.name for v in variants],
         "dataset": dataset if isinstance(dataset, str) else "custom",
         "temperatures": [float(t) for t in temperatures],
@@ -425,7 +435,7 @@ def run_bench(
         built = {}
         for v in todo:
             try:
-                built[v.name] = _build(v, model, tokenizer, target, base)
+                built[v.name] = _build(v, hf_model, tokenizer, target, base)
             except Exception as e:  # missing assets are expected; anything else is reported, not fatal
                 status = "skipped" if isinstance(e, MissingAssetError) else "error"
                 reason = str(e) if status == "skipped" else f"{type(e).__name__}: {e}"

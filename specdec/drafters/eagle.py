@@ -28,7 +28,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, additive_bias, check_head_target
+from specdec.drafters.eagle_modules import (
+    Eagle1Head,
+    Eagle3Head,
+    KVSlots,
+    additive_bias,
+    check_draft_vocab,
+    check_head_target,
+    scatter_vocab,
+)
+from specdec.fastpath import apply_backend, packed_copy, resolve_backend
 from specdec.interfaces import Drafter, HiddenRequest, TargetHidden
 from specdec.tree import PartialTree
 
@@ -49,14 +58,24 @@ class EagleDrafterBase(Drafter):
 
     head: Eagle1Head | Eagle3Head
 
-    def __init__(self, head: Eagle1Head | Eagle3Head, target: nn.Module, max_len: int, feature_size: int) -> None:
+    def __init__(
+        self,
+        head: Eagle1Head | Eagle3Head,
+        target: nn.Module,
+        max_len: int,
+        feature_size: int,
+        backend: str = "auto",
+    ) -> None:
         if max_len <= 0:
             raise ValueError(f"max_len must be positive, got {max_len}")
         check_head_target(head, target)
         if head.embed_tokens is None:
             head.attach_target_embedding(target.get_input_embeddings().weight)
         tcfg = _target_config(target)
-        self.head = head
+        # The fast path runs a packed copy that shares every other tensor: the caller's head (perhaps still
+        # training) is left as it is; the copy is a snapshot of its weights.
+        self.backend = resolve_backend(head, backend)[0]
+        self.head = packed_copy(head) if self.backend == "cpu-packed" else head
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
         p = head.fc.weight
@@ -163,9 +182,8 @@ class EagleDrafterBase(Drafter):
         rows = positions[:, None]
         cols = torch.arange(c, device=self._device)[None, :]
         bias = additive_bias(cols <= rows, self._dtype)
-        past = (self._k[:, :, :start], self._v[:, :, :start])
-        out, (k, v) = self.head(self.head.embed(tokens)[None], hidden[None], positions[None], bias, past)
-        self._k[:, :, start:c], self._v[:, :, start:c] = k, v
+        cache = KVSlots(self._k, self._v, positions, c)
+        out, _ = self.head(self.head.embed(tokens)[None], hidden[None], positions[None], bias, cache=cache)
         self._pairs_done = c - 1
         self._root_ready = True
         root_out = out[0, n - 1 :]
@@ -173,30 +191,23 @@ class EagleDrafterBase(Drafter):
         return self._logits(root_out)
 
     def _expand_nodes(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
-        """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors)."""
-        frontier = frontier.to(tree.device)
-        f = frontier.shape[0]
-        base, size = self._length - 1, tree.size  # root pair position; nodes 1.. sit at base + id
+        """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors).
+
+        Node ``n`` lives in slot ``base + n`` (``base`` = the root pair's position); its row attends to the committed
+        prefix and to the slots of its ancestors and itself (its own keys are written before attending).
+        """
+        idx = frontier.to(self._device)
+        f = idx.shape[0]
+        base, size = self._length - 1, tree.size
         hidden = self._node_out[tree.parents[frontier].to(self._device)]
         tokens = tree.tokens[frontier].to(self._device)
         positions = (base + tree.depth[frontier]).to(self._device)
-        anc = tree.ancestor_mask(frontier).to(self._device).clone()
-        rows = torch.arange(f, device=self._device)
-        idx = frontier.to(self._device)
-        anc[rows, idx] = False  # a frontier node's own slot is written by this forward (the new keys)
-        mask = torch.cat(
-            (
-                torch.ones(f, base, dtype=torch.bool, device=self._device),
-                anc,
-                torch.eye(f, dtype=torch.bool, device=self._device),
-            ),
-            dim=1,
+        anc = tree.ancestor_mask(frontier).to(self._device)  # [F, size]: ancestors-or-self
+        mask = torch.cat((torch.ones(f, base, dtype=torch.bool, device=self._device), anc), dim=1)
+        cache = KVSlots(self._k, self._v, base + idx, base + size)
+        out, _ = self.head(
+            self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), cache=cache
         )
-        past = (self._k[:, :, : base + size], self._v[:, :, : base + size])
-        out, (k, v) = self.head(
-            self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), past
-        )
-        self._k[:, :, base + idx], self._v[:, :, base + idx] = k, v
         self._node_out[idx] = out[0]
         return self._logits(out[0])
 
@@ -211,19 +222,47 @@ class EagleDrafter(EagleDrafterBase):
         head: the draft head (its ``embed_tokens`` is used if present, else the target's embedding is shared).
         target: the Hugging Face target model (``get_input_embeddings``, ``get_output_embeddings``, ``config``).
         max_len: capacity in committed tokens (the target's cache size).
+        draft_vocab: ``[V_d]`` increasing target token ids the drafter may propose (a shortlist, e.g. the most frequent
+            tokens of the training data), or None for the whole vocabulary. The head's features go through the
+            target lm_head's rows for these ids only (``V_d / V`` of the full lm_head's cost); every other token
+            gets draft probability 0.
+        backend: ``"auto"``, ``"cpu-packed"`` or ``"stock"`` (:mod:`specdec.fastpath`) for the head and the shortlist.
+
+    Contract (losslessness is untouched): q is the softmax over the shortlist and exactly 0 elsewhere; the verifier
+    scores the target's full vocabulary, so a token outside the shortlist is still emitted with its target
+    probability (through the residual or the bonus), it is only never proposed.
     """
 
     hidden_request = HiddenRequest(final=True)
 
-    def __init__(self, head: Eagle1Head, target: nn.Module, max_len: int) -> None:
+    def __init__(
+        self,
+        head: Eagle1Head,
+        target: nn.Module,
+        max_len: int,
+        draft_vocab: torch.Tensor | None = None,
+        backend: str = "auto",
+    ) -> None:
         if not isinstance(head, Eagle1Head):
             raise TypeError(f"EagleDrafter needs an Eagle1Head, got {type(head).__name__} (use Eagle3Drafter)")
         tcfg = _target_config(target)
         lm_head = target.get_output_embeddings()
-        if lm_head is None or lm_head.weight.shape != (tcfg.vocab_size, tcfg.hidden_size):
+        shape = getattr(lm_head, "out_features", None), getattr(lm_head, "in_features", None)
+        if lm_head is None or shape != (tcfg.vocab_size, tcfg.hidden_size):
             raise ValueError("the target has no lm_head of shape [vocab_size, hidden_size]")
         self.lm_head = lm_head
-        super().__init__(head, target, max_len, feature_size=head.config.hidden_size)
+        self.draft_vocab: torch.Tensor | None = None
+        if draft_vocab is not None:
+            ids = check_draft_vocab(draft_vocab, tcfg.vocab_size)
+            rows = nn.Linear(tcfg.hidden_size, ids.shape[0], bias=getattr(lm_head, "bias", None) is not None)
+            with torch.no_grad():
+                rows.weight.copy_(lm_head.weight.detach()[ids.to(lm_head.weight.device)])
+                if rows.bias is not None:
+                    rows.bias.copy_(lm_head.bias.detach()[ids])
+            rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
+            apply_backend(rows, backend, warn=False)
+            self.lm_head, self.draft_vocab = rows, ids.to(lm_head.weight.device)
+        super().__init__(head, target, max_len, feature_size=head.config.hidden_size, backend=backend)
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         if hidden.final is None:
@@ -231,5 +270,7 @@ class EagleDrafter(EagleDrafterBase):
         return hidden.final
 
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        w = self.lm_head.weight
-        return self.lm_head(out.to(device=w.device, dtype=w.dtype)).float()
+        logits = self.lm_head(out).float()  # [F, V] or [F, V_d]
+        if self.draft_vocab is None:
+            return logits
+        return scatter_vocab(logits, self.draft_vocab, self.vocab_size)

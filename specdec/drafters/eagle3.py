@@ -32,11 +32,19 @@ class Eagle3Drafter(EagleDrafterBase):
         max_len: capacity in committed tokens.
         layers: target decoder layers whose inputs are fused, low -> high. Default: the head config's
             ``aux_layer_ids`` if set, else ``(2, L//2, L-3)`` with ``L`` the target's ``num_hidden_layers``.
+        backend: ``"auto"``, ``"cpu-packed"`` or ``"stock"`` for the head (:mod:`specdec.fastpath`).
     """
 
     head: Eagle3Head
 
-    def __init__(self, head: Eagle3Head, target: nn.Module, max_len: int, layers: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        head: Eagle3Head,
+        target: nn.Module,
+        max_len: int,
+        layers: Sequence[int] | None = None,
+        backend: str = "auto",
+    ) -> None:
         if not isinstance(head, Eagle3Head):
             raise TypeError(f"Eagle3Drafter needs an Eagle3Head, got {type(head).__name__} (use EagleDrafter)")
         tcfg = _target_config(target)
@@ -51,7 +59,7 @@ class Eagle3Drafter(EagleDrafterBase):
             raise ValueError(f"head fuses {head.num_fused} target states but {len(layers)} layers were given")
         self.layers = layers
         self.hidden_request = HiddenRequest(layers=layers)
-        super().__init__(head, target, max_len, feature_size=len(layers) * tcfg.hidden_size)
+        super().__init__(head, target, max_len, feature_size=len(layers) * tcfg.hidden_size, backend=backend)
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         return hidden.fused(self.layers)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,15 +39,34 @@ __all__ = [
     "Eagle1Head",
     "Eagle3Head",
     "KV",
+    "KVSlots",
     "additive_bias",
     "causal_bias",
     "default_aux_layers",
     "MissingEmbeddingError",
+    "check_draft_vocab",
     "check_head_target",
+    "scatter_vocab",
 ]
 
 #: Keys and values of a span of positions: ``(k, v)``, each ``[B, h_kv, n, d]`` (keys already rotated).
 KV = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class KVSlots:
+    """A preallocated key/value cache one forward writes into and attends over (inference; drafters own it).
+
+    Attributes:
+        keys, values: ``[B, h_kv, capacity, d]`` buffers (keys rotated), written in place.
+        slots: ``[T]`` long: where the forward's ``T`` new rows go.
+        span: the forward attends over slots ``[0, span)`` (the bias has ``span`` columns).
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    slots: torch.Tensor
+    span: int
 
 
 class MissingEmbeddingError(RuntimeError):
@@ -292,18 +312,21 @@ class EagleAttention(nn.Module):
         position_ids: torch.Tensor,
         attn_bias: torch.Tensor,
         past_kv: KV | None = None,
+        cache: KVSlots | None = None,
     ) -> tuple[torch.Tensor, KV]:
-        """Attend from ``T`` new positions to ``cat(past, new)``.
+        """Attend from ``T`` new positions to ``cat(past, new)``, or to a preallocated cache's first ``span`` slots.
 
         Args:
             x: ``[B, T, Hin]``.
             position_ids: ``[B, T]`` long RoPE positions of the new rows.
-            attn_bias: ``[B, 1, T, S]`` additive float (``0`` attend, ``-inf`` not); ``S = past + T`` with the
-                new positions last, in order.
+            attn_bias: ``[B, 1, T, S]`` additive float (``0`` attend, ``-inf`` not). With ``past_kv``: ``S = past + T``
+                with the new positions last, in order. With ``cache``: ``S = cache.span``, columns = cache slots.
             past_kv: ``(k, v)`` each ``[B, h_kv, S - T, d]`` (rotated keys), or None.
+            cache: preallocated keys/values; the new rows are written at ``cache.slots`` *before* attending, so a
+                row sees itself through its own slot (no concatenation, no copy of the past).
 
         Returns:
-            ``out [B, T, H]`` and the new ``(k, v)`` each ``[B, h_kv, T, d]`` (keys rotated), to cache.
+            ``out [B, T, H]`` and the new ``(k, v)`` each ``[B, h_kv, T, d]`` (keys rotated).
         """
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
@@ -311,16 +334,20 @@ class EagleAttention(nn.Module):
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = self.rotary(position_ids, q.dtype)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        if past_kv is not None:
+        if cache is not None:
+            if past_kv is not None:
+                raise ValueError("pass past_kv or cache, not both")
+            cache.keys.index_copy_(2, cache.slots, k)
+            cache.values.index_copy_(2, cache.slots, v)
+            keys, values = cache.keys[:, :, : cache.span], cache.values[:, :, : cache.span]
+        elif past_kv is not None:
             keys, values = torch.cat((past_kv[0], k), dim=2), torch.cat((past_kv[1], v), dim=2)
         else:
             keys, values = k, v
         if attn_bias.shape[-1] != keys.shape[2] or attn_bias.shape[-2] != t:
             raise ValueError(f"attn_bias {tuple(attn_bias.shape)} does not match T={t}, S={keys.shape[2]}")
-        rep = self.num_heads // self.num_kv_heads
-        if rep > 1:
-            keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_bias.to(q.dtype))
+        gqa = self.num_heads != self.num_kv_heads  # SDPA shares each key/value head across its query group
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_bias.to(q.dtype), enable_gqa=gqa)
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
         return self.o_proj(out), (k, v)
 
@@ -349,9 +376,14 @@ class Eagle1Layer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, attn_bias: torch.Tensor, past_kv: KV | None
+        self,
+        x: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_bias: torch.Tensor,
+        past_kv: KV | None,
+        cache: KVSlots | None = None,
     ) -> tuple[torch.Tensor, KV]:
-        attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv)
+        attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv, cache)
         h = x + attn
         return h + self.mlp(self.post_attention_layernorm(h)), kv
 
@@ -374,9 +406,10 @@ class Eagle3Layer(nn.Module):
         position_ids: torch.Tensor,
         attn_bias: torch.Tensor,
         past_kv: KV | None,
+        cache: KVSlots | None = None,
     ) -> tuple[torch.Tensor, KV]:
         x = torch.cat((self.input_layernorm(input_embeds), self.hidden_norm(hidden)), dim=-1)
-        attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv)
+        attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv, cache)
         h = hidden + attn
         return h + self.mlp(self.post_attention_layernorm(h)), kv
 
@@ -440,6 +473,7 @@ class Eagle1Head(_HeadBase):
         position_ids: torch.Tensor,
         attn_bias: torch.Tensor,
         past_kv: KV | None = None,
+        cache: KVSlots | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """Predict the next feature for each (feature of token t, embedding of token t+1) pair.
 
@@ -447,13 +481,14 @@ class Eagle1Head(_HeadBase):
             input_embeds: ``[B, T, H]`` embeddings of tokens ``t+1``.
             features: ``[B, T, H]`` features of tokens ``t`` (target's post-norm last hidden state, or the head's
                 own previous prediction).
-            position_ids: ``[B, T]``; attn_bias: ``[B, 1, T, S]``; past_kv: ``(k, v)`` ``[B, h_kv, S-T, d]``.
+            position_ids: ``[B, T]``; attn_bias: ``[B, 1, T, S]``; past_kv: ``(k, v)`` ``[B, h_kv, S-T, d]``;
+            cache: or a preallocated cache (:class:`KVSlots`, see :meth:`EagleAttention.forward`).
 
         Returns:
             ``hidden [B, T, H]`` predicted features of tokens ``t+1`` and the new ``(k, v)`` ``[B, h_kv, T, d]``.
         """
         x = self.fc(torch.cat((input_embeds, features), dim=-1))
-        return self.layers[0](x, position_ids, attn_bias, past_kv)
+        return self.layers[0](x, position_ids, attn_bias, past_kv, cache)
 
 
 class Eagle3Head(_HeadBase):
@@ -510,6 +545,7 @@ class Eagle3Head(_HeadBase):
         position_ids: torch.Tensor,
         attn_bias: torch.Tensor,
         past_kv: KV | None = None,
+        cache: KVSlots | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """One mid-layer step.
 
@@ -517,13 +553,14 @@ class Eagle3Head(_HeadBase):
             input_embeds: ``[B, T, H]`` embeddings of tokens ``t+1``.
             hidden: ``[B, T, H]`` either :meth:`project` of the fused target states at ``t``, or the head's own
                 previous pre-norm output.
-            position_ids: ``[B, T]``; attn_bias: ``[B, 1, T, S]``; past_kv: ``(k, v)`` ``[B, h_kv, S-T, d]``.
+            position_ids: ``[B, T]``; attn_bias: ``[B, 1, T, S]``; past_kv: ``(k, v)`` ``[B, h_kv, S-T, d]``;
+            cache: or a preallocated cache (:class:`KVSlots`, see :meth:`EagleAttention.forward`).
 
         Returns:
             ``out_prenorm [B, T, H]`` (feed :meth:`logits`, or back in as ``hidden`` for the next draft step) and the
             new ``(k, v)`` ``[B, h_kv, T, d]``.
         """
-        return self.midlayer(input_embeds, hidden, position_ids, attn_bias, past_kv)
+        return self.midlayer(input_embeds, hidden, position_ids, attn_bias, past_kv, cache)
 
     def logits(self, out_prenorm: torch.Tensor) -> torch.Tensor:
         """``[..., H]`` -> ``[..., V_draft]`` draft-vocab logits ``lm_head(norm(out))``."""
@@ -535,10 +572,30 @@ class Eagle3Head(_HeadBase):
 
     def target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """``[..., V_draft]`` -> ``[..., V]`` float32, draft logits at their target ids, ``-inf`` elsewhere."""
-        v, vd = self.config.vocab_size, self.config.draft_vocab_size
-        out = draft_logits.new_full((*draft_logits.shape[:-1], v), float("-inf"), dtype=torch.float32)
-        out[..., torch.arange(vd, device=self.d2t.device) + self.d2t] = draft_logits.float()
-        return out
+        ids = torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+        return scatter_vocab(draft_logits, ids, self.config.vocab_size)
+
+
+def scatter_vocab(draft_logits: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Draft-vocabulary logits ``[..., V_d]`` -> ``[..., V]`` float32 at target ids ``ids [V_d]``, ``-inf`` elsewhere.
+
+    Contract: softmax of the result is the draft distribution q over the target vocabulary, exactly 0 off ``ids``.
+    """
+    out = draft_logits.new_full((*draft_logits.shape[:-1], vocab_size), float("-inf"), dtype=torch.float32)
+    out[..., ids] = draft_logits.float()
+    return out
+
+
+def check_draft_vocab(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Validate a draft vocabulary ``[V_d]`` of target ids (strictly increasing, in ``[0, vocab_size)``); long copy."""
+    ids = torch.as_tensor(ids).reshape(-1).to(torch.long)
+    if ids.numel() == 0:
+        raise ValueError("the draft vocabulary is empty")
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"draft vocabulary ids must lie in [0, {vocab_size}) (the target vocabulary)")
+    if ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
+        raise ValueError("draft vocabulary ids must be strictly increasing (sorted, no duplicates)")
+    return ids
 
 
 def check_head_target(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from specdec.fastpath import apply_backend
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
 from specdec.kvcache import PositionCache, additive_mask
 from specdec.tree import PartialTree
@@ -38,6 +39,8 @@ class SmallLMDrafter(Drafter):
         model: a Hugging Face causal LM (``model(input_ids, attention_mask=4-D, position_ids, past_key_values)``).
         max_len: cache capacity in positions: committed context plus one tree's expanded nodes.
         target_vocab_size: if given, the drafter's output vocabulary must have exactly this size.
+        backend: how the model's forward executes (:mod:`specdec.fastpath`); transforms ``model`` in place. A drafter
+            cut from the target's layers shares the target's (already transformed) modules.
 
     Attributes:
         vocab_size: rows of the model's output embedding (lm_head).
@@ -48,14 +51,17 @@ class SmallLMDrafter(Drafter):
         VocabMismatchError: the model's vocabulary differs from ``target_vocab_size``.
     """
 
-    def __init__(self, model: PreTrainedModel, max_len: int, target_vocab_size: int | None = None) -> None:
+    def __init__(
+        self, model: PreTrainedModel, max_len: int, target_vocab_size: int | None = None, backend: str = "auto"
+    ) -> None:
         head = model.get_output_embeddings()
-        vocab = head.weight.shape[0] if head is not None else model.config.get_text_config().vocab_size
+        vocab = getattr(head, "out_features", None) or model.config.get_text_config().vocab_size
         if target_vocab_size is not None and vocab != target_vocab_size:
             raise VocabMismatchError(f"draft model vocabulary {vocab} != target vocabulary {target_vocab_size}")
         if max_len < 2:
             raise ValueError(f"max_len must be at least 2, got {max_len}")
         self.model = model.eval()
+        self.backend = apply_backend(model, backend).backend
         self.vocab_size = vocab
         self.max_len = max_len
         self.num_layers = model.config.get_text_config().num_hidden_layers
@@ -65,7 +71,9 @@ class SmallLMDrafter(Drafter):
         self.reset()
 
     @classmethod
-    def from_target_layers(cls, target_model: PreTrainedModel, num_layers: int, max_len: int) -> SmallLMDrafter:
+    def from_target_layers(
+        cls, target_model: PreTrainedModel, num_layers: int, max_len: int, backend: str = "auto"
+    ) -> SmallLMDrafter:
         """A drafter made of the target's first ``num_layers`` decoder layers, final norm and lm_head.
 
         The new model has the target's class and config with ``num_hidden_layers = num_layers``; its modules are
@@ -92,7 +100,8 @@ class SmallLMDrafter(Drafter):
         if left:
             raise ValueError(f"{type(target_model).__name__} has a layout this constructor does not know: {left}")
         head = target_model.get_output_embeddings()
-        return cls(small.eval(), max_len, target_vocab_size=None if head is None else head.weight.shape[0])
+        vocab = None if head is None else getattr(head, "out_features", None)
+        return cls(small.eval(), max_len, target_vocab_size=vocab, backend=backend)
 
     def reset(self) -> None:
         """Forget all context; the cache buffers are kept and overwritten."""

@@ -1,0 +1,251 @@
+"""CPU fast path against the stock path, measured side by side in one run (SmolLM2-135M-Instruct, CPU).
+
+    python benchmarks/fastpath.py [--context 120] [--repeats 7] [--prompts 8] [--new-tokens 64] [--threads 2]
+                                  [--out results.json]
+
+Two copies of the model live in one process: ``stock`` (as loaded: MKL linears, transformers' sdpa) and ``fast``
+(``HFTarget(..., backend="auto")``: oneDNN-prepacked linears, GQA attention without key/value copies). Printed:
+
+1. The target forward curve ``T(n)`` for a chain of ``n`` tree tokens after ``--context`` tokens, ``n = 1..32``,
+   both paths interleaved round by round (medians), and ``T(n) / T(1)`` for each (targets: fast ``n=8 <= 1.3``,
+   ``n=16 <= 1.6``).
+2. Our 1-token step (fast ``decode_one``) against transformers' own 1-token step (stock model, ``DynamicCache``),
+   same prompt, interleaved (target <= 0.75).
+3. Our vanilla loop (fast) against HF ``generate`` (stock model) at T=0 on the first ``--prompts`` MT-bench
+   questions, same number of tokens (no EOS), interleaved per prompt (target >= 1.3); token agreement, and for any
+   difference the stock model's top-2 logit gap at the first differing position (a near-tie is < 1e-4).
+4. The draft share of an EAGLE-3 cycle (shipped head, fast path, adaptive tree) on the same prompts (target <= 10 %).
+5. Resident memory of a process holding the model on each path (separate subprocesses, same forwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from specdec.assets import chat_ids, mtbench_prompts
+from specdec.generate import StopCondition, VanillaGenerator
+from specdec.methods import MethodOptions, build_method
+from specdec.models import load_smollm2
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.tree import DraftTree
+
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def chain(n: int, vocab: int, g: torch.Generator) -> DraftTree:
+    return DraftTree.from_parents(torch.randint(0, vocab, (n,), generator=g), torch.arange(-1, n - 1), n - 1)
+
+
+def median_ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1e3
+
+
+@torch.no_grad()
+def forward_curve(targets: dict[str, HFTarget], context: int, repeats: int) -> dict[str, dict[int, float]]:
+    g = torch.Generator().manual_seed(0)
+    vocab = next(iter(targets.values())).vocab_size
+    prompt = torch.randint(0, vocab, (context,), generator=g)
+    trees = {n: chain(n, vocab, g) for n in SIZES}
+    times = {k: {n: [] for n in SIZES} for k in targets}
+    for t in targets.values():
+        t.prefill(prompt)
+    for round_ in range(repeats + 1):
+        for name, t in targets.items():
+            for n, tree in trees.items():
+                t0 = time.perf_counter()
+                t.forward_tree(tree)
+                if round_:  # round 0 warms every shape up
+                    times[name][n].append(time.perf_counter() - t0)
+    return {k: {n: median_ms(v) for n, v in r.items()} for k, r in times.items()}
+
+
+@torch.no_grad()
+def one_token_steps(fast: HFTarget, stock_model, context: int, repeats: int) -> dict[str, float]:
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, fast.vocab_size, (context,), generator=g)
+    fast.prefill(prompt)
+    cache = DynamicCache(config=stock_model.config)
+    stock_model(input_ids=prompt[None], past_key_values=cache, use_cache=True)
+    token = torch.tensor([[5]])
+    ours, hf = [], []
+    for round_ in range(3 * repeats + 1):
+        t0 = time.perf_counter()
+        fast.decode_one(token[0, 0])
+        t1 = time.perf_counter()
+        stock_model(input_ids=token, past_key_values=cache, use_cache=True)
+        t2 = time.perf_counter()
+        fast.length = context  # the next step overwrites the same slot
+        cache.crop(context)
+        if round_:
+            ours.append(t1 - t0)
+            hf.append(t2 - t1)
+    ratio = statistics.median(ours) / statistics.median(hf)
+    return {"ours_ms": median_ms(ours), "hf_ms": median_ms(hf), "ratio": ratio}
+
+
+def top2_gap(model, ids: torch.Tensor, tokens: list[int], position: int) -> float:
+    with torch.no_grad():
+        seq = torch.cat([ids, torch.tensor(tokens[:position], dtype=torch.long)])
+        logits = model(input_ids=seq[None]).logits[0, -1].float()
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def vanilla_vs_generate(fast: HFTarget, stock_model, tokenizer, prompts, new_tokens: int) -> dict:
+    sampling = SamplingParams()
+    stop = StopCondition(max_new_tokens=new_tokens)
+    config = copy.deepcopy(stock_model.generation_config)
+    config.update(eos_token_id=None, do_sample=False, min_new_tokens=None, pad_token_id=0)
+    ours, hf, rows = [], [], []
+    for i, prompt in enumerate(prompts):
+        ids = chat_ids(tokenizer, prompt)
+        if i == 0:
+            VanillaGenerator(fast).generate(ids, sampling, StopCondition(max_new_tokens=4))
+            with torch.no_grad():
+                stock_model.generate(ids[None], generation_config=config, max_new_tokens=4)
+        pair = {}
+        for side in ("ours", "hf") if i % 2 == 0 else ("hf", "ours"):
+            t0 = time.perf_counter()
+            if side == "ours":
+                tokens = VanillaGenerator(fast).generate(ids, sampling, stop).tokens
+            else:
+                with torch.no_grad():
+                    out = stock_model.generate(ids[None], generation_config=config, max_new_tokens=new_tokens)
+                tokens = out[0, ids.shape[0] :].tolist()
+            pair[side] = (tokens, len(tokens) / (time.perf_counter() - t0))
+        ours.append(pair["ours"][1])
+        hf.append(pair["hf"][1])
+        a, b = pair["ours"][0], pair["hf"][0]
+        diff = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        row = {"prompt": prompt.id, "ours_tok_s": ours[-1], "hf_tok_s": hf[-1], "same_tokens": a == b}
+        if diff is not None:
+            row["first_diff"] = diff
+            row["stock_top2_gap"] = top2_gap(stock_model, ids, b, diff)
+        rows.append(row)
+        extra = "" if diff is None else f", first difference at {diff}, stock top-2 gap {row['stock_top2_gap']:.2e}"
+        speeds = f"ours {ours[-1]:.1f} tok/s, HF generate {hf[-1]:.1f} tok/s"
+        print(f"   {prompt.id}: {speeds}, same tokens: {a == b}{extra}")
+    return {"ratio": sum(ours) / sum(hf), "prompts": rows}
+
+
+def eagle3_draft_share(fast: HFTarget, tokenizer, prompts, new_tokens: int) -> dict:
+    sampling = SamplingParams()
+    gen = build_method("eagle3", fast, sampling, MethodOptions())
+    phases = {"draft": 0.0, "target": 0.0, "verify": 0.0, "bookkeeping": 0.0}
+    taus = []
+    for i, prompt in enumerate(prompts):
+        ids = chat_ids(tokenizer, prompt)
+        if i == 0:
+            gen.generate(ids, sampling, StopCondition(max_new_tokens=8))
+        m = gen.generate(ids, sampling, StopCondition(max_new_tokens=new_tokens)).metrics
+        phases["draft"] += m.time_draft
+        phases["target"] += m.time_target
+        phases["verify"] += m.time_verify
+        phases["bookkeeping"] += m.time_bookkeeping
+        taus.append(m.tau)
+    total = sum(phases.values())
+    return {"split": {k: v / total for k, v in phases.items()}, "tau_mean": sum(taus) / len(taus)}
+
+
+def rss_probe(backend: str, context: int) -> None:
+    """Subprocess body: load, run a prefill and 8 steps on ``backend``, print the resident set in MB."""
+    model, _ = load_smollm2()
+    target = HFTarget(model, max_len=context + 16, backend=backend)
+    with torch.no_grad():
+        target.prefill(torch.arange(context) % target.vocab_size)
+        for _ in range(8):
+            target.decode_one(torch.tensor(5))
+    status = Path("/proc/self/status").read_text()
+    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    print(json.dumps({"backend": target.backend, "rss_mb": rss / 1024}))
+
+
+def rss(context: int) -> dict:
+    out = {}
+    for backend in ("stock", "auto"):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--rss-probe", backend, "--context", str(context)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        out[row["backend"]] = row["rss_mb"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--context", type=int, default=120)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rss-probe", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.rss_probe:
+        rss_probe(args.rss_probe, args.context)
+        return 0
+    model, tokenizer = load_smollm2()
+    stock_model = copy.deepcopy(model)
+    fast = HFTarget(model, max_len=1024)
+    stock = HFTarget(stock_model, max_len=1024, backend="stock")
+    print(
+        f"device=cpu threads={args.threads} torch={torch.__version__} cpu={platform.processor() or platform.machine()} "
+        f"fast backend={fast.backend} attention={model.config._attn_implementation}"
+    )
+    report: dict = {"threads": args.threads, "context": args.context, "torch": torch.__version__}
+
+    print(f"1) target forward T(n) after {args.context} tokens, chain of n nodes (median ms; ratio to n=1)")
+    curve = forward_curve({"stock": stock, "fast": fast}, args.context, args.repeats)
+    print("   n      " + " ".join(f"{n:>6}" for n in SIZES))
+    for name, row in curve.items():
+        print(f"   {name:6s} " + " ".join(f"{row[n]:6.1f}" for n in SIZES))
+        print(f"   {'ratio':6s} " + " ".join(f"{row[n] / row[1]:6.2f}" for n in SIZES))
+    fast_ratio = {n: curve["fast"][n] / curve["fast"][1] for n in SIZES}
+    print(f"   fast T(8)/T(1) = {fast_ratio[8]:.2f} (target <= 1.3), T(16)/T(1) = {fast_ratio[16]:.2f} (target <= 1.6)")
+    report["curve_ms"] = curve
+
+    print("2) 1-token step: ours (fast) vs transformers' own (stock model, DynamicCache), same prompt")
+    steps = one_token_steps(fast, stock_model, args.context, args.repeats)
+    print(f"   ours {steps['ours_ms']:.1f} ms, HF {steps['hf_ms']:.1f} ms, ratio {steps['ratio']:.2f} (target <= 0.75)")
+    report["one_token_step"] = steps
+
+    prompts = mtbench_prompts()[: args.prompts]
+    print(f"3) vanilla loop (fast) vs HF generate (stock), T=0, {args.new_tokens} tokens, {len(prompts)} MT-bench")
+    vg = vanilla_vs_generate(fast, stock_model, tokenizer, prompts, args.new_tokens)
+    print(f"   ratio ours/HF generate = {vg['ratio']:.2f} (target >= 1.3)")
+    report["vanilla_vs_hf_generate"] = vg
+
+    print("4) EAGLE-3 cycle time split (shipped head, fast path, adaptive tree)")
+    share = eagle3_draft_share(fast, tokenizer, prompts, args.new_tokens)
+    split = " ".join(f"{k}={v:.1%}" for k, v in share["split"].items())
+    print(f"   {split}; tau {share['tau_mean']:.2f} (target: draft <= 10%)")
+    report["eagle3_split"] = share
+
+    print("5) resident memory (separate processes, prefill + 8 steps)")
+    mem = rss(args.context)
+    ratio = mem["cpu-packed"] / mem["stock"]
+    print(f"   stock {mem['stock']:.0f} MB, fast {mem['cpu-packed']:.0f} MB, ratio {ratio:.2f}")
+    report["rss_mb"] = mem
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""The CPU fast path: a transformation of the model that keeps its outputs, its state dict and its hooks."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from specdec.fastpath import (
+    GQA_ATTENTION,
+    FastPathWarning,
+    PackedLinear,
+    apply_backend,
+    backend_of,
+    pack_linears,
+    resolve_backend,
+    unpack_linears,
+)
+from specdec.generate import StopCondition, VanillaGenerator
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.tree import DraftTree
+
+
+def model(seed: int = 0):
+    return tiny_llama(vocab_size=32, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, seed=seed)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_packed_linear_equals_linear(bias, rows):
+    lin = nn.Linear(24, 40, bias=bias)
+    packed = PackedLinear(lin)
+    x = torch.randn(2, rows, 24)
+    torch.testing.assert_close(packed(x), lin(x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed.weight, lin.weight.detach(), atol=0, rtol=0)  # rebuilt exactly
+    assert set(packed.state_dict()) == set(lin.state_dict())
+    back = packed.to_linear()
+    torch.testing.assert_close(back.weight, lin.weight, atol=0, rtol=0)
+
+
+def test_packed_linear_refuses_other_dtypes():
+    packed = PackedLinear(nn.Linear(8, 8))
+    with pytest.raises(TypeError, match="float32 CPU"):
+        packed(torch.randn(2, 8, dtype=torch.float64))
+
+
+def test_apply_backend_keeps_outputs_state_dict_and_ties():
+    stock, fast = model(1), model(1)
+    state = {k: v.clone() for k, v in stock.state_dict().items()}
+    report = apply_backend(fast, "auto")
+    assert report.backend == "cpu-packed" and report.packed > 0 and report.attention == GQA_ATTENTION
+    assert backend_of(fast) == "cpu-packed" and resolve_backend(fast)[0] == "cpu-packed"
+    ids = torch.randint(0, 32, (1, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(ids).logits, stock(ids).logits, atol=1e-4, rtol=1e-4)
+    saved = fast.state_dict()
+    assert set(saved) == set(state)
+    for k, v in state.items():
+        torch.testing.assert_close(saved[k], v, atol=0, rtol=0)
+    assert apply_backend(fast, "cpu-packed").packed == report.packed  # idempotent
+    assert apply_backend(fast, "stock").backend == "stock"
+    assert backend_of(fast) == "stock" and fast.config._attn_implementation == "sdpa"
+    for k, v in state.items():
+        torch.testing.assert_close(fast.state_dict()[k], v, atol=0, rtol=0)
+
+
+def test_tied_weight_is_kept_and_shared():
+    m = model(2)
+    m.lm_head.weight = m.model.embed_tokens.weight  # tie
+    apply_backend(m, "auto")
+    assert isinstance(m.lm_head, PackedLinear)
+    assert m.lm_head.weight is m.model.embed_tokens.weight  # kept, not a copy
+    q = m.model.layers[0].self_attn.q_proj
+    assert isinstance(q, PackedLinear) and q._weight is None  # untied: released
+
+
+def test_hooks_move_with_the_module():
+    m = model(3)
+    seen = []
+    handle = m.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
+    apply_backend(m, "auto")
+    with torch.no_grad():
+        m(torch.tensor([[1, 2, 3]]))
+    assert seen == [torch.Size([1, 3, 32])]
+    handle.remove()  # the handle still reaches the hook where it now lives
+    with torch.no_grad():
+        m(torch.tensor([[1, 2, 3]]))
+    assert len(seen) == 1
+
+
+def test_fallback_warns_once_and_runs_stock():
+    m = model(4).to(torch.float64)
+    with pytest.warns(FastPathWarning, match="needs float32"):
+        target = HFTarget(m, max_len=32)
+    assert target.backend == "stock" and backend_of(m) == "stock"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HFTarget(m, max_len=32, backend="stock")  # asking for stock is not a fallback: no warning
+
+
+class QuantizedLinear(nn.Linear):
+    """Stand-in for a quantized projection: an nn.Linear subclass the fast path must not touch."""
+
+
+def test_linear_subclasses_are_left_stock_with_a_warning():
+    m = model(5)
+    attn = m.model.layers[0].self_attn
+    old = attn.q_proj
+    attn.q_proj = QuantizedLinear(old.in_features, old.out_features, bias=False)
+    attn.q_proj.weight = old.weight
+    with pytest.warns(FastPathWarning, match="not plain nn.Linear"):
+        report = apply_backend(m, "auto")
+    assert report.backend == "cpu-packed" and report.skipped == 1
+    assert type(attn.q_proj) is QuantizedLinear
+
+
+def test_no_linear_at_all_falls_back():
+    with pytest.warns(FastPathWarning, match="no plain nn.Linear"):
+        assert apply_backend(nn.Sequential(nn.ReLU(), nn.LayerNorm(4)), "auto").backend == "stock"
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown backend 'gpu-magic'"):
+        HFTarget(model(6), max_len=16, backend="gpu-magic")
+
+
+def test_pack_unpack_counts():
+    m = model(7)
+    packed, skipped = pack_linears(m)
+    assert packed == 3 * 7 + 1 and skipped == 0  # q k v o gate up down per layer, + lm_head
+    assert unpack_linears(m) == packed
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_fast_and_stock_targets_agree_on_trees_and_greedy_decoding(attn):
+    stock_model, fast_model = model(8), model(8)
+    for m in (stock_model, fast_model):
+        m.config._attn_implementation = attn
+    stock, fast = HFTarget(stock_model, max_len=64, backend="stock"), HFTarget(fast_model, max_len=64)
+    assert fast.backend == "cpu-packed"
+    assert fast_model.config._attn_implementation == (GQA_ATTENTION if attn == "sdpa" else "eager")
+    prompt = torch.randint(0, 32, (9,), generator=torch.Generator().manual_seed(0))
+    tree = DraftTree.from_parents(torch.tensor([3, 5, 7, 9, 11]), torch.tensor([-1, 0, 0, 1, 1]), 2)
+    for t in (stock, fast):
+        t.prefill(prompt)
+    torch.testing.assert_close(fast.forward_tree(tree).logits, stock.forward_tree(tree).logits, atol=1e-4, rtol=1e-4)
+    sampling, stop = SamplingParams(), StopCondition(max_new_tokens=12)
+    a = VanillaGenerator(stock).generate(prompt, sampling, stop).tokens
+    b = VanillaGenerator(fast).generate(prompt, sampling, stop).tokens
+    assert a == b
+
+
+@pytest.mark.slow
+def test_smollm2_fast_path_matches_stock():
+    """The real model: same greedy tokens, tree logits within float32 noise, prepacked copy only for the tied head."""
+    import copy
+
+    from specdec.assets import chat_ids, mtbench_prompts
+    from specdec.models import load_smollm2
+
+    stock_model, tokenizer = load_smollm2()
+    fast_model = copy.deepcopy(stock_model)
+    stock, fast = HFTarget(stock_model, max_len=256, backend="stock"), HFTarget(fast_model, max_len=256)
+    assert fast.backend == "cpu-packed"
+    assert fast_model.lm_head.weight is fast_model.model.embed_tokens.weight
+    ids = chat_ids(tokenizer, mtbench_prompts()[0])
+    sampling, stop = SamplingParams(), StopCondition(max_new_tokens=24)
+    assert VanillaGenerator(fast).generate(ids, sampling, stop).tokens == (
+        VanillaGenerator(stock).generate(ids, sampling, stop).tokens
+    )
+    tree = DraftTree.from_parents(torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([-1, 0, 0, 1, 2, 4]), 3)
+    for t in (stock, fast):
+        t.prefill(ids)
+    a, b = stock.forward_tree(tree).logits, fast.forward_tree(tree).logits
+    torch.testing.assert_close(b, a, atol=2e-3, rtol=1e-3)
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_deepcopy_of_a_packed_model_keeps_ties_and_outputs():
+    import copy
+
+    m = model(9)
+    m.lm_head.weight = m.model.embed_tokens.weight
+    apply_backend(m, "auto")
+    clone = copy.deepcopy(m)
+    assert backend_of(clone) == "cpu-packed"
+    assert clone.lm_head.weight is clone.model.embed_tokens.weight  # still tied, in the copy
+    assert clone.lm_head.weight is not m.lm_head.weight
+    ids = torch.tensor([[4, 5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(clone(ids).logits, m(ids).logits, atol=0, rtol=0)
+    apply_backend(clone, "stock")
+    assert backend_of(clone) == "stock" and backend_of(m) == "cpu-packed"
