@@ -5,6 +5,7 @@
     specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
                   [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
     specdec train {eagle1,hass,eagle3} --out DIR ...
+    specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7] [--batch-size 16]
     specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
 
 Everything runs on SmolLM2-135M-Instruct from its installed package. User errors (unknown method or data set,
@@ -197,6 +198,47 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------- data
+def cmd_data(args: argparse.Namespace) -> int:
+    import torch
+
+    from specdec.fastpath import apply_backend
+    from specdec.models import load_smollm2
+    from specdec.train.regenerate import RegenerateConfig, regenerate
+
+    try:
+        config = RegenerateConfig(
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_new_tokens=args.max_new_tokens,
+            temperatures=tuple(args.temperatures),
+            top_p=args.top_p,
+            shard_size=args.shard_size,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.prompts < 1:
+        raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_smollm2()
+    apply_backend(model, args.backend)
+    command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
+    try:
+        manifest = regenerate(
+            model, tokenizer, args.out, args.prompts, config, command=command, progress=not args.no_progress
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    shards = manifest["shards"]
+    print(
+        f"{args.out}: {len(shards)} shards, {sum(s['sequences'] for s in shards)} responses, "
+        f"{sum(s['response_tokens'] for s in shards)} response tokens"
+    )
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------- parser
 def _backend_option(parser: argparse.ArgumentParser) -> None:
     from specdec.fastpath import BACKENDS
@@ -213,7 +255,7 @@ def _backend_option(parser: argparse.ArgumentParser) -> None:
 def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="{generate,bench,train,budget}")
+    sub = parser.add_subparsers(dest="command", metavar="{generate,bench,train,data,budget}")
 
     g = sub.add_parser("generate", help="stream a speculative generation on SmolLM2-135M-Instruct")
     g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
@@ -253,6 +295,23 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         add_train_parser(sub)  # sets func=run_train
     else:
         sub.add_parser("train", help="train an EAGLE-1 / HASS / EAGLE-3 head (specdec train --help)", add_help=False)
+
+    d = sub.add_parser("data", help="build training data (regenerate: the target's own responses)")
+    dsub = d.add_subparsers(dest="data_command", metavar="{regenerate}", required=True)
+    r = dsub.add_parser("regenerate", help="SmolLM2's own responses to ShareGPT first turns, in resumable shards")
+    r.add_argument("--out", required=True, help="output folder (manifest.json + shards); reruns resume it")
+    r.add_argument("--prompts", type=int, required=True, help="grow the data set to this many prompts (whole shards)")
+    r.add_argument("--max-new-tokens", type=int, default=512)
+    r.add_argument("--max-prompt-tokens", type=int, default=256, help="skip longer prompts (default 256)")
+    r.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 0.7], help="one per shard, in turn")
+    r.add_argument("--top-p", type=float, default=1.0)
+    r.add_argument("--shard-size", type=int, default=64, help="prompts per shard (default 64)")
+    r.add_argument("--batch-size", type=int, default=16, help="sequences generated together (default 16)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--no-progress", action="store_true")
+    _backend_option(r)
+    r.set_defaults(func=cmd_data)
 
     u = sub.add_parser("budget", help="measure the target's forward cost vs tree size (the adaptive tree budget)")
     u.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")

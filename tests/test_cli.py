@@ -114,3 +114,17 @@ def test_generate_smollm2_ngram(capsys):
     stats = captured.err.strip().splitlines()[-1]
     assert stats.startswith("[ngram, T=0") and "8 tokens" in stats and "tau=" in stats
     assert captured.out.strip()  # the streamed text
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--prompts", "0"], "--prompts must be at least 1"),
+        (["--prompts", "8", "--temperatures", "-1"], "temperatures must be"),
+        (["--prompts", "8", "--top-p", "1.5"], "top_p must be in"),
+        (["--prompts", "8", "--batch-size", "0"], "batch_size must be >= 1"),
+    ],
+)
+def test_data_regenerate_usage_errors(tmp_path, capsys, extra, message):
+    assert main(["data", "regenerate", "--out", str(tmp_path / "d"), *extra]) == 2
+    assert message in one_line_error(capsys)

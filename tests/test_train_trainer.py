@@ -160,3 +160,24 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     small = load_eagle_head(ship_head(run, tmp_path / "bf16", "cpu", "t", dtype=torch.bfloat16), target_model=target)
     assert small.fc.weight.dtype == torch.bfloat16
     torch.testing.assert_close(small.fc.weight.float(), copied.fc.weight, atol=1e-2, rtol=1e-2)
+
+
+def test_trains_on_regenerated_data(target, tmp_path) -> None:
+    """``data_dir``: the trainer reads `specdec data regenerate` shards (loss on the responses only)."""
+    from specdec.train.regenerate import Prompt, RegenerateConfig, load_regenerated, regenerate
+
+    class Tok:
+        eos_token_id, pad_token_id = 1, 0
+
+    g = torch.Generator().manual_seed(5)
+    prompts = [Prompt(i, torch.randint(2, 32, (4,), generator=g).tolist()) for i in range(8)]
+    data_dir = tmp_path / "data"
+    regen = RegenerateConfig(max_new_tokens=12, temperatures=(0.0,), shard_size=4, batch_size=4)
+    regenerate(target, Tok(), data_dir, 8, regen, prompts=prompts, progress=False)
+    cfg = config(tmp_path / "run", "eagle1", data_dir=data_dir, max_conversations=6, max_steps=2)
+    train(cfg, target=target, heldout_data=TokenDataset([]))
+    log = read_log(tmp_path / "run")
+    assert log and sum(r["tokens"] for r in log) > 0
+    expected = load_regenerated(data_dir).examples[:6]
+    scored = sum(int(e.loss_mask[1:].sum()) for e in expected)  # slots whose next token is a response token
+    assert sum(r["tokens"] for r in log) == scored  # one epoch over the first 6 sequences, in 2 steps of 4

@@ -31,6 +31,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help=_HELP["out"])
     p.add_argument("--target", default="smollm2", help=_HELP["target"])
     p.add_argument("--max-conversations", type=int, default=1000, help=_HELP["max_conversations"])
+    p.add_argument(
+        "--data", type=Path, default=None, help="self-distilled data folder (specdec data regenerate); default ShareGPT"
+    )
     p.add_argument("--max-len", type=int, default=1024, help=_HELP["max_len"])
     p.add_argument("--max-heldout", type=int, default=50, help="held-out conversations (default 50)")
     p.add_argument("--epochs", type=int, default=1, help=_HELP["epochs"])
@@ -73,6 +76,7 @@ def _config_from_args(args: argparse.Namespace) -> Any:
         "out": args.out,
         "target": args.target,
         "max_conversations": args.max_conversations,
+        "data_dir": args.data,
         "max_len": args.max_len,
         "max_heldout": args.max_heldout,
         "epochs": args.epochs,

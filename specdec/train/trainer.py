@@ -45,6 +45,7 @@ from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
 from specdec.train.evaluate import evaluate_heldout
 from specdec.train.features import FeatureSpec, FeatureStore, collate, eagle3_layers, extract_features
 from specdec.train.recipes import RECIPES, recipe_kwargs
+from specdec.train.regenerate import load_regenerated
 
 __all__ = [
     "TrainConfig",
@@ -74,6 +75,11 @@ class TrainConfig(BaseModel):
     target: str = Field("smollm2", description="'smollm2' or a local HF model folder")
     # data
     max_conversations: int | None = Field(1000, ge=1)
+    data_dir: Path | None = Field(
+        None,
+        description="self-distilled training data (`specdec data regenerate`) instead of ShareGPT's own answers; "
+        "max_conversations caps the sequences taken from it; held-out data stays ShareGPT's held-out split",
+    )
     max_len: int = Field(1024, ge=8)
     heldout_fraction: float = Field(0.02, ge=0.0, lt=1.0)
     max_heldout: int = Field(50, ge=0)
@@ -301,17 +307,22 @@ def train(
     spec = FeatureSpec(final=True, layers=layers)
     features_dir = Path(config.features_dir) if config.features_dir else out / "features"
     if main:
-        if train_data is None:
+        if train_data is None and config.data_dir:
+            regenerated = load_regenerated(config.data_dir, max_len=config.max_len)
+            train_data = TokenDataset(regenerated.examples[: config.max_conversations])
+        if train_data is None or heldout_data is None:
             if tokenizer is None:
                 raise ValueError("building ShareGPT data needs the target's tokenizer")
-            train_data, heldout_data = load_sharegpt(
+            sharegpt_train, sharegpt_heldout = load_sharegpt(
                 tokenizer,
-                max_conversations=config.max_conversations,
+                max_conversations=0 if train_data is not None else config.max_conversations,
                 max_len=config.max_len,
                 heldout_fraction=config.heldout_fraction,
                 max_heldout=config.max_heldout,
                 seed=config.data_seed,
             )
+            train_data = sharegpt_train if train_data is None else train_data
+            heldout_data = sharegpt_heldout if heldout_data is None else heldout_data
         dtype = getattr(torch, config.feature_dtype)
         for split, data in (("train", train_data), ("heldout", heldout_data or TokenDataset([]))):
             extract_features(

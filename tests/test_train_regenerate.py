@@ -1,0 +1,151 @@
+"""Self-distilled data: batched responses equal one-by-one decoding, shards resume, corruption is named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specdec.generate import StopCondition, VanillaGenerator
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.train.regenerate import (
+    Prompt,
+    RegenerateConfig,
+    ShardError,
+    first_turn_prompts,
+    load_regenerated,
+    read_manifest,
+    read_shard,
+    regenerate,
+)
+
+VOCAB, EOS, PAD = 64, 1, 0
+
+
+class StubTokenizer:
+    eos_token_id = EOS
+    pad_token_id = PAD
+
+
+def model():
+    return tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=2, seed=3, logit_scale=0.5)
+
+
+def prompts(n: int) -> list[Prompt]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(n):
+        length = int(torch.randint(2, 9, (1,), generator=g))
+        out.append(Prompt(100 + i, torch.randint(2, VOCAB, (length,), generator=g).tolist()))
+    return out
+
+
+CONFIG = RegenerateConfig(max_new_tokens=7, temperatures=(0.0, 0.7), shard_size=4, batch_size=3)
+
+
+def test_batched_greedy_responses_equal_one_by_one_decoding(tmp_path):
+    m = model()
+    manifest = regenerate(m, StubTokenizer(), tmp_path, 10, CONFIG, prompts=prompts(10), progress=False)
+    assert [s["temperature"] for s in manifest["shards"]] == [0.0, 0.7, 0.0]
+    assert [s["sequences"] for s in manifest["shards"]] == [4, 4, 2]
+    data = load_regenerated(tmp_path)
+    assert len(data) == 10
+    target = HFTarget(m, max_len=32)
+    by_record = {p.record_index: p for p in prompts(10)}
+    shard0 = read_shard(tmp_path / manifest["shards"][0]["file"])
+    for i, record in enumerate(shard0["record_index"].tolist()):  # a greedy shard: check every response
+        prompt = by_record[record]
+        example = data[i]
+        assert example.input_ids[: len(prompt.ids)].tolist() == prompt.ids
+        assert not example.loss_mask[: len(prompt.ids)].any() and example.loss_mask[len(prompt.ids) :].all()
+        response = example.input_ids[len(prompt.ids) :].tolist()
+        stop = StopCondition(max_new_tokens=CONFIG.max_new_tokens, eos_token_ids=[EOS])
+        alone = VanillaGenerator(target).generate(torch.tensor(prompt.ids), SamplingParams(), stop).tokens
+        assert response == alone  # left padding and batching change nothing
+        assert bool(shard0["finished"][i]) == (response[-1] == EOS)
+
+
+def test_resume_adds_shards_without_touching_earlier_ones(tmp_path):
+    m = model()
+    first = regenerate(m, StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(12), progress=False)
+    sha = first["shards"][0]["sha256"]
+    (tmp_path / "shard-00001.safetensors.tmp").write_bytes(b"half-written")  # a run killed mid-write
+    second = regenerate(m, StubTokenizer(), tmp_path, 12, CONFIG, prompts=prompts(12), progress=False)
+    assert len(second["shards"]) == 3 and second["shards"][0]["sha256"] == sha
+    records = [r for s in second["shards"] for r in read_shard(tmp_path / s["file"])["record_index"].tolist()]
+    assert sorted(records) == [100 + i for i in range(12)]  # none duplicated, none lost
+    again = regenerate(m, StubTokenizer(), tmp_path, 12, CONFIG, prompts=prompts(12), progress=False)
+    assert again["shards"] == second["shards"]  # complete: nothing to do
+
+
+def test_corrupt_or_missing_shard_is_named(tmp_path):
+    m = model()
+    regenerate(m, StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
+    path = tmp_path / "shard-00001.safetensors"
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ShardError, match="shard-00001.safetensors does not match its sha256"):
+        load_regenerated(tmp_path)
+    with pytest.raises(ShardError, match="shard-00001"):
+        regenerate(m, StubTokenizer(), tmp_path, 12, CONFIG, prompts=prompts(12), progress=False)
+    path.unlink()
+    with pytest.raises(ShardError, match="shard-00001.safetensors is missing"):
+        load_regenerated(tmp_path)
+
+
+def test_other_settings_or_model_are_refused(tmp_path):
+    regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(4), progress=False)
+    other = RegenerateConfig(max_new_tokens=9, temperatures=(0.0, 0.7), shard_size=4, batch_size=3)
+    with pytest.raises(ValueError, match="other settings"):
+        regenerate(model(), StubTokenizer(), tmp_path, 8, other, prompts=prompts(8), progress=False)
+    different = tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=2, seed=4)
+    with pytest.raises(ValueError, match="other settings"):
+        regenerate(different, StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
+    assert len(read_manifest(tmp_path)["shards"]) == 1
+
+
+def test_compact_token_storage(tmp_path):
+    regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(4), progress=False)
+    data = read_shard(tmp_path / "shard-00000.safetensors")
+    assert data["tokens"].dtype == torch.uint16
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["shards"][0]["tokens"] == data["tokens"].shape[0]
+
+
+@pytest.mark.parametrize("kwargs", [{"temperatures": ()}, {"temperatures": (-1.0,)}, {"top_p": 0.0}, {"shard_size": 0}])
+def test_config_validation(kwargs):
+    with pytest.raises(ValueError):
+        RegenerateConfig(**kwargs)
+
+
+@pytest.mark.slow
+def test_first_turn_prompts_with_the_real_template():
+    from transformers import AutoTokenizer
+
+    from specdec.models import cache_dir, load_smollm2
+
+    load_smollm2()  # makes sure the converted folder with the tokenizer exists
+    tok = AutoTokenizer.from_pretrained(cache_dir() / "smollm2-135m-instruct")
+    records = [
+        {"id": "a_0", "conversations": [{"from": "human", "value": "Hi there"}, {"from": "gpt", "value": "Hello"}]},
+        {"id": "b_0", "conversations": [{"from": "gpt", "value": "orphan answer"}]},  # no user turn
+        {"id": "c_0", "conversations": [{"from": "human", "value": "word " * 400}, {"from": "gpt", "value": "ok"}]},
+        {
+            "id": "d_0",
+            "conversations": [
+                {"from": "system", "value": "Be brief."},
+                {"from": "human", "value": "Why?"},
+                {"from": "gpt", "value": "Because."},
+                {"from": "human", "value": "second turn, not used"},
+            ],
+        },
+    ]
+    out = list(first_turn_prompts(tok, iter(records), RegenerateConfig(heldout_fraction=0.0)))
+    assert [p.record_index for p in out] == [0, 3]  # b has no user turn, c is too long
+    text = tok.decode(out[1].ids)
+    assert "Be brief." in text and "Why?" in text and "second turn" not in text
+    assert text.rstrip().endswith("assistant")  # ends with the generation prompt
