@@ -51,6 +51,8 @@ def test_batched_greedy_responses_equal_one_by_one_decoding(tmp_path):
     manifest = regenerate(m, StubTokenizer(), tmp_path, 10, CONFIG, prompts=prompts(10), progress=False)
     assert [s["temperature"] for s in manifest["shards"]] == [0.0, 0.7, 0.0]
     assert [s["sequences"] for s in manifest["shards"]] == [4, 4, 2]
+    card = (tmp_path / "README.md").read_text()
+    assert "| all | 3 | 10 |" in card and manifest["shards"][2]["sha256"] in card
     data = load_regenerated(tmp_path)
     assert len(data) == 10
     target = HFTarget(m, max_len=32)
