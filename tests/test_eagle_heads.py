@@ -19,6 +19,7 @@ from specdec.drafters.eagle_modules import (
     causal_bias,
     default_aux_layers,
 )
+from specdec.fastpath import PackedLinear
 from specdec.interfaces import TargetHidden, VocabMismatchError
 from specdec.models import tiny_llama
 from specdec.tree import PartialTree
@@ -357,6 +358,7 @@ def test_eagle1_drafter_shortlist_matches_full_forward(target):
     head = eagle1_head(30)
     ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15])
     drafter = EagleDrafter(head, target, max_len=64, draft_vocab=ids)
+    assert isinstance(drafter.lm_head, PackedLinear) and drafter.lm_head.out_features == ids.shape[0]
     outside = torch.ones(V, dtype=torch.bool)
     outside[ids] = False
 

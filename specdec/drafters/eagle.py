@@ -37,7 +37,7 @@ from specdec.drafters.eagle_modules import (
     check_head_target,
     scatter_vocab,
 )
-from specdec.fastpath import apply_backend, packed_copy, resolve_backend
+from specdec.fastpath import PackedLinear, packed_copy, resolve_backend
 from specdec.interfaces import Drafter, HiddenRequest, TargetHidden
 from specdec.tree import PartialTree
 
@@ -259,8 +259,9 @@ class EagleDrafter(EagleDrafterBase):
                 rows.weight.copy_(lm_head.weight.detach()[ids.to(lm_head.weight.device)])
                 if rows.bias is not None:
                     rows.bias.copy_(lm_head.bias.detach()[ids])
-            rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
-            apply_backend(rows, backend, warn=False)
+            rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype).eval()
+            if resolve_backend(rows, backend)[0] == "cpu-packed":
+                rows = PackedLinear(rows)
             self.lm_head, self.draft_vocab = rows, ids.to(lm_head.weight.device)
         super().__init__(head, target, max_len, feature_size=head.config.hidden_size, backend=backend)
 
