@@ -64,10 +64,14 @@ def tiny():
 @pytest.mark.parametrize("policy_kind", POLICIES)
 @pytest.mark.parametrize("drafter_kind", DRAFTERS)
 def test_tiny_greedy_exact(tiny, drafter_kind, policy_kind):
+    accepted = 0
     for seed in range(2):
         prompt = torch.randint(0, 32, (7,), generator=torch.Generator().manual_seed(seed))
         vanilla, result = run_pair(tiny, prompt, drafter_kind, policy_kind, new_tokens=30)
         assert_same_or_near_tie(tiny, prompt, vanilla, result.tokens)
+        accepted += sum(result.metrics.accept_lengths)
+    # Exactness must be shown through accepted drafts too, not only through rejections and bonus tokens.
+    assert accepted > 0, f"{drafter_kind}/{policy_kind}: no draft token was ever accepted"
 
 
 @pytest.mark.parametrize(
