@@ -42,6 +42,7 @@ __all__ = [
     "Backend",
     "BackendReport",
     "FastPathWarning",
+    "Int8Linear",
     "PackedLinear",
     "apply_backend",
     "backend_of",
@@ -51,8 +52,8 @@ __all__ = [
     "unpack_linears",
 ]
 
-Backend = Literal["auto", "cpu-packed", "stock"]
-BACKENDS: tuple[str, ...] = ("auto", "cpu-packed", "stock")
+Backend = Literal["auto", "cpu-packed", "cpu-int8", "stock"]
+BACKENDS: tuple[str, ...] = ("auto", "cpu-packed", "cpu-int8", "stock")
 GQA_ATTENTION = "specdec_sdpa"
 
 
@@ -121,6 +122,45 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Int8Linear(nn.Module):
+    """Draft-only: ``y ~ x W^T + b`` with ``W`` quantized once to int8 per output channel (symmetric) and the
+    activations quantized per call (fbgemm's dynamic int8 GEMM, ``torch.ops.quantized.linear_dynamic``).
+
+    It *approximates* the linear, so only drafters use it, never a target. Speculative decoding stays lossless
+    with any draft: deterministic trees do not use q, and stochastic trees record the q this module produced
+    (contract of :class:`~specdec.interfaces.Drafter`: the verifier sees the q the draft was sampled from).
+    Shapes: ``x [..., in_features]`` (float32, CPU) -> ``[..., out_features]`` float32.
+
+    Args:
+        linear: the ``nn.Linear`` to replace. Its weight stays reachable as :attr:`weight` (shared, not copied).
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        w = linear.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).double()
+        zero = torch.zeros(w.shape[0], dtype=torch.long)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        with warnings.catch_warnings():  # torch marks the quantized-tensor constructors deprecated; they still run
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
+        self._weight = linear.weight
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self._weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        y = torch.ops.quantized.linear_dynamic(rows.float(), self.packed, True)  # reduce_range: fbgemm on AVX2
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
 def _children(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
@@ -208,8 +248,9 @@ def _own_memory(module: nn.Module) -> None:
                 setattr(sub, name, b.clone())
 
 
-def packed_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` whose linears are packed and whose other tensors are *shared* with ``module``.
+def packed_copy(module: nn.Module, int8: bool = False) -> nn.Module:
+    """A copy of ``module`` whose linears are packed (fp32 oneDNN, or :class:`Int8Linear` with ``int8``) and whose
+    other tensors are *shared* with ``module``.
 
     For modules that keep training or are used elsewhere (a draft head): the original stays untouched; the copy
     costs one packed weight per linear. The copy is a snapshot: later updates to the original's linear weights do
@@ -225,7 +266,12 @@ def packed_copy(module: nn.Module) -> nn.Module:
             if isinstance(value, torch.Tensor):
                 memo[id(value)] = value
     clone = copy.deepcopy(module, memo)
-    pack_linears(clone, release=False)
+    if not int8:
+        pack_linears(clone, release=False)
+        return clone
+    for parent, name, child in list(_children(clone)):
+        if type(child) is nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu":
+            _swap(parent, name, child, Int8Linear(child))
     return clone
 
 
@@ -308,14 +354,18 @@ def _params(model: nn.Module) -> tuple[torch.device | None, torch.dtype | None]:
     return None, None
 
 
-def resolve_backend(model: nn.Module, backend: str = "auto") -> tuple[str, str]:
-    """``(backend, reason)``: ``"auto"`` becomes ``"cpu-packed"`` where it can serve ``model``, else ``"stock"``.
+def resolve_backend(model: nn.Module, backend: str = "auto", draft: bool = False) -> tuple[str, str]:
+    """``(backend, reason)`` for ``model``: what ``backend`` becomes where it can (or cannot) serve the model.
 
-    Raises ``ValueError`` for an unknown name. ``"cpu-packed"`` on a model it cannot serve resolves to ``"stock"`` with
-    the reason (the caller warns).
+    ``"auto"`` becomes ``"cpu-packed"`` for a target and ``"cpu-int8"`` for a draft model (``draft=True``) where
+    they apply, else ``"stock"``. ``"cpu-int8"`` approximates the weights: a target asking for it is refused
+    (``ValueError``), since a target must run exactly. A fast backend that cannot serve the model resolves to
+    ``"stock"`` with the reason (the caller warns). Raises ``ValueError`` for an unknown name.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "cpu-int8" and not draft:
+        raise ValueError("backend 'cpu-int8' approximates the weights and is for drafters only; a target runs exactly")
     if backend == "stock":
         return "stock", ""
     device, dtype = _params(model)
@@ -325,6 +375,11 @@ def resolve_backend(model: nn.Module, backend: str = "auto") -> tuple[str, str]:
         return "stock", f"the model is {dtype}; the packed path needs float32 (no bf16 GEMM on this CPU's ISA)"
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return "stock", "this torch build has no oneDNN (mkldnn) linear kernels"
+    if draft and backend in ("auto", "cpu-int8"):
+        if hasattr(torch.ops.quantized, "linear_dynamic") and "fbgemm" in torch.backends.quantized.supported_engines:
+            return "cpu-int8", ""
+        if backend == "cpu-int8":
+            return "cpu-packed", "this torch build has no fbgemm dynamic int8 linear"
     return "cpu-packed", ""
 
 

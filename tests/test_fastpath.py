@@ -195,3 +195,20 @@ def test_deepcopy_of_a_packed_model_keeps_ties_and_outputs():
         torch.testing.assert_close(clone(ids).logits, m(ids).logits, atol=0, rtol=0)
     apply_backend(clone, "stock")
     assert backend_of(clone) == "stock" and backend_of(m) == "cpu-packed"
+
+
+def test_int8_is_for_drafters_only():
+    from specdec.fastpath import Int8Linear
+
+    with pytest.raises(ValueError, match="for drafters only"):
+        HFTarget(model(10), max_len=16, backend="cpu-int8")
+    assert resolve_backend(model(10), "auto", draft=True)[0] == "cpu-int8"
+    assert resolve_backend(model(10), "cpu-packed", draft=True)[0] == "cpu-packed"
+    lin = nn.Linear(64, 48)
+    q = Int8Linear(lin)
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        ref = lin(x)
+        err = (q(x) - ref).abs().max() / ref.abs().max()
+    assert float(err) < 0.03  # int8 weights and activations: about 1 % of the output range
+    assert q.weight is lin.weight

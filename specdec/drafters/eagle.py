@@ -37,7 +37,7 @@ from specdec.drafters.eagle_modules import (
     check_head_target,
     scatter_vocab,
 )
-from specdec.fastpath import PackedLinear, packed_copy, resolve_backend
+from specdec.fastpath import Int8Linear, PackedLinear, packed_copy, resolve_backend
 from specdec.interfaces import Drafter, HiddenRequest, TargetHidden
 from specdec.tree import PartialTree
 
@@ -72,10 +72,10 @@ class EagleDrafterBase(Drafter):
         if head.embed_tokens is None:
             head.attach_target_embedding(target.get_input_embeddings().weight)
         tcfg = _target_config(target)
-        # The fast path runs a packed copy that shares every other tensor: the caller's head (perhaps still
-        # training) is left as it is; the copy is a snapshot of its weights.
-        self.backend = resolve_backend(head, backend)[0]
-        self.head = packed_copy(head) if self.backend == "cpu-packed" else head
+        # The fast path runs a packed (fp32 or int8) copy that shares every other tensor: the caller's head (perhaps
+        # still training) is left as it is; the copy is a snapshot of its weights.
+        self.backend = resolve_backend(head, backend, draft=True)[0]
+        self.head = head if self.backend == "stock" else packed_copy(head, int8=self.backend == "cpu-int8")
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
         p = head.fc.weight
@@ -226,7 +226,9 @@ class EagleDrafter(EagleDrafterBase):
             tokens of the training data), or None for the whole vocabulary. The head's features go through the
             target lm_head's rows for these ids only (``V_d / V`` of the full lm_head's cost); every other token
             gets draft probability 0.
-        backend: ``"auto"``, ``"cpu-packed"`` or ``"stock"`` (:mod:`specdec.fastpath`) for the head and the shortlist.
+        backend: :mod:`specdec.fastpath` backend of the head and of the lm_head rows it scores: ``"auto"`` (int8
+            draft weights on CPU, :class:`~specdec.fastpath.Int8Linear`, with an int8 copy of the lm_head rows),
+            ``"cpu-int8"``, ``"cpu-packed"`` (fp32 oneDNN) or ``"stock"``.
 
     Contract (losslessness is untouched): q is the softmax over the shortlist and exactly 0 elsewhere; the verifier
     scores the target's full vocabulary, so a token outside the shortlist is still emitted with its target
@@ -250,19 +252,19 @@ class EagleDrafter(EagleDrafterBase):
         shape = getattr(lm_head, "out_features", None), getattr(lm_head, "in_features", None)
         if lm_head is None or shape != (tcfg.vocab_size, tcfg.hidden_size):
             raise ValueError("the target has no lm_head of shape [vocab_size, hidden_size]")
-        self.lm_head = lm_head
-        self.draft_vocab: torch.Tensor | None = None
-        if draft_vocab is not None:
-            ids = check_draft_vocab(draft_vocab, tcfg.vocab_size)
-            rows = nn.Linear(tcfg.hidden_size, ids.shape[0], bias=getattr(lm_head, "bias", None) is not None)
+        self.lm_head, self.draft_vocab = lm_head, None
+        kind = resolve_backend(head, backend, draft=True)[0]
+        if draft_vocab is not None or kind == "cpu-int8":  # the draft's own copy of the lm_head rows it scores
+            ids = None if draft_vocab is None else check_draft_vocab(draft_vocab, tcfg.vocab_size)
+            rows = nn.Linear(tcfg.hidden_size, tcfg.vocab_size if ids is None else ids.shape[0], bias=False).eval()
+            if getattr(lm_head, "bias", None) is not None:
+                raise ValueError("EagleDrafter: a target lm_head with a bias is not supported for draft copies")
             with torch.no_grad():
-                rows.weight.copy_(lm_head.weight.detach()[ids.to(lm_head.weight.device)])
-                if rows.bias is not None:
-                    rows.bias.copy_(lm_head.bias.detach()[ids])
-            rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype).eval()
-            if resolve_backend(rows, backend)[0] == "cpu-packed":
-                rows = PackedLinear(rows)
-            self.lm_head, self.draft_vocab = rows, ids.to(lm_head.weight.device)
+                w = lm_head.weight.detach()
+                rows.weight.copy_(w if ids is None else w[ids.to(w.device)])
+            rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
+            self.lm_head = Int8Linear(rows) if kind == "cpu-int8" else PackedLinear(rows) if kind != "stock" else rows
+            self.draft_vocab = None if ids is None else ids.to(lm_head.weight.device)
         super().__init__(head, target, max_len, feature_size=head.config.hidden_size, backend=backend)
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:

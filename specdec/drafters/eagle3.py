@@ -32,7 +32,8 @@ class Eagle3Drafter(EagleDrafterBase):
         max_len: capacity in committed tokens.
         layers: target decoder layers whose inputs are fused, low -> high. Default: the head config's
             ``aux_layer_ids`` if set, else ``(2, L//2, L-3)`` with ``L`` the target's ``num_hidden_layers``.
-        backend: ``"auto"``, ``"cpu-packed"`` or ``"stock"`` for the head (:mod:`specdec.fastpath`).
+        backend: ``"auto"`` (int8 draft weights on CPU), ``"cpu-int8"``, ``"cpu-packed"`` or ``"stock"`` for the head
+            (:mod:`specdec.fastpath`).
     """
 
     head: Eagle3Head
