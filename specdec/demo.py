@@ -64,8 +64,10 @@ def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed:
     m = result.metrics
     speedup = m.tokens_per_second / max(base.metrics.tokens_per_second, 1e-9)
     vs_hf = m.tokens_per_second / max(reference.metrics.tokens_per_second, 1e-9)
+    draft_backend = getattr(getattr(spec, "drafter", None), "backend", None)
+    backends = f"target {target.backend}" + (f", draft {draft_backend}" if draft_backend else "")
     line = (
-        f"[{method}, {target.backend}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
+        f"[{method}, {backends}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
         f"speedup={speedup:.2f}x vs vanilla ({base.metrics.tokens_per_second:.1f} tok/s), "
         f"{vs_hf:.2f}x vs HF generate ({reference.metrics.tokens_per_second:.1f} tok/s, stock model); same run, "
         f"{torch.get_num_threads()} threads, T={temperature}"
