@@ -186,6 +186,11 @@ def _swap(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
     setattr(parent, name, new)
 
 
+def _plain_linear(module: nn.Module) -> bool:
+    """An exact ``nn.Linear`` (not a subclass such as a quantized linear) with a float32 CPU weight."""
+    return type(module) is nn.Linear and module.weight.dtype == torch.float32 and module.weight.device.type == "cpu"
+
+
 def _shared_weights(module: nn.Module) -> set[int]:
     """ids of parameters owned by more than one module (tied weights)."""
     owners: dict[int, int] = {}
@@ -212,8 +217,7 @@ def pack_linears(module: nn.Module, release: bool = True) -> tuple[int, int]:
         if isinstance(child, PackedLinear):
             packed += 1  # already packed (idempotent)
             continue
-        plain = type(child) is nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu"
-        if plain:
+        if _plain_linear(child):
             _swap(parent, name, child, PackedLinear(child, keep_weight=not release or id(child.weight) in shared))
             packed += 1
         elif isinstance(child, nn.Linear) or type(child).__name__ in ("Conv1D", "Linear8bitLt", "Linear4bit"):
@@ -270,7 +274,7 @@ def packed_copy(module: nn.Module, int8: bool = False) -> nn.Module:
         pack_linears(clone, release=False)
         return clone
     for parent, name, child in list(_children(clone)):
-        if type(child) is nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu":
+        if _plain_linear(child):
             _swap(parent, name, child, Int8Linear(child))
     return clone
 
