@@ -19,6 +19,8 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 __all__ = ["main", "build_parser"]
 
@@ -57,26 +59,31 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specdec.demo import default_method
     from specdec.generate import GenerationMetrics, StopCondition
     from specdec.methods import MethodOptions, build_method, method_names
-    from specdec.models import load_smollm2
     from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
-    method = args.method or default_method()
+    method = args.method or (default_method() if args.model is None else "ngram")
     if method not in method_names():
         raise UsageError(f"unknown method {method!r}; choose from {', '.join(method_names())}")
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    _check_head(args, [method])
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
-    ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=args.chat))
-    limit = model.config.max_position_embeddings
+    model, tokenizer = _load_target_model(args)
+    chat = args.chat if args.chat is not None else tokenizer.chat_template is not None
+    if chat and tokenizer.chat_template is None:
+        raise UsageError("the tokenizer has no chat template: pass --no-chat to continue raw text")
+    ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=chat))
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
     target = HFTarget(model, max_len=min(limit, ids.shape[0] + args.max_new_tokens + 128), backend=args.backend)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    generator = build_method(method, target, sampling, MethodOptions(backend=args.backend))
-    stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=[tokenizer.eos_token_id])
+    options = MethodOptions(backend=args.backend, head_dir=args.head)
+    generator = build_method(method, target, sampling, options)
+    eos = sorted({*target.eos_token_ids, tokenizer.eos_token_id} - {None})
+    stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
     metrics = GenerationMetrics()
     tokens: list[int] = []
     shown = ""
@@ -107,7 +114,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if m not in names:
             raise UsageError(f"unknown method {m!r}; choose from {', '.join(names)}")
     import json
-    from pathlib import Path
 
     from specdec.assets import load_prompts
 
@@ -130,6 +136,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    _check_head(args, [*args.methods, *([args.sweep_method] if args.sweep_method else [])])
+    model, tokenizer = _load_target_model(args)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     run_bench(
         args.methods,
@@ -145,7 +153,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         command=command,
         progress=not args.no_progress,
-        options=MethodOptions(backend=args.backend),
+        options=MethodOptions(backend=args.backend, head_dir=args.head),
+        model=model,
+        tokenizer=tokenizer,
         backend=args.backend,
     )
     report = write_report(args.out)
@@ -161,12 +171,11 @@ def cmd_budget(args: argparse.Namespace) -> int:
     import torch
 
     from specdec.budget import DEFAULT_SIZES, choose_budget, curve_path, forward_cost_curve, measure_forward_cost
-    from specdec.models import load_smollm2
     from specdec.target import HFTarget
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, _ = load_smollm2()
+    model, _ = _load_target_model(args)
     sizes = sorted(set(args.sizes or DEFAULT_SIZES))
     if sizes[0] < 1:
         raise UsageError("--sizes must be positive")
@@ -177,10 +186,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
         curve = forward_cost_curve(target, context=args.context)
     meta = curve.meta
     print(
-        f"target forward cost, SmolLM2-135M-Instruct on {meta.get('device', '?')} ({target.backend}), "
-        f"{meta.get('threads', '?')} "
-        f"threads, {meta.get('context', '?')} tokens of context, median of {meta.get('repeats', '?')} "
-        f"(measured {meta.get('date', '?')})"
+        f"target forward cost, {args.model or 'SmolLM2-135M-Instruct'} on {meta.get('device', '?')} "
+        f"({target.backend}), {meta.get('threads', '?')} threads, {meta.get('context', '?')} tokens of context, "
+        f"median of {meta.get('repeats', '?')} (measured {meta.get('date', '?')})"
     )
     print(curve.table())
     print(f"cache: {curve_path(model, target.device)}")
@@ -254,12 +262,49 @@ def _backend_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _model_options(parser: argparse.ArgumentParser, head: bool = True) -> None:
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="target: a local Hugging Face model folder or a .gguf file (default: SmolLM2-135M-Instruct)",
+    )
+    parser.add_argument("--device", default="cpu", help="device of the target (default: cpu)")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    if head:
+        parser.add_argument(
+            "--head",
+            type=Path,
+            default=None,
+            help="EAGLE head folder for the eagle methods (default: the head shipped for SmolLM2; required with "
+            "--model)",
+        )
+
+
+def _load_target_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and tokenizer that ``--model/--device/--dtype`` name; user errors become :class:`UsageError`."""
+    from specdec.models import load_model
+
+    try:
+        return load_model(args.model, device=args.device, dtype=args.dtype)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _check_head(args: argparse.Namespace, methods: list[str]) -> None:
+    eagle = [m for m in methods if m.startswith(("eagle", "hass"))]
+    if eagle and args.model is not None and args.head is None:
+        raise UsageError(
+            f"{', '.join(eagle)} need an EAGLE head trained for this model: pass --head DIR (the shipped heads are "
+            "for SmolLM2-135M-Instruct); ngram and small-lm need none"
+        )
+
+
 def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="{generate,bench,train,data,budget}")
 
-    g = sub.add_parser("generate", help="stream a speculative generation on SmolLM2-135M-Instruct")
+    g = sub.add_parser("generate", help="stream a speculative generation (SmolLM2-135M-Instruct or --model)")
     g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
     g.add_argument("--method", default=None, help="named method (default: the best one whose assets are present)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -267,12 +312,13 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     g.add_argument(
         "--chat",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="wrap the prompt in the chat template (default); --no-chat continues raw text",
+        default=None,
+        help="wrap the prompt in the chat template (default when the tokenizer has one); --no-chat continues raw text",
     )
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     _backend_option(g)
+    _model_options(g)
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
@@ -289,6 +335,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     b.add_argument("--no-progress", action="store_true")
     _backend_option(b)
+    _model_options(b)
     b.set_defaults(func=cmd_bench)
 
     if with_train:
@@ -329,6 +376,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     u.add_argument("--context", type=int, default=256, help="tokens of context before the tree (default 256)")
     u.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     _backend_option(u)
+    _model_options(u, head=False)
     u.set_defaults(func=cmd_budget)
     return parser
 

@@ -14,6 +14,7 @@ and then the bonus token, which becomes the next root. τ counts the bonus token
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -93,17 +94,36 @@ class GenerationMetrics:
 
 @dataclass
 class GenerationResult:
+    """A finished generation.
+
+    Attributes:
+        tokens: the generated ids (EOS or the stop string's tokens included).
+        finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (the budget).
+        metrics: counters and timings.
+        prompt: the prompt's ids, as the target saw them.
+    """
+
     tokens: list[int]
-    finish_reason: str  # "eos" | "stop" | "length"
+    finish_reason: str
     metrics: GenerationMetrics
+    prompt: list[int] = field(default_factory=list)
+
+    @property
+    def sequences(self) -> torch.Tensor:
+        """``[1, L + n]`` prompt and generated ids, as ``model.generate`` returns them."""
+        return torch.tensor([self.prompt + self.tokens], dtype=torch.long)
 
 
 @dataclass
 class StopCondition:
-    """When to stop: EOS ids, stop strings (needs a ``decode`` function), a token budget."""
+    """When to stop: EOS ids, stop strings (needs a ``decode`` function), a token budget.
+
+    ``eos_token_ids=None`` (the default) means the target's own EOS ids (its generation config, as ``generate``
+    uses them); ``()`` means none.
+    """
 
     max_new_tokens: int = 128
-    eos_token_ids: Sequence[int] = ()
+    eos_token_ids: Sequence[int] | None = None
     stop_strings: Sequence[str] = ()
     decode: Callable[[list[int]], str] | None = None
 
@@ -113,9 +133,15 @@ class StopCondition:
         if self.stop_strings and self.decode is None:
             raise ValueError("stop_strings need a decode function (e.g. tokenizer.decode)")
 
+    def for_target(self, target: Target) -> StopCondition:
+        """This condition with the target's EOS ids filled in where it names none."""
+        if self.eos_token_ids is not None:
+            return self
+        return dataclasses.replace(self, eos_token_ids=tuple(target.eos_token_ids))
+
     def check(self, tokens: list[int]) -> str | None:
         """Reason to stop after ``tokens`` (all generated so far), or None."""
-        if tokens and tokens[-1] in self.eos_token_ids:
+        if tokens and tokens[-1] in (self.eos_token_ids or ()):
             return "eos"
         if self.stop_strings:
             tail = self.decode(tokens[-64:])  # type: ignore[misc]
@@ -137,7 +163,24 @@ def _generator(sampling: SamplingParams, device: torch.device, generator: torch.
     return g
 
 
-def _check_prompt(target: Target, input_ids: torch.Tensor, stop: StopCondition, extra: int) -> None:
+def _prepare(
+    target: Target, input_ids: torch.Tensor | Sequence[int], stop: StopCondition, extra: int
+) -> tuple[torch.Tensor, StopCondition]:
+    """The prompt as ``[L]`` long on the target's device, and ``stop`` with the target's EOS ids if it names none.
+
+    Accepts ``[L]`` or ``[1, L]`` (what a tokenizer returns with ``return_tensors="pt"``) tensors or a list of ids.
+    """
+    if not isinstance(input_ids, torch.Tensor):
+        input_ids = torch.as_tensor(list(input_ids), dtype=torch.long)
+    if input_ids.ndim == 2:
+        if input_ids.shape[0] != 1:
+            raise ValueError(
+                f"prompt has batch size {input_ids.shape[0]}; specdec decodes one sequence at a time: pass a [L] or "
+                "[1, L] prompt (one row) per call"
+            )
+        input_ids = input_ids[0]
+    if input_ids.ndim != 1:
+        raise ValueError(f"prompt must be [L] or [1, L] token ids, got shape {tuple(input_ids.shape)}")
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise TypeError(f"prompt must hold integer token ids, got dtype {input_ids.dtype}")
     if input_ids.numel():  # an empty prompt is reported by the target's prefill (EmptyPromptError)
@@ -153,6 +196,7 @@ def _check_prompt(target: Target, input_ids: torch.Tensor, stop: StopCondition, 
             f"prompt ({input_ids.shape[-1]}) + max_new_tokens ({stop.max_new_tokens}) + one tree/step ({extra}) "
             f"= {need} tokens exceed the target cache of {target.max_len}; raise max_len"
         )
+    return input_ids.to(target.device, torch.long), stop.for_target(target)
 
 
 def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
@@ -175,9 +219,9 @@ class VanillaGenerator:
         generator: torch.Generator | None = None,
         metrics: GenerationMetrics | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids one by one. ``input_ids``: ``[L]`` long prompt."""
+        """Yield generated token ids one by one. ``input_ids``: ``[L]`` or ``[1, L]`` prompt."""
         metrics = metrics if metrics is not None else GenerationMetrics()
-        _check_prompt(self.target, input_ids, stop, 1)
+        input_ids, stop = _prepare(self.target, input_ids, stop, 1)
         g = _generator(sampling, self.target.device, generator)
         t0 = time.perf_counter()
         _, token = _first_token(self.target, input_ids, sampling, g)
@@ -207,14 +251,14 @@ class VanillaGenerator:
     def generate(
         self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
     ) -> GenerationResult:
-        return _collect(self.stream, input_ids, sampling, stop, generator)
+        return _collect(self.stream, self.target, input_ids, sampling, stop, generator)
 
 
-def _collect(stream_fn, input_ids, sampling, stop, generator) -> GenerationResult:
+def _collect(stream_fn, target: Target, input_ids, sampling, stop, generator) -> GenerationResult:
     metrics = GenerationMetrics()
     tokens = list(stream_fn(input_ids, sampling, stop, generator, metrics))
-    reason = stop.check(tokens) or "length"
-    return GenerationResult(tokens, reason, metrics)
+    prompt, stop = _prepare(target, input_ids, stop, 0)
+    return GenerationResult(tokens, stop.check(tokens) or "length", metrics, prompt.tolist())
 
 
 class SpeculativeGenerator:
@@ -249,10 +293,10 @@ class SpeculativeGenerator:
         generator: torch.Generator | None = None,
         metrics: GenerationMetrics | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids as cycles accept them. ``input_ids``: ``[L]`` long prompt."""
+        """Yield generated token ids as cycles accept them. ``input_ids``: ``[L]`` or ``[1, L]`` prompt."""
         metrics = metrics if metrics is not None else GenerationMetrics()
         target, drafter = self.target, self.drafter
-        _check_prompt(target, input_ids, stop, self.policy.max_nodes)
+        input_ids, stop = _prepare(target, input_ids, stop, self.policy.max_nodes)
         g = _generator(sampling, target.device, generator)
         t0 = time.perf_counter()
         drafter.reset()
@@ -312,4 +356,4 @@ class SpeculativeGenerator:
         self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
-        return _collect(self.stream, input_ids, sampling, stop, generator)
+        return _collect(self.stream, self.target, input_ids, sampling, stop, generator)

@@ -229,6 +229,8 @@ class Target(ABC):
     max_len: int
     #: Tokens committed to the cache so far.
     length: int
+    #: The model's own end-of-sequence ids (its generation config), used when a stop condition names none.
+    eos_token_ids: tuple[int, ...] = ()
 
     @abstractmethod
     def request_hidden(self, request: HiddenRequest) -> None:

@@ -13,16 +13,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-__all__ = ["PositionCache", "PositionLayer", "CacheFullError", "additive_mask"]
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[n, kv]`` bool (True = attend) -> ``[1, 1, n, kv]`` additive mask for an HF model (0 or dtype min).
-
-    Additive rather than bool because HF eager attention adds the mask to the scores; sdpa accepts either.
-    """
-    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    return zeros.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+__all__ = ["PositionCache", "PositionLayer", "CacheFullError"]
 
 
 class CacheFullError(ValueError):

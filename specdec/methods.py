@@ -45,6 +45,9 @@ class MethodOptions:
         adapt_depth: let the adaptive budget shorten the expansion depth when deep levels do not pay.
         backend: execution backend of the drafters' models (:mod:`specdec.fastpath`); the target's is set on
             :class:`~specdec.target.HFTarget`.
+        small_lm_layers: decoder layers of the ``small-lm`` drafter cut from the target (default: a fifth of them,
+            at least one; 6 of SmolLM2's 30).
+        head_dir: the EAGLE head folder of the eagle methods (default: the head shipped for SmolLM2).
         draft_shortlist: EAGLE-1/HASS heads draft over the shortlist shipped beside the head
             (``draft_vocab.safetensors``) when there is one, instead of the full vocabulary.
     """
@@ -55,7 +58,7 @@ class MethodOptions:
     total_tokens: int | None = None
     max_total_tokens: int = 64
     adapt_depth: bool = True
-    small_lm_layers: int = 6
+    small_lm_layers: int | None = None
     head_dir: Path | None = None
     backend: str = "auto"
     draft_shortlist: bool = True
@@ -117,7 +120,8 @@ def _ngram(target, sampling, o):
 def _small_lm(target, sampling, o):
     from specdec.drafters import SmallLMDrafter
 
-    drafter = SmallLMDrafter.from_target_layers(target.model, o.small_lm_layers, target.max_len, backend=o.backend)
+    layers = o.small_lm_layers or max(1, target.num_layers // 5)
+    drafter = SmallLMDrafter.from_target_layers(target.model, layers, target.max_len, backend=o.backend)
     return _speculative(target, drafter, _dynamic(target, o), sampling)
 
 

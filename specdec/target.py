@@ -11,29 +11,42 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from specdec.attention import AttentionLayout, UnsupportedModelError
 from specdec.fastpath import apply_backend
 from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
-from specdec.kvcache import CacheFullError, PositionCache, additive_mask
+from specdec.kvcache import CacheFullError, PositionCache
 from specdec.tree import DraftTree
 
-__all__ = ["HFTarget", "CacheFullError", "EmptyPromptError"]
+__all__ = ["HFTarget", "CacheFullError", "EmptyPromptError", "UnsupportedModelError"]
 
 
 class EmptyPromptError(ValueError):
     """A generation was asked for with no prompt tokens."""
 
 
+def _eos_ids(model: PreTrainedModel) -> tuple[int, ...]:
+    """The EOS ids ``generate`` would stop at: the generation config's, else the model config's."""
+    for config in (getattr(model, "generation_config", None), model.config.get_text_config(), model.config):
+        eos = getattr(config, "eos_token_id", None)
+        if eos is not None:
+            return tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+    return ()
+
+
 class HFTarget(Target):
     """A Hugging Face causal LM behind the :class:`~specdec.interfaces.Target` interface (batch size 1).
 
     Args:
-        model: any HF causal LM whose decoder accepts a 4-D attention mask and ``position_ids``
-            (Llama-family models do; tested on SmolLM2 and tiny random Llamas).
+        model: a Hugging Face decoder-only causal LM with full and/or sliding-window attention run by ``sdpa`` or
+            ``eager`` (:mod:`specdec.attention`; tested families in ``docs/models.md``). Anything else is refused.
         max_len: cache capacity in tokens (prompt + generated + one tree).
         hidden: hidden states every forward should return (drafters add theirs via :meth:`request_hidden`).
         backend: how the model's forward executes (:mod:`specdec.fastpath`): ``"auto"`` packs the linears for oneDNN
             and runs GQA attention without copies where it can (CPU, float32), ``"stock"`` runs the model as
             loaded. It transforms ``model`` in place, for every holder of it.
+
+    Raises:
+        UnsupportedModelError: a model this adapter cannot serve exactly (the message says what to do).
     """
 
     def __init__(
@@ -47,13 +60,15 @@ class HFTarget(Target):
         config = model.config.get_text_config()
         self.config = config
         self.backend = apply_backend(model, backend).backend
+        self.layout = AttentionLayout.of(model)
         head = model.get_output_embeddings()
-        self.vocab_size = int(getattr(head, "out_features", 0) or head.weight.shape[0])
+        self.vocab_size = int(getattr(head, "out_features", 0) or config.vocab_size)
         self.num_layers = int(config.num_hidden_layers)
         limit = getattr(config, "max_position_embeddings", None)
         if limit is not None and max_len > limit:
             raise ValueError(f"max_len={max_len} exceeds the model's max_position_embeddings={limit}")
         self.max_len = max_len
+        self.eos_token_ids = _eos_ids(model)
         self.hidden = hidden or HiddenRequest()
         self.cache = PositionCache(self.num_layers, max_len)
         self.length = 0
@@ -64,7 +79,7 @@ class HFTarget(Target):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.get_input_embeddings().weight.dtype
+        return self.layout.dtype
 
     def request_hidden(self, request: HiddenRequest) -> None:
         bad = [i for i in request.layers if not 0 <= i < self.num_layers]
@@ -93,7 +108,8 @@ class HFTarget(Target):
         mask = None  # causal over the cache: the model's own mask logic (no O(L^2) float mask)
         if block_mask is not None:
             allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
-            mask = additive_mask(allowed, self.dtype)
+            keys = torch.cat([torch.arange(self.length, device=ids.device), positions])
+            mask = self.layout.mask(allowed, keys, positions)
         self.cache.set_write_pos(self.length)
         want = self.hidden
         out = self.model(

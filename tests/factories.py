@@ -62,3 +62,61 @@ def make_policy(kind: str, paths=None) -> TreePolicy:
     if kind == "stochastic":
         return StochasticTreePolicy(paths)
     raise ValueError(kind)
+
+
+#: Decoder families with their attention layouts (tests/test_families.py); ``window`` is the sliding window.
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3")
+
+
+def tiny_family(family: str, window: int = 6, vocab: int = 32, layers: int = 4, seed: int = 0):
+    """A tiny random decoder of ``family`` (float32, eval, sdpa attention), no downloads.
+
+    Layouts: llama and qwen3 full attention; mistral and phi3 sliding-window attention on every layer; qwen2 hybrid
+    (full on the first half, sliding on the rest: ``use_sliding_window`` + ``max_window_layers``); gemma3 hybrid
+    alternating sliding / full.
+    """
+    import transformers as tf
+
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    if family == "llama":
+        model_cls, config = tf.LlamaForCausalLM, tf.LlamaConfig(**common)
+    elif family == "qwen2":
+        config = tf.Qwen2Config(use_sliding_window=True, sliding_window=window, max_window_layers=layers // 2, **common)
+        model_cls = tf.Qwen2ForCausalLM
+    elif family == "qwen3":
+        model_cls, config = tf.Qwen3ForCausalLM, tf.Qwen3Config(head_dim=8, **common)
+    elif family == "mistral":
+        model_cls, config = tf.MistralForCausalLM, tf.MistralConfig(sliding_window=window, **common)
+    elif family == "gemma3":
+        types = ["sliding_attention", "full_attention"] * (layers // 2)
+        config = tf.Gemma3TextConfig(
+            sliding_window=window, layer_types=types, head_dim=8, query_pre_attn_scalar=8, **common
+        )
+        model_cls = tf.Gemma3ForCausalLM
+    elif family == "phi3":
+        model_cls, config = tf.Phi3ForCausalLM, tf.Phi3Config(sliding_window=window, **common)
+    else:
+        raise ValueError(family)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    gemma = family.startswith("gemma")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.fill_(0.0 if gemma else 1.0)  # Gemma norms scale by (1 + w)
+            else:
+                p.normal_(0.0, 0.5)
+    return model

@@ -71,7 +71,8 @@ def test_usage_errors_from_argparse_exit_2(capsys):
 def test_parser_defaults_and_lazy_train(monkeypatch):
     monkeypatch.delitem(sys.modules, "specdec.train.cli", raising=False)
     args = build_parser(with_train=False).parse_args(["generate"])
-    assert args.prompt and args.method is None and args.chat and args.max_new_tokens == 128
+    assert args.prompt and args.method is None and args.chat is None and args.max_new_tokens == 128
+    assert args.model is None and args.head is None and args.device == "cpu" and args.dtype == "float32"
     assert "specdec.train.cli" not in sys.modules  # not imported unless `train` is asked for
     args = build_parser(with_train=False).parse_args(["bench"])
     assert tuple(args.methods) == BENCH_METHODS and args.temperatures == [0.0, 1.0] and args.out == "bench"
@@ -94,7 +95,7 @@ def test_bench_end_to_end_with_a_fake_target(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     tiny = models.tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=1, logit_scale=2.0)
-    monkeypatch.setattr(models, "load_smollm2", lambda: (tiny, FakeTokenizer()))
+    monkeypatch.setattr(models, "load_smollm2", lambda **kwargs: (tiny, FakeTokenizer()))
     monkeypatch.setattr("specdec.bench.runner.MethodOptions", lambda: MethodOptions(small_lm_layers=1))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"id": i, "prompt": f"abc {i} abc"}) for i in range(3)))

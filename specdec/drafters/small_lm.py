@@ -24,9 +24,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from specdec.attention import AttentionLayout
 from specdec.fastpath import apply_backend
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
-from specdec.kvcache import PositionCache, additive_mask
+from specdec.kvcache import PositionCache
 from specdec.tree import PartialTree
 
 __all__ = ["SmallLMDrafter"]
@@ -62,6 +63,7 @@ class SmallLMDrafter(Drafter):
             raise ValueError(f"max_len must be at least 2, got {max_len}")
         self.model = model.eval()
         self.backend = apply_backend(model, backend).backend
+        self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
         self.num_layers = model.config.get_text_config().num_hidden_layers
@@ -121,12 +123,15 @@ class SmallLMDrafter(Drafter):
         self._tree = None
 
     @torch.no_grad()
-    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keep: int) -> torch.Tensor:
-        """Run ``tokens [n]`` written at ``allowed.shape[1] - n``; return float32 logits of the last ``keep``."""
+    def _forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, keep: int
+    ) -> torch.Tensor:
+        """Run ``tokens [n]`` (at sequence ``positions [n]``) written at slot ``allowed.shape[1] - n``; ``keys [kv]``
+        are the sequence positions of the slots. Returns float32 logits of the last ``keep``."""
         self.cache.set_write_pos(allowed.shape[1] - tokens.shape[0])
         out = self.model(
             input_ids=tokens[None],
-            attention_mask=additive_mask(allowed, self.dtype),
+            attention_mask=self.layout.mask(allowed, keys, positions),
             position_ids=positions[None],
             past_key_values=self.cache,
             use_cache=True,
@@ -149,7 +154,8 @@ class SmallLMDrafter(Drafter):
         tree_mask = tree.ancestor_mask(frontier)[:, self._slot_nodes]  # [F, slots]: ancestors-or-self
         prefix = torch.ones(f, base, dtype=torch.bool, device=tree_mask.device)
         allowed = torch.cat([prefix, tree_mask], dim=1)  # [F, base + slots]; the new slots are the last F
-        return self._forward(tree.tokens[frontier], base + tree.depth[frontier], allowed, keep=0)
+        keys = torch.cat([torch.arange(base, device=self.device), base + tree.depth[self._slot_nodes]])
+        return self._forward(tree.tokens[frontier], base + tree.depth[frontier], allowed, keys, keep=0)
 
     def _catch_up(self, tree: PartialTree) -> torch.Tensor:
         """Run the pending tokens and the root causally; commit the pending ones; return the root's ``[1, V]``."""
@@ -158,7 +164,7 @@ class SmallLMDrafter(Drafter):
         positions = torch.arange(start, start + n, device=self.device)
         causal = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
         allowed = torch.cat([torch.ones(n, start, dtype=torch.bool, device=self.device), causal], dim=1)
-        logits = self._forward(tokens, positions, allowed, keep=1)
+        logits = self._forward(tokens, positions, allowed, torch.arange(start + n, device=self.device), keep=1)
         self.committed_len = start + n - 1
         self.pending = self.pending[:0]
         self._tree = tree

@@ -17,7 +17,7 @@ __all__ = ["add_train_parser", "run_train", "main"]
 
 _HELP = {
     "out": "output folder (features, checkpoints, log.jsonl, head/, eval.json)",
-    "target": "'smollm2' (default) or a local HF model folder",
+    "target": "'smollm2' (default), a local HF model folder or a .gguf file",
     "max_conversations": "training conversations taken from ShareGPT (default 1000)",
     "max_len": "truncate conversations to this many tokens (default 1024)",
     "epochs": "epochs (default 1)",
@@ -29,7 +29,7 @@ _HELP = {
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", choices=["eagle1", "hass", "eagle3"], help="training recipe")
     p.add_argument("--out", type=Path, required=True, help=_HELP["out"])
-    p.add_argument("--target", default="smollm2", help=_HELP["target"])
+    p.add_argument("--model", "--target", dest="target", default="smollm2", help=_HELP["target"])
     p.add_argument("--max-conversations", type=int, default=1000, help=_HELP["max_conversations"])
     p.add_argument(
         "--data", type=Path, default=None, help="self-distilled data folder (specdec data regenerate); default ShareGPT"

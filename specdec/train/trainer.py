@@ -220,15 +220,9 @@ class RecipeModule(nn.Module):
 
 
 def _load_target(name: str, device: torch.device) -> tuple[Any, Any]:
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    if name == "smollm2":
-        from specdec.models import load_smollm2
+    from specdec.models import load_model
 
-        return load_smollm2(dtype=dtype, device=device)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device).eval()
-    return model, AutoTokenizer.from_pretrained(name)
+    return load_model(name, device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
 
 
 def _seed_all(seed: int) -> None:
