@@ -90,7 +90,8 @@ def _speculative(target: HFTarget, drafter, policy, sampling: SamplingParams) ->
     stochastic = isinstance(policy, StochasticTreePolicy) and not sampling.greedy
     # Widest sibling group of the shape (its ranks are consecutive draws), so the verifier runs that many rounds.
     max_children = max(level.width for level in policy.shape.levels) if stochastic else None
-    verifier = default_verifier(stochastic, sampling.temperature, max_children)
+    chain = isinstance(policy, (StaticTreePolicy, StochasticTreePolicy)) and policy.is_chain
+    verifier = default_verifier(stochastic, sampling.temperature, max_children, chain=chain)
     return SpeculativeGenerator(target, drafter, policy, verifier)
 
 

@@ -108,6 +108,7 @@ def test_bench_with_a_local_model(tiny_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # dequantises the GGUF (~30 s)
 def test_load_model_reads_a_gguf_file():
     from specdec.models import smollm2_gguf_path
 

@@ -28,6 +28,8 @@ from specdec.trees import DynamicTreePolicy
 from specdec.verify import MultiRoundVerifier
 from tests.factories import tiny_family
 
+pytestmark = pytest.mark.heavy  # ~1 min: CI's second step (make test-heavy)
+
 VOCAB, WINDOW, MAX_LEN = 6, 3, 32
 PROMPT = torch.tensor([1, 4, 2, 5, 3, 0, 4, 1])
 SAMPLING = SamplingParams(temperature=1.0)

@@ -15,10 +15,13 @@ from specdec.testing import (
     VerifyCase,
     assert_lossless_exact,
     exact_output_distribution,
+    expected_accepted,
     stop_probabilities,
     target_distribution,
 )
 from specdec.testing.broken import (
+    BlockFirstFailureVerifier,
+    BlockTokenResidualVerifier,
     IgnoresQVerifier,
     OneSidedWarpVerifier,
     OnlyZeroRejectedResidualVerifier,
@@ -26,6 +29,7 @@ from specdec.testing.broken import (
     StaleQVerifier,
 )
 from specdec.verify import (
+    BlockVerifier,
     ChainVerifier,
     GreedyVerifier,
     MultiRoundVerifier,
@@ -249,6 +253,32 @@ def test_chain_is_exactly_lossless(case: VerifyCase) -> None:
 
 
 @settings(EXACT, max_examples=40)
+@given(case=st.one_of(det_cases(kind="chain"), sto_cases(kind="chain")))
+def test_block_is_exactly_lossless(case: VerifyCase) -> None:
+    assert_lossless_exact(BlockVerifier(F64), [case])
+
+
+@settings(EXACT, max_examples=40)
+@given(case=st.one_of(det_cases(kind="chain"), sto_cases(kind="chain")))
+def test_block_accepts_at_least_as_many_tokens_as_token_level(case: VerifyCase) -> None:
+    """The paper's Theorem 2, exactly: E[accepted] of block >= token-level verification, same chains and p."""
+    assert expected_accepted(BlockVerifier(F64), case) >= expected_accepted(ChainVerifier(F64), case) - 1e-12
+
+
+@settings(EXACT, max_examples=40)
+@given(case=st.one_of(det_cases(), sto_cases()))
+def test_a_plan_from_its_own_stop_law_drives_the_same_walk(case: VerifyCase) -> None:
+    """``VerifyPlan.from_stop_probs`` inverts ``stop_probabilities`` on any tree."""
+    verifier = StochasticMultiRoundVerifier(F64) if case.is_stochastic else MultiRoundVerifier(F64)
+    for tokens, _ in case.enumerate_trees()[:10]:
+        tree, logits = case.build_tree(tokens)
+        plan = verifier.plan(tree, logits, case.sampling)
+        stop = stop_probabilities(tree, plan)
+        again = stop_probabilities(tree, VerifyPlan.from_stop_probs(tree, stop, plan.residual))
+        assert torch.allclose(again, stop, atol=1e-12, rtol=0)
+
+
+@settings(EXACT, max_examples=40)
 @given(case=st.one_of(det_cases(temperature=0.0), sto_cases(temperature=0.0)))
 def test_greedy_is_exactly_lossless(case: VerifyCase) -> None:
     assert_lossless_exact(GreedyVerifier(F64), [case])
@@ -272,7 +302,7 @@ def test_every_verifier_reduces_to_greedy_at_temperature_zero(case: VerifyCase) 
         greedy = GreedyVerifier(F64).plan(tree, logits, case.sampling)
         others = [StochasticMultiRoundVerifier(F64)] if case.is_stochastic else [MultiRoundVerifier(F64)]
         if chain:
-            others.append(ChainVerifier(F64))
+            others += [ChainVerifier(F64), BlockVerifier(F64)]
         for verifier in others:
             _same_walk(tree, greedy, verifier.plan(tree, logits, case.sampling))
             for seed in range(3):
@@ -423,6 +453,25 @@ def test_one_sided_warp_is_caught() -> None:
             assert_lossless_exact(OneSidedWarpVerifier(F64), [case])
     plain = _root_pair_case(SamplingParams(temperature=1.0), [0.5, 0.3, 0.2], tokens=(0, 1, 2))
     assert_lossless_exact(OneSidedWarpVerifier(F64), [plain])
+
+
+def _sto_chain(seed: int) -> VerifyCase:
+    """V=3, a sampled chain of depth 3 with random p and q."""
+    g = torch.Generator().manual_seed(seed)
+    logits = tuple(2 * torch.randn((3,) * (d + 1), generator=g, dtype=F64) for d in range(4))
+    q = tuple(torch.softmax(2 * torch.randn((3,) * (d + 1), generator=g, dtype=F64), -1) for d in range(4))
+    return VerifyCase(logits, (-1, 0, 1, 2), SamplingParams(temperature=1.0), draft_probs=q)
+
+
+@pytest.mark.parametrize("broken", [BlockFirstFailureVerifier, BlockTokenResidualVerifier])
+def test_block_verification_bugs_are_caught(broken) -> None:
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless_exact(broken(F64), [_sto_chain(seed) for seed in range(3)])
+    # A single-step chain has no later position to scan and P_1 is never needed: both bugs are invisible there.
+    one = _sto_chain(0)
+    assert_lossless_exact(
+        broken(F64), [VerifyCase(one.target_logits, (-1, 0), one.sampling, draft_probs=one.draft_probs)]
+    )
 
 
 def test_verify_case_validates_its_input() -> None:

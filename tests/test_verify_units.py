@@ -12,6 +12,7 @@ from specdec.sampling import SamplingParams, warp
 from specdec.testing import assert_same_distribution, stop_probabilities
 from specdec.tree import DraftTree
 from specdec.verify import (
+    BlockVerifier,
     ChainVerifier,
     GreedyVerifier,
     MultiRoundVerifier,
@@ -217,6 +218,9 @@ def test_default_verifier() -> None:
     assert type(default_verifier(True, 0.0)) is GreedyVerifier
     assert type(default_verifier(False, 0.7)) is MultiRoundVerifier
     assert type(default_verifier(True, 1.0)) is StochasticMultiRoundVerifier
+    assert type(default_verifier(True, 1.0, chain=True)) is BlockVerifier
+    assert type(default_verifier(False, 0.7, chain=True)) is BlockVerifier
+    assert type(default_verifier(False, 0.0, chain=True)) is GreedyVerifier
 
 
 # ----------------------------------------------------------------------------------------------- greedy

@@ -16,6 +16,7 @@ from specdec.testing.e2e import E2EReport, assert_e2e_lossless, e2e_check, exact
 from specdec.testing.exact import (
     assert_lossless_exact,
     exact_output_distribution,
+    expected_accepted,
     stop_probabilities,
     target_distribution,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "assert_same_distribution",
     "empirical_verify_check",
     "exact_output_distribution",
+    "expected_accepted",
     "g_test",
     "prefix_index",
     "sample_cycle_outputs",

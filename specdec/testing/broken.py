@@ -10,11 +10,14 @@ import torch
 
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
+from specdec.verify.block import BlockVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index
 from specdec.verify.stochastic import StochasticMultiRoundVerifier
 
 __all__ = [
+    "BlockFirstFailureVerifier",
+    "BlockTokenResidualVerifier",
     "IgnoresQVerifier",
     "OneSidedWarpVerifier",
     "OnlyZeroRejectedResidualVerifier",
@@ -103,3 +106,34 @@ class OneSidedWarpVerifier(MultiRoundVerifier):
             accept_prob=multiround_plan(tree, raw).accept_prob,
             residual=multiround_plan(tree, warped).residual,
         )
+
+
+class BlockFirstFailureVerifier(BlockVerifier):
+    """WRONG block verification: stops at the *first* position whose test fails instead of keeping the last one
+    that passes.
+
+    The block thresholds ``h_i`` are computed correctly, but the path ends at ``τ = min{i : η_i > h_i} - 1``, i.e.
+    ``P(τ = i) = h_1 ... h_i (1 - h_{i+1})``, which is token-level scanning with block thresholds. Those thresholds
+    are calibrated for the backward rule, so prefixes are under- or over-produced.
+    """
+
+    def _stop_law(self, h: torch.Tensor) -> torch.Tensor:
+        reach = torch.cumprod(h, 0)  # h_0 = 1: P(all of 1..i pass)
+        return reach * torch.cat([1 - h[1:], h.new_ones(1)])
+
+
+class BlockTokenResidualVerifier(BlockVerifier):
+    """WRONG block verification: the block stop law with token-level residuals ``norm(max(0, p_τ - q_τ))``.
+
+    The residual must be ``norm(max(0, P_τ p_τ - q_τ))``: after a prefix the draft has only partly paid for
+    (``P_τ < 1``), the correction must favour the tokens the draft under-supplies relative to ``P_τ p``. With
+    ``P_τ = 1`` both agree, so the bug only shows after a prefix whose ratios fell below 1.
+    """
+
+    def _residual(self, residual: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        owed = (p - q).clamp(min=0.0)
+        mass = owed.sum(-1, keepdim=True)
+        token = torch.where(mass > 0, owed / torch.where(mass > 0, mass, torch.ones_like(mass)), p)
+        token[-1] = p[-1]
+        return token
+

@@ -26,6 +26,7 @@ __all__ = [
     "VerifyCase",
     "assert_lossless_exact",
     "exact_output_distribution",
+    "expected_accepted",
     "stop_probabilities",
     "target_distribution",
 ]
@@ -111,6 +112,19 @@ def exact_output_distribution(verifier: PlanVerifier, case: VerifyCase, max_tree
         m = d + 1  # tokens emitted by the cycle
         out = out + emitted[d].reshape((v,) * m + (1,) * (d_max + 1 - m)) * completions[m]
     return out
+
+
+def expected_accepted(verifier: PlanVerifier, case: VerifyCase, max_trees: int = 20000) -> float:
+    """The exact expected number of accepted draft tokens of one cycle (bonus not counted), over candidate draws.
+
+    Compares verifiers' benefit without sampling noise, e.g. block vs token-level verification on the same chains.
+    """
+    depths = torch.tensor(case.node_depths, dtype=torch.float64)
+    total = 0.0
+    for tokens, weight in case.enumerate_trees(max_trees):
+        tree, logits = case.build_tree(tokens)
+        total += weight * float(stop_probabilities(tree, verifier.plan(tree, logits, case.sampling)) @ depths)
+    return total
 
 
 def assert_lossless_exact(verifier: PlanVerifier, cases: VerifyCase | Iterable[VerifyCase], atol: float = 1e-9) -> None:

@@ -133,6 +133,8 @@ class StaticTreePolicy(TreePolicy):
         node_id = {(): 0} | {p: i + 1 for i, p in enumerate(self.paths)}
         parent_ids = [-1] + [node_id[p[:-1]] for p in self.paths]
         self.parents = torch.tensor(parent_ids, dtype=torch.long)
+        #: every node has at most one child: chain verifiers (block verification) apply
+        self.is_chain = parent_ids == list(range(-1, len(parent_ids) - 1))
 
         self.levels: list[LevelPlan] = []
         for depth in range(self.max_depth):

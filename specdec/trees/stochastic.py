@@ -59,6 +59,7 @@ class StochasticTreePolicy(TreePolicy):
                 )
         self.max_nodes = self.shape.max_nodes
         self.max_depth = self.shape.max_depth
+        self.is_chain = self.shape.is_chain
 
     @classmethod
     def chain(cls, length: int) -> StochasticTreePolicy:

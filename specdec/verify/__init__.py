@@ -5,6 +5,8 @@ distributions, tensor ops only) and hands it to the shared :func:`walk`. Which o
 
 * :class:`GreedyVerifier`: temperature 0, any candidates; accept iff the token is the target argmax.
 * :class:`ChainVerifier`: a chain of sampled (or deterministic) candidates; speculative sampling ``min(1, p/q)``.
+* :class:`BlockVerifier`: a chain; block verification (Sun et al. 2025) keeps the longest prefix that passes as a
+  whole, never fewer tokens in expectation than :class:`ChainVerifier`.
 * :class:`MultiRoundVerifier`: deterministic candidates (top-k trees: EAGLE-2/3, HASS); accept ``x`` with
   probability ``p(x)`` under the running residual.
 * :class:`StochasticMultiRoundVerifier`: candidates sampled without replacement (EAGLE-1); ``min(1, p/q)``,
@@ -15,6 +17,7 @@ At temperature 0 every one of them reduces to greedy because ``warp`` returns on
 
 from __future__ import annotations
 
+from specdec.verify.block import BlockVerifier
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.greedy import GreedyVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
@@ -23,6 +26,7 @@ from specdec.verify.stochastic import StochasticMultiRoundVerifier
 from specdec.verify.walk import walk
 
 __all__ = [
+    "BlockVerifier",
     "ChainVerifier",
     "GreedyVerifier",
     "MultiRoundVerifier",
@@ -35,12 +39,15 @@ __all__ = [
 ]
 
 
-def default_verifier(tree_is_stochastic: bool, temperature: float, max_children: int | None = None) -> PlanVerifier:
+def default_verifier(
+    tree_is_stochastic: bool, temperature: float, max_children: int | None = None, chain: bool = False
+) -> PlanVerifier:
     """The verifier to use for a tree policy and temperature (float32 plans).
 
-    Temperature 0 -> :class:`GreedyVerifier` (lossless for any candidates, no coins needed); sampled candidates ->
-    :class:`StochasticMultiRoundVerifier`; deterministic candidates -> :class:`MultiRoundVerifier` (which also
-    covers chains).
+    Temperature 0 -> :class:`GreedyVerifier` (lossless for any candidates, no coins needed); chains ->
+    :class:`BlockVerifier` (never fewer accepted tokens in expectation than token-level or multi-round
+    verification of a chain); sampled candidates -> :class:`StochasticMultiRoundVerifier`; deterministic
+    candidates -> :class:`MultiRoundVerifier`.
 
     Args:
         tree_is_stochastic: the policy samples its candidates (fills ``q_dist``).
@@ -48,9 +55,12 @@ def default_verifier(tree_is_stochastic: bool, temperature: float, max_children:
         max_children: for sampled candidates, the most children any node of the policy's trees has (the
             stochastic verifier runs one round per sibling rank). ``None`` means ``N - 1`` rounds: always safe,
             slower on large trees. Must not be below the true maximum (candidates past it would be dropped).
+        chain: every tree of the policy is a chain (at most one child per node).
     """
     if temperature == 0:
         return GreedyVerifier()
+    if chain:
+        return BlockVerifier()
     if tree_is_stochastic:
         return StochasticMultiRoundVerifier(max_children=max_children)
     return MultiRoundVerifier()

@@ -8,7 +8,15 @@ from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
 from specdec.verify.plan import PlanVerifier, VerifyPlan, has_children, parent_index, safe_div
 
-__all__ = ["ChainVerifier"]
+__all__ = ["ChainVerifier", "chain_q"]
+
+
+def chain_q(tree: DraftTree, p: torch.Tensor) -> torch.Tensor:
+    """``[N, V]`` draft distributions of the children: ``tree.q_dist``, or one-hot at each deterministic candidate
+    (``p`` gives shape, dtype and device)."""
+    if tree.q_dist is None:  # deterministic candidate: q is one-hot at it
+        return torch.zeros_like(p).index_put_((tree.parents[1:], tree.tokens[1:]), torch.ones_like(p[1:, 0]))
+    return tree.q_dist.to(p.dtype)
 
 
 class ChainVerifier(PlanVerifier):
@@ -35,25 +43,26 @@ class ChainVerifier(PlanVerifier):
         super().__init__(dtype)
         self.check_chain = check_chain
 
+    def _check(self, tree: DraftTree) -> None:
+        n = tree.num_nodes
+        if self.check_chain and n > 1:
+            expected = torch.arange(-1, n - 1, device=tree.device)
+            if not bool((tree.parents == expected).all()):
+                raise ValueError(
+                    f"{type(self).__name__} needs a chain (every node at most one child); use a multi-round verifier"
+                )
+
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
         """``accept_prob [N]`` = ``min(1, p(x)/q(x))``; ``residual [N, V]`` = ``norm(max(0, p - q))`` (leaf: p).
 
         Raises:
             ValueError: if a node has more than one child (when ``check_chain``).
         """
+        self._check(tree)
         n = tree.num_nodes
-        if self.check_chain and n > 1:
-            expected = torch.arange(-1, n - 1, device=tree.device)
-            if not bool((tree.parents == expected).all()):
-                raise ValueError(
-                    "ChainVerifier needs a chain (every node at most one child); use a multi-round verifier"
-                )
         p = warp(target_logits, sampling, self.dtype)  # [N, V] p_target for the children of each node
         parent = parent_index(tree)
-        if tree.q_dist is None:  # deterministic candidate: q is one-hot at it
-            q = torch.zeros_like(p).index_put_((tree.parents[1:], tree.tokens[1:]), torch.ones_like(p[1:, 0]))
-        else:
-            q = tree.q_dist.to(self.dtype)  # [N, V] q_draft of the child of each node
+        q = chain_q(tree, p)  # [N, V] q_draft of the child of each node
         p_x = p[parent, tree.tokens]  # [N] p(x) at each node's parent
         q_x = q[parent, tree.tokens]
         accept_prob = safe_div(p_x, q_x).clamp(max=1.0)

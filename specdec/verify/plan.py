@@ -50,6 +50,30 @@ class VerifyPlan:
     accept_prob: torch.Tensor
     residual: torch.Tensor
 
+    @classmethod
+    def from_stop_probs(cls, tree: DraftTree, stop_prob: torch.Tensor, residual: torch.Tensor) -> VerifyPlan:
+        """The plan whose walk stops at node ``u`` with probability ``stop_prob[u]``.
+
+        For verifiers defined by the law of *where* the accepted path ends rather than by per-node coins (block
+        verification picks the last position that passes, not the first that fails). Any distribution over end
+        nodes has one sequential form. Let ``R(u) = sum of stop_prob over u's subtree``, the probability that the
+        path reaches ``u``. Then, given that parent ``u`` was reached and its earlier children ``c_1 .. c_{j-1}``
+        were rejected, child ``c_j`` is accepted with probability ``R(c_j) / (R(u) - R(c_1) - ... - R(c_{j-1}))``.
+        The denominator is the probability of still being in play. It is at least ``R(c_j)``, so the value is at
+        most 1. The walk then stops at ``u`` with probability ``R(u) - sum_children R(c) = stop_prob[u]``.
+
+        Args:
+            tree: ``N`` nodes.
+            stop_prob: ``[N]`` non-negative, sums to 1.
+            residual: ``[N, V]``: the bonus distribution when the path ends at each node.
+        """
+        reach = tree.attn_mask.to(stop_prob.dtype).T @ stop_prob  # [N]: R(u) = sum over u's subtree
+        parent = parent_index(tree)
+        in_play = reach[parent] - earlier_siblings(tree).to(stop_prob.dtype) @ reach
+        accept = safe_div(reach, in_play).clamp(0.0, 1.0)
+        accept = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, accept)
+        return cls(accept_prob=accept, residual=residual)
+
 
 class PlanVerifier(Verifier):
     """A verifier defined by its :class:`VerifyPlan`; :meth:`verify` is the shared :func:`walk`.
