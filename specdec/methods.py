@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.generate import SpeculativeGenerator, VanillaGenerator
-from specdec.interfaces import TreePolicy
+from specdec.interfaces import Drafter, TreePolicy
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -23,6 +23,7 @@ __all__ = [
     "METHODS",
     "MethodOptions",
     "build_method",
+    "eagle_drafter",
     "shipped_head_dir",
     "method_names",
 ]
@@ -95,7 +96,10 @@ def _speculative(target: HFTarget, drafter, policy, sampling: SamplingParams) ->
     return SpeculativeGenerator(target, drafter, policy, verifier)
 
 
-def _eagle_drafter(target: HFTarget, kind: str, o: MethodOptions):
+def eagle_drafter(target: HFTarget, kind: str, o: MethodOptions | None = None) -> Drafter:
+    """The drafter of an EAGLE head for ``target`` (``eagle1``, ``hass`` or ``eagle3``; ``o.head_dir`` or the
+    shipped head), on ``o.backend``, EAGLE-1/HASS over the head's shortlist when ``o.draft_shortlist``."""
+    o = o or MethodOptions()
     from specdec.checkpoints import load_draft_vocab, load_eagle_head
     from specdec.drafters import Eagle3Drafter, EagleDrafter
 
@@ -127,19 +131,19 @@ def _small_lm(target, sampling, o):
 
 
 def _eagle1_static(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "eagle1", o), StaticTreePolicy.eagle1_default(), sampling)
+    return _speculative(target, eagle_drafter(target, "eagle1", o), StaticTreePolicy.eagle1_default(), sampling)
 
 
 def _eagle2(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "eagle1", o), _dynamic(target, o), sampling)
+    return _speculative(target, eagle_drafter(target, "eagle1", o), _dynamic(target, o), sampling)
 
 
 def _hass(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "hass", o), _dynamic(target, o), sampling)
+    return _speculative(target, eagle_drafter(target, "hass", o), _dynamic(target, o), sampling)
 
 
 def _eagle3(target, sampling, o):
-    return _speculative(target, _eagle_drafter(target, "eagle3", o), _dynamic(target, o), sampling)
+    return _speculative(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o), sampling)
 
 
 METHODS: dict[str, Callable] = {

@@ -36,18 +36,23 @@ def random_head(kind: str, model, seed: int = 0, draft_vocab: int | None = None)
     return head.eval()
 
 
-def make_drafter(kind: str, model, max_len: int, seed: int = 0, small_layers: int = 1) -> Drafter:
+def make_drafter(
+    kind: str, model, max_len: int, seed: int = 0, small_layers: int = 1, backend: str = "auto"
+) -> Drafter:
+    """A drafter for ``model``: random EAGLE heads, the target's first layers, or n-gram; ``backend`` of the
+    model-based ones (:mod:`specdec.fastpath`: ``"auto"`` is int8 on CPU)."""
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if kind == "ngram":
         return NGramDrafter(vocab_size=vocab, num_candidates=4)
     if kind == "small-lm":
-        return SmallLMDrafter.from_target_layers(model, small_layers, max_len)
+        return SmallLMDrafter.from_target_layers(model, small_layers, max_len, backend=backend)
     if kind == "eagle1":
-        return EagleDrafter(random_head("eagle1", model, seed), model, max_len)
+        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, backend=backend)
     if kind == "eagle1-shortlist":  # drafts over every other token: q = 0 on the rest
-        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, draft_vocab=torch.arange(0, vocab, 2))
+        shortlist = torch.arange(0, vocab, 2)
+        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, draft_vocab=shortlist, backend=backend)
     if kind == "eagle3":
-        return Eagle3Drafter(random_head("eagle3", model, seed), model, max_len)
+        return Eagle3Drafter(random_head("eagle3", model, seed), model, max_len, backend=backend)
     raise ValueError(kind)
 
 

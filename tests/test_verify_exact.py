@@ -27,6 +27,8 @@ from specdec.testing.broken import (
     OnlyZeroRejectedResidualVerifier,
     ResidualNotRenormalisedVerifier,
     StaleQVerifier,
+    TraversalStaleQVerifier,
+    TraversalStaleWeightVerifier,
 )
 from specdec.verify import (
     BlockVerifier,
@@ -35,6 +37,7 @@ from specdec.verify import (
     MultiRoundVerifier,
     PlanVerifier,
     StochasticMultiRoundVerifier,
+    TraversalVerifier,
     VerifyPlan,
 )
 
@@ -265,6 +268,46 @@ def test_block_accepts_at_least_as_many_tokens_as_token_level(case: VerifyCase) 
     assert expected_accepted(BlockVerifier(F64), case) >= expected_accepted(ChainVerifier(F64), case) - 1e-12
 
 
+@settings(EXACT, max_examples=60)
+@given(case=st.one_of(sto_cases(), sto_cases(kind="random"), det_cases(kind="chain")))
+def test_traversal_is_exactly_lossless(case: VerifyCase) -> None:
+    assert_lossless_exact(TraversalVerifier(F64), [case])
+
+
+def test_traversal_can_accept_fewer_tokens_than_multi_round_on_a_tree() -> None:
+    """Why ``default_verifier`` keeps multi-round verification for sampled trees: on chains traversal verification
+    is block verification and never worse, but on trees it is not a theorem, and here is a counterexample (found
+    by search; traversal is better on average over these shapes, not on every tree)."""
+    g = torch.Generator().manual_seed(16)
+    logits = tuple(2 * torch.randn((3,) * (d + 1), generator=g, dtype=F64) for d in range(4))
+    q = tuple(torch.softmax(2 * torch.randn((3,) * (d + 1), generator=g, dtype=F64), -1) for d in range(4))
+    case = VerifyCase(logits, (-1, 0, 1, 1, 3), SamplingParams(temperature=1.0), draft_probs=q)
+    assert_lossless_exact(TraversalVerifier(F64), [case])
+    traversal = expected_accepted(TraversalVerifier(F64), case)
+    multi_round = expected_accepted(StochasticMultiRoundVerifier(F64), case)
+    assert traversal < multi_round - 0.03, (traversal, multi_round)
+
+
+@settings(EXACT, max_examples=30)
+@given(case=st.one_of(det_cases(kind="chain"), sto_cases(kind="chain")))
+def test_traversal_of_a_chain_is_block_verification(case: VerifyCase) -> None:
+    for tokens, _ in case.enumerate_trees()[:10]:
+        tree, logits = case.build_tree(tokens)
+        plans = [v.plan(tree, logits, case.sampling) for v in (TraversalVerifier(F64), BlockVerifier(F64))]
+        stops = [stop_probabilities(tree, plan) for plan in plans]
+        assert torch.allclose(stops[0], stops[1], atol=1e-12, rtol=0)
+        reached = stops[0] > 0
+        assert torch.allclose(plans[0].residual[reached], plans[1].residual[reached], atol=1e-12, rtol=0)
+
+
+def test_traversal_refuses_deterministic_top_k_trees() -> None:
+    logits = tuple(torch.zeros((3,) * (d + 1), dtype=F64) for d in range(2))
+    case = VerifyCase(logits, (-1, 0, 0), SamplingParams(temperature=1.0), tokens=(0, 1, 2))
+    tree, logits = case.build_tree(case.tokens)
+    with pytest.raises(ValueError, match="tree.q_dist"):
+        TraversalVerifier(F64).plan(tree, logits, case.sampling)
+
+
 @settings(EXACT, max_examples=40)
 @given(case=st.one_of(det_cases(), sto_cases()))
 def test_a_plan_from_its_own_stop_law_drives_the_same_walk(case: VerifyCase) -> None:
@@ -303,6 +346,8 @@ def test_every_verifier_reduces_to_greedy_at_temperature_zero(case: VerifyCase) 
         others = [StochasticMultiRoundVerifier(F64)] if case.is_stochastic else [MultiRoundVerifier(F64)]
         if chain:
             others += [ChainVerifier(F64), BlockVerifier(F64)]
+        if chain or case.is_stochastic:
+            others.append(TraversalVerifier(F64))
         for verifier in others:
             _same_walk(tree, greedy, verifier.plan(tree, logits, case.sampling))
             for seed in range(3):
@@ -472,6 +517,29 @@ def test_block_verification_bugs_are_caught(broken) -> None:
     assert_lossless_exact(
         broken(F64), [VerifyCase(one.target_logits, (-1, 0), one.sampling, draft_probs=one.draft_probs)]
     )
+
+
+def _sto_tree(seed: int, parents: tuple[int, ...]) -> VerifyCase:
+    """V=3, a sampled tree with random p and q."""
+    g = torch.Generator().manual_seed(seed)
+    depths = [0] * len(parents)
+    for c in range(1, len(parents)):
+        depths[c] = depths[parents[c]] + 1
+    depth = max(depths)
+    logits = tuple(2 * torch.randn((3,) * (d + 1), generator=g, dtype=F64) for d in range(depth + 1))
+    q = tuple(torch.softmax(2 * torch.randn((3,) * (d + 1), generator=g, dtype=F64), -1) for d in range(depth + 1))
+    return VerifyCase(logits, parents, SamplingParams(temperature=1.0), draft_probs=q)
+
+
+@pytest.mark.parametrize("broken", [TraversalStaleQVerifier, TraversalStaleWeightVerifier])
+def test_traversal_verification_bugs_are_caught(broken) -> None:
+    """Both bugs break losslessness on a tree with siblings under a non-root node; the stale q is invisible on a
+    chain (one child per node) and the stale weight at the root (P = 1 there): each control fails where it should."""
+    tree = (-1, 0, 0, 1, 1)  # depth 2; the first child has two children of its own
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless_exact(broken(F64), [_sto_tree(seed, tree) for seed in range(3)])
+    invisible = (-1, 0, 1) if broken is TraversalStaleQVerifier else (-1, 0, 0)
+    assert_lossless_exact(broken(F64), [_sto_tree(seed, invisible) for seed in range(3)])
 
 
 def test_verify_case_validates_its_input() -> None:

@@ -9,20 +9,25 @@ from __future__ import annotations
 import torch
 
 from specdec.sampling import SamplingParams, warp
+from specdec.target import HFTarget
 from specdec.tree import DraftTree
 from specdec.verify.block import BlockVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index
 from specdec.verify.stochastic import StochasticMultiRoundVerifier
+from specdec.verify.traversal import TraversalVerifier
 
 __all__ = [
     "BlockFirstFailureVerifier",
     "BlockTokenResidualVerifier",
     "IgnoresQVerifier",
+    "IndexOrderCompactionTarget",
     "OneSidedWarpVerifier",
     "OnlyZeroRejectedResidualVerifier",
     "ResidualNotRenormalisedVerifier",
     "StaleQVerifier",
+    "TraversalStaleQVerifier",
+    "TraversalStaleWeightVerifier",
 ]
 
 
@@ -137,3 +142,45 @@ class BlockTokenResidualVerifier(BlockVerifier):
         token[-1] = p[-1]
         return token
 
+
+class TraversalStaleQVerifier(TraversalVerifier):
+    """WRONG traversal verification: the parent's draft distribution keeps a deleted child's token.
+
+    Siblings are draws *without replacement*: the next sibling came from ``s`` with the deleted token removed and
+    renormalised. Keeping ``s`` judges it against the wrong proposal, so tokens are over- or under-produced as soon
+    as a node has two or more sampled children (a chain never shows it: its nodes have one child each).
+    """
+
+    def _delete(
+        self, weight: torch.Tensor, b: torch.Tensor, s: torch.Tensor, x: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        new_weight, new_b, _ = super()._delete(weight, b, s, x)
+        return new_weight, new_b, s
+
+
+class TraversalStaleWeightVerifier(TraversalVerifier):
+    """WRONG traversal verification: a parent keeps its path weight ``P(u)`` after a child is deleted.
+
+    After the subtree of a child is rejected, ``u`` must be accepted with ``Z / (Z + 1 - P(u))``, the share of the
+    mass ``u`` still owes among the probability left; keeping ``P(u)`` under-accepts shallow prefixes whenever
+    ``P(u) < 1`` (at the root ``P = 1`` and both agree).
+    """
+
+    def _delete(
+        self, weight: torch.Tensor, b: torch.Tensor, s: torch.Tensor, x: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        _, new_b, new_s = super()._delete(weight, b, s, x)
+        return weight, new_b, new_s
+
+
+class IndexOrderCompactionTarget(HFTarget):
+    """WRONG target: on commit, keeps the cache entries of the first ``count`` tree nodes in index order instead of
+    the accepted path's.
+
+    On a chain the two agree (node ``i`` is at depth ``i``), and so they do whenever the accepted path happens to be
+    nodes ``0, 1, .., k``; as soon as a later sibling is accepted, the next cycles attend to the keys and values of
+    tokens that were never emitted. Every later token is drawn from the wrong conditional.
+    """
+
+    def commit(self, accepted: torch.Tensor, count: int) -> None:
+        super().commit(torch.arange(accepted.shape[0], device=accepted.device), count)

@@ -11,6 +11,8 @@ distributions, tensor ops only) and hands it to the shared :func:`walk`. Which o
   probability ``p(x)`` under the running residual.
 * :class:`StochasticMultiRoundVerifier`: candidates sampled without replacement (EAGLE-1); ``min(1, p/q)``,
   then ``p <- norm(max(0, p - q))`` and ``q`` loses the rejected token.
+* :class:`TraversalVerifier`: sampled candidates (or a chain); traversal verification (Weng et al. 2025) judges
+  whole paths from the leaves up, in post-order; block verification on a chain.
 
 At temperature 0 every one of them reduces to greedy because ``warp`` returns one-hot p.
 """
@@ -23,6 +25,7 @@ from specdec.verify.greedy import GreedyVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import PlanVerifier, VerifyPlan
 from specdec.verify.stochastic import StochasticMultiRoundVerifier
+from specdec.verify.traversal import TraversalVerifier
 from specdec.verify.walk import walk
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "MultiRoundVerifier",
     "PlanVerifier",
     "StochasticMultiRoundVerifier",
+    "TraversalVerifier",
     "VerifyPlan",
     "default_verifier",
     "multiround_plan",

@@ -1,0 +1,126 @@
+"""Statistical, over several cycles: six tokens, so accepted drafts are followed by further cycles.
+
+``tests/test_statistical_e2e.py`` compares three tokens; the first comes from the prefill, so any cycle that accepts
+a draft ends the comparison and the state carried past it (the target's cache compaction, the drafter's commit) never
+matters there. Here the compared object is the joint distribution of the first ``N_TOKENS = 6`` tokens (``4 ** 6``
+sequences) of a tiny random Llama (vocab 4, ``logit_scale=2``: perplexity about 33 over the six tokens at T = 1),
+with trees of depth 2, so a run has about three cycles and every token after the first cycle depends on what was
+committed before. Each positive configuration asserts at least two cycles per run on average and at least
+``MIN_SHARE`` of cycles with an accepted draft. Exact reference and test as in :mod:`specdec.testing.e2e`.
+
+Configurations: the sampled EAGLE-1 tree with multi-round and with traversal verification, the small LM's
+deterministic chain with block verification, EAGLE-3's dynamic tree with multi-round verification (top-p), the
+n-gram drafter's static tree (top-k) and EAGLE-3's sampled chain with block verification: ``FAMILY = 6`` checks.
+
+False-positive rate: Bonferroni at family-wise ``ALPHA = 1e-3`` (each check fails iff its p-value is
+``<= ALPHA / FAMILY``), so a correct implementation fails this file with probability at most about 1e-3 over the
+seeds; the seeds are fixed, so on a platform the outcome is deterministic.
+
+Negative control (must fail, same threshold): :class:`~specdec.testing.broken.IndexOrderCompactionTarget`, a target
+that keeps the cache entries of the first nodes in index order instead of the accepted path. It is invisible in
+the three-token test and on chains; here it is caught with a p-value near 1e-150 at 800 runs (measured), and at
+``N_CONTROL`` runs far below the level.
+
+Runtime: the negative control and the first configuration run in ``make test`` (about a minute on a busy 2-core
+machine); the rest is marked ``heavy`` (``make test-heavy``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.generate import SpeculativeGenerator
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.testing.broken import IndexOrderCompactionTarget
+from specdec.testing.e2e import e2e_check, exact_sequence_distribution
+from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
+from specdec.verify import BlockVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier, TraversalVerifier
+from tests.factories import make_drafter
+
+VOCAB = 4
+N_TOKENS = 6
+MAX_LEN = 32
+PROMPT = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+N_SAMPLES = 600
+N_CONTROL = 200
+ALPHA = 1e-3
+MIN_SHARE = 0.05
+#: Depth-2 shape, two sampled children at the root and under its first child.
+SHAPE = [(0,), (1,), (0, 0), (0, 1)]
+
+CONFIGS = {
+    "eagle1-stochastic-multiround-T1": ("eagle1", "stochastic", "stochastic", SamplingParams(temperature=1.0)),
+    "eagle1-stochastic-traversal-T1-topk": (
+        "eagle1",
+        "stochastic",
+        "traversal",
+        SamplingParams(temperature=1.0, top_k=3),
+    ),
+    "small-lm-chain-block-T0.7": ("small-lm", "chain", "block", SamplingParams(temperature=0.7)),
+    "eagle3-dynamic-multiround-T1-topp": (
+        "eagle3",
+        "dynamic",
+        "multiround",
+        SamplingParams(temperature=1.0, top_p=0.85),
+    ),
+    "ngram-static-multiround-T1.5-topk": ("ngram", "static", "multiround", SamplingParams(temperature=1.5, top_k=3)),
+    "eagle3-stochastic-chain-block-T1": ("eagle3", "stochastic-chain", "block", SamplingParams(temperature=1.0)),
+}
+FAMILY = len(CONFIGS)
+QUICK = {"eagle1-stochastic-multiround-T1"}
+
+
+def policy(kind: str):
+    return {
+        "stochastic": lambda: StochasticTreePolicy(SHAPE),
+        "chain": lambda: StaticTreePolicy.chain(2),
+        "dynamic": lambda: DynamicTreePolicy(topk=2, depth=2, total_tokens=5),
+        "static": lambda: StaticTreePolicy(SHAPE),
+        "stochastic-chain": lambda: StochasticTreePolicy.chain(2),
+    }[kind]()
+
+
+def verifier(kind: str):
+    return {
+        "stochastic": lambda: StochasticMultiRoundVerifier(max_children=2),
+        "multiround": MultiRoundVerifier,
+        "traversal": TraversalVerifier,
+        "block": BlockVerifier,
+    }[kind]()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab_size=VOCAB, hidden_size=16, num_layers=3, seed=0, logit_scale=2.0)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.heavy) for n in CONFIGS], ids=list(CONFIGS)
+)
+def test_several_cycles_emit_the_target_distribution(model, name):
+    drafter, tree, verify, sampling = CONFIGS[name]
+    decoder = SpeculativeGenerator(
+        HFTarget(model, max_len=MAX_LEN), make_drafter(drafter, model, MAX_LEN), policy(tree), verifier(verify)
+    )
+    seed = 2000 + list(CONFIGS).index(name)
+    report = e2e_check(decoder, model, PROMPT, sampling, N_SAMPLES, N_TOKENS, seed, ALPHA, FAMILY)
+    cycles = report.accept_lengths
+    assert len(cycles) >= 2 * N_SAMPLES, "too few cycles per run: state carried between cycles is barely used"
+    assert sum(a > 0 for a in cycles) >= MIN_SHARE * len(cycles), "drafts were (almost) never accepted"
+    assert report.passed, f"{name}: p = {report.p_value:.3g} <= {report.level:.3g}"
+
+
+def test_a_compaction_bug_is_caught(model):
+    sampling = SamplingParams(temperature=1.0)
+    decoder = SpeculativeGenerator(
+        IndexOrderCompactionTarget(model, max_len=MAX_LEN),
+        make_drafter("eagle1", model, MAX_LEN),
+        policy("stochastic"),
+        verifier("stochastic"),
+    )
+    exact = exact_sequence_distribution(model, PROMPT, sampling, N_TOKENS)
+    report = e2e_check(decoder, model, PROMPT, sampling, N_CONTROL, N_TOKENS, 7, ALPHA, FAMILY, exact=exact)
+    assert not report.passed, f"the compaction bug went unnoticed (p = {report.p_value:.3g})"
