@@ -542,6 +542,23 @@ def test_traversal_verification_bugs_are_caught(broken) -> None:
     assert_lossless_exact(broken(F64), [_sto_tree(seed, invisible) for seed in range(3)])
 
 
+def test_a_walk_bug_is_caught_exactly(monkeypatch) -> None:
+    """The exact suite runs the walk's own :func:`end_nodes`; an off-by-one in its level loop (the walk never reaches
+    the deepest level) makes every verifier lossy, and the exact check says so with no sampling noise."""
+    import specdec.testing.exact as exact_module
+
+    real = exact_module.end_nodes
+
+    def one_level_short(tree, accepted):
+        return real(dataclasses.replace(tree, max_depth=tree.max_depth - 1), accepted)
+
+    case = _sto_tree(0, (-1, 0, 0, 1, 1))
+    assert_lossless_exact(StochasticMultiRoundVerifier(F64), [case])
+    monkeypatch.setattr(exact_module, "end_nodes", one_level_short)
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless_exact(StochasticMultiRoundVerifier(F64), [case])
+
+
 def test_verify_case_validates_its_input() -> None:
     logits = (torch.zeros(3, dtype=F64), torch.zeros(3, 3, dtype=F64))
     q = (torch.tensor([0.5, 0.5, 0.0], dtype=F64), torch.full((3, 3), 1 / 3, dtype=F64))

@@ -5,15 +5,16 @@ one cycle emits the accepted tokens and the bonus token; continue with the targe
 tokens; the resulting distribution over the ``V ** (D + 1)`` sequences must equal the target process's own.
 For sampled candidates the distribution is averaged over every candidate draw (enumerated exactly).
 
-The computation uses the verifier's own :meth:`~specdec.verify.plan.PlanVerifier.plan` and models the shared
-:func:`~specdec.verify.walk.walk` exactly: node ``c`` is accepted with probability ``clamp(accept_prob[c], 0, 1)``
-(NaN counts as 0, since ``u < NaN`` is false), children are tried in index order, and the bonus is drawn from the
-residual row clamped at 0 and normalised (as :func:`~specdec.sampling.sample` does). A broken plan therefore
-fails here, with no sampling noise: tolerances are float64 rounding only.
+The computation uses the verifier's own :meth:`~specdec.verify.plan.PlanVerifier.plan` and the shared walk's own
+decision code: every outcome of the coins (node ``c`` accepted with probability ``clamp(accept_prob[c], 0, 1)``,
+NaN counting as 0 since ``u < NaN`` is false) goes through :func:`~specdec.verify.walk.end_nodes`, and the bonus
+is drawn from the residual row clamped at 0 and normalised (as :func:`~specdec.sampling.sample` does). A broken
+plan, or a broken walk, therefore fails here with no sampling noise: tolerances are float64 rounding only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import torch
@@ -21,6 +22,7 @@ import torch
 from specdec.testing.cases import VerifyCase, prefix_index
 from specdec.tree import DraftTree
 from specdec.verify.plan import PlanVerifier, VerifyPlan
+from specdec.verify.walk import end_nodes
 
 __all__ = [
     "VerifyCase",
@@ -48,24 +50,33 @@ def target_distribution(case: VerifyCase) -> torch.Tensor:
     return _completions(case)[0]
 
 
+#: Most non-root nodes :func:`stop_probabilities` enumerates the coins of (``2 ** 16`` outcomes).
+MAX_ENUMERATED_NODES = 16
+
+
 def stop_probabilities(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
     """``[N]`` float64: the exact probability that :func:`~specdec.verify.walk.walk` stops at each node.
 
-    ``reach[c] = reach[parent] * prod_{earlier siblings j} (1 - a_j) * a_c`` and
-    ``stop[u] = reach[u] * prod_{children c} (1 - a_c)`` with ``a = clamp(accept_prob, 0, 1)`` (NaN -> 0).
+    Enumerates every outcome of the non-root coins (node ``c`` accepted with probability
+    ``a_c = clamp(accept_prob[c], 0, 1)``, NaN -> 0, independently) and sends each through
+    :func:`~specdec.verify.walk.end_nodes`, the walk's own code: nothing here models the walk a second time.
+
+    Raises:
+        ValueError: a tree with more than :data:`MAX_ENUMERATED_NODES` non-root nodes.
     """
+    n = tree.num_nodes
+    if n - 1 > MAX_ENUMERATED_NODES:
+        raise ValueError(f"{n - 1} non-root nodes: exact enumeration is for trees of at most {MAX_ENUMERATED_NODES}")
     a = plan.accept_prob.detach().to("cpu", torch.float64)
-    a = torch.where(torch.isnan(a), 0.0, a).clamp(0.0, 1.0).tolist()
-    parents = tree.parents.tolist()
-    n = len(parents)
-    reach = [0.0] * n
-    all_rejected = [1.0] * n  # running product of (1 - a) over the children of u tried so far
-    reach[0] = 1.0
-    for c in range(1, n):  # parents before children, siblings in index order
-        u = parents[c]
-        reach[c] = reach[u] * all_rejected[u] * a[c]
-        all_rejected[u] *= 1.0 - a[c]
-    return torch.tensor([r * s for r, s in zip(reach, all_rejected, strict=True)], dtype=torch.float64)
+    a = torch.where(torch.isnan(a), 0.0, a).clamp(0.0, 1.0)[1:]
+    outcomes = torch.arange(2 ** (n - 1))[:, None] >> torch.arange(n - 1)[None, :] & 1 > 0  # [2^(N-1), N-1]
+    weight = torch.where(outcomes, a, 1.0 - a).prod(-1)
+    accepted = torch.cat([torch.zeros(outcomes.shape[0], 1, dtype=torch.bool), outcomes], dim=1)
+    cpu = dataclasses.replace(
+        tree, **{f: getattr(tree, f).cpu() for f in ("tokens", "parents", "depth", "attn_mask", "paths")}
+    )
+    final = end_nodes(cpu, accepted)
+    return torch.zeros(n, dtype=torch.float64).index_add_(0, final, weight)
 
 
 def _effective_residual(residual: torch.Tensor) -> torch.Tensor:

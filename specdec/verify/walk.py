@@ -1,11 +1,12 @@
 """The walk shared by every :class:`~specdec.verify.plan.PlanVerifier`: coins in, :class:`Verdict` out.
 
-Semantics (the exact suite models precisely this): every non-root node ``c`` gets one uniform coin ``u[c]`` and is
-*accepted* iff ``u[c] < accept_prob[c]``. At a reached node the walk moves to its lowest-index accepted child,
-which is the same as trying the children in index order and stopping at the first acceptance: the coins of later
-siblings are never looked at. When no child is accepted (or the node is a leaf) the walk stops there and draws
-the bonus token from that node's residual. All coins are independent, so the probability of moving from ``u`` to
-its ``k``-th child is ``prod_{j<k} (1 - a_j) * a_k`` with ``a = accept_prob``.
+Semantics: every non-root node ``c`` gets one uniform coin ``u[c]`` and is *accepted* iff
+``u[c] < accept_prob[c]``. At a reached node the walk moves to its lowest-index accepted child, which is the same as
+trying the children in index order and stopping at the first acceptance: the coins of later siblings are never
+looked at. When no child is accepted (or the node is a leaf) the walk stops there and draws the bonus token from
+that node's residual. All coins are independent, so the probability of moving from ``u`` to its ``k``-th child is
+``prod_{j<k} (1 - a_j) * a_k`` with ``a = accept_prob``. The exact suite enumerates the coins' outcomes through
+:func:`end_nodes`, the deterministic half of the walk, rather than modelling it a second time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from specdec.tree import DraftTree
 if TYPE_CHECKING:  # plan.py imports this module
     from specdec.verify.plan import VerifyPlan
 
-__all__ = ["walk"]
+__all__ = ["end_nodes", "walk"]
 
 
 def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -> Verdict:
@@ -36,21 +37,42 @@ def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -
         :class:`Verdict` with ``accepted [max_depth + 1]`` (root first, ``-1`` padded), ``accept_length`` and
         ``bonus_token`` (0-dim long).
     """
-    n = tree.num_nodes
-    device = tree.device
-    idx = torch.arange(n, device=device)
-    coins = torch.rand(n, generator=generator, device=device, dtype=plan.accept_prob.dtype)
-    accepted = coins < plan.accept_prob
-    # Lowest accepted child of every node; ``n`` means "none".
-    candidate = torch.where(accepted, idx, torch.full_like(idx, n))
-    chosen = torch.full((n,), n, dtype=torch.long, device=device)
-    chosen = chosen.scatter_reduce(0, tree.parents[1:], candidate[1:], reduce="amin", include_self=True)
-    final = torch.zeros((), dtype=torch.long, device=device)
-    for _ in range(tree.max_depth):
-        nxt = chosen[final]
-        final = torch.where(nxt < n, nxt, final)
+    coins = torch.rand(tree.num_nodes, generator=generator, device=tree.device, dtype=plan.accept_prob.dtype)
+    final = end_nodes(tree, coins < plan.accept_prob)
     return Verdict(
         accepted=tree.paths[final],
         accept_length=tree.depth[final],
         bonus_token=sample(plan.residual[final], generator),
     )
+
+
+def end_nodes(tree: DraftTree, accepted: torch.Tensor) -> torch.Tensor:
+    """Where the walk stops, given which nodes' coins came up "accept" (the deterministic half of :func:`walk`).
+
+    The exact suite (:func:`specdec.testing.exact.stop_probabilities`) enumerates every outcome of the coins through
+    this same function, so a bug here is caught exactly, not only statistically.
+
+    Args:
+        tree: ``N`` nodes.
+        accepted: ``[..., N]`` bool, ``accepted[..., c]`` iff node ``c``'s coin is below its accept probability
+            (the root's entry is ignored).
+
+    Returns:
+        ``[...]`` long: the node where the walk stops (it moves to the lowest accepted child, ``tree.max_depth``
+        levels at most).
+    """
+    n = tree.num_nodes
+    batch = accepted.shape[:-1]
+    flags = accepted.reshape(-1, n)
+    idx = torch.arange(n, device=tree.device)
+    # Lowest accepted child of every node; ``n`` means "none".
+    candidate = torch.where(flags, idx, torch.full_like(idx, n))[:, 1:]
+    chosen = torch.full_like(flags, n, dtype=torch.long)
+    chosen = chosen.scatter_reduce(
+        1, tree.parents[1:].expand_as(candidate), candidate, reduce="amin", include_self=True
+    )
+    final = torch.zeros(flags.shape[0], dtype=torch.long, device=tree.device)
+    for _ in range(tree.max_depth):
+        nxt = chosen.gather(1, final[:, None]).squeeze(1)
+        final = torch.where(nxt < n, nxt, final)
+    return final.reshape(batch)
