@@ -6,7 +6,11 @@ Each pair runs the same target, the same drafter (the shipped heads, or n-gram) 
 the verifier differs. For every prompt and temperature both verifiers of a pair run back to back with the same
 seed (their drafts agree until the first cycle where their decisions differ). Prompts are MT-bench first turns.
 Printed per pair and temperature: τ (tokens per target forward) and tokens/s of each verifier, and the ratios
-(second / first). Pairs:
+(second / first). Sampled τ differences of a few percent are within the noise of a few hundred cycles, so the
+script also prints a *paired, noise-free* τ: during the first verifier's runs, every cycle's tree and target
+logits are handed to both verifiers' plans and their exact expected accepted lengths
+(``VerifyPlan.stop_probs(tree) @ tree.depth``) are averaged; same drafts by construction (the time this takes is
+excluded from the first verifier's tokens/s). Pairs:
 
 * ``eagle3-chain``: the EAGLE-3 head drafting a sampled chain of 4 (``StochasticTreePolicy.chain``):
   ``ChainVerifier`` vs ``BlockVerifier``;
@@ -32,10 +36,41 @@ from specdec.methods import eagle_drafter
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from specdec.tree import DraftTree
 from specdec.trees import StaticTreePolicy, StochasticTreePolicy
-from specdec.verify import BlockVerifier, ChainVerifier, StochasticMultiRoundVerifier, TraversalVerifier
+from specdec.verify import (
+    BlockVerifier,
+    ChainVerifier,
+    PlanVerifier,
+    StochasticMultiRoundVerifier,
+    TraversalVerifier,
+    VerifyPlan,
+)
 
 CHAIN = 4
+
+
+class Paired(PlanVerifier):
+    """Decides with ``first``; on every cycle also scores ``second``'s plan on the same tree and logits (exact
+    expected accepted lengths of both, summed), timing that extra work so it can be subtracted."""
+
+    def __init__(self, first: PlanVerifier, second: PlanVerifier) -> None:
+        super().__init__(first.dtype)
+        self.first, self.second = first, second
+        self.expected = [0.0, 0.0]
+        self.cycles = 0
+        self.extra_seconds = 0.0
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        plan = self.first.plan(tree, target_logits, sampling)
+        start = time.perf_counter()
+        other = self.second.plan(tree, target_logits, sampling)
+        depth = tree.depth.to(plan.accept_prob.dtype)
+        self.expected[0] += float(plan.stop_probs(tree) @ depth)
+        self.expected[1] += float(other.stop_probs(tree) @ depth)
+        self.cycles += 1
+        self.extra_seconds += time.perf_counter() - start
+        return plan
 
 
 def pairs(target: HFTarget, names: list[str]) -> dict[str, tuple]:
@@ -83,15 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         for temperature in args.temperatures:
             sampling = SamplingParams(temperature=temperature)
             for i, ids in enumerate(prompts):
-                for label, verifier in verifiers:
-                    gen = SpeculativeGenerator(target, drafter, policy, verifier)
+                for k, (label, verifier) in enumerate(verifiers):
+                    paired = Paired(verifier, verifiers[1][1]) if k == 0 else None
+                    gen = SpeculativeGenerator(target, drafter, policy, paired or verifier)
                     start = time.perf_counter()
                     out = gen.generate(ids, sampling, stop, torch.Generator().manual_seed(1000 + i))
-                    seconds = time.perf_counter() - start
+                    seconds = time.perf_counter() - start - (paired.extra_seconds if paired else 0.0)
                     m = out.metrics
                     records.append(
                         dict(pair=name, temperature=temperature, prompt=i, verifier=label, tokens=m.new_tokens,
-                             cycles=m.cycles, accepted=sum(m.accept_lengths), seconds=seconds)
+                             cycles=m.cycles, accepted=sum(m.accept_lengths), seconds=seconds,
+                             paired_cycles=paired.cycles if paired else 0,
+                             paired_expected=paired.expected if paired else None)
                     )  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(records, indent=1))
@@ -99,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         f"SmolLM2-135M-Instruct, {args.prompts} MT-bench prompts, {args.new_tokens} new tokens, {args.threads} threads"
     )
     print(f"{'pair':13} {'T':>4} {'verifier':12} {'tau':>6} {'tok/s':>7} {'verifier':12} {'tau':>6} {'tok/s':>7} "
-          f"{'tau ratio':>9} {'speed ratio':>11}")  # fmt: skip
+          f"{'tau ratio':>9} {'speed ratio':>11} {'paired exact tau':>17} {'ratio':>6}")  # fmt: skip
     for name, (_, _, verifiers) in configs.items():
         for temperature in args.temperatures:
             cells, stats = [], []
@@ -111,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                 stats.append((tau, speed))
                 cells.append(f"{label:12} {tau:6.3f} {speed:7.2f}")
             ratio = f"{stats[1][0] / stats[0][0]:9.3f} {stats[1][1] / stats[0][1]:11.3f}"
-            print(f"{name:13} {temperature:4.1f} {' '.join(cells)} {ratio}")
+            firsts = [r for r in records if (r["pair"], r["temperature"]) == (name, temperature) and r["paired_cycles"]]
+            n = sum(r["paired_cycles"] for r in firsts)
+            exact = [1 + sum(r["paired_expected"][j] for r in firsts) / max(1, n) for j in (0, 1)]
+            paired = f"{exact[0]:8.3f} {exact[1]:8.3f} {exact[1] / exact[0]:6.3f}"
+            print(f"{name:13} {temperature:4.1f} {' '.join(cells)} {ratio} {paired}")
     return 0
 
 

@@ -327,6 +327,23 @@ def test_greedy_is_exactly_lossless(case: VerifyCase) -> None:
     assert_lossless_exact(GreedyVerifier(F64), [case])
 
 
+@settings(EXACT, max_examples=40)
+@given(case=st.one_of(det_cases(), sto_cases()))
+def test_the_closed_form_stop_law_matches_the_enumerated_walk(case: VerifyCase) -> None:
+    """``VerifyPlan.stop_probs`` (closed form, any tree size) equals the enumeration through the walk's own code."""
+    if case.sampling.greedy:
+        verifiers = [GreedyVerifier(F64)]
+    elif case.is_stochastic:
+        verifiers = [StochasticMultiRoundVerifier(F64), TraversalVerifier(F64)]
+    else:
+        verifiers = [MultiRoundVerifier(F64)]
+    for tokens, _ in case.enumerate_trees()[:5]:
+        tree, logits = case.build_tree(tokens)
+        for verifier in verifiers:
+            plan = verifier.plan(tree, logits, case.sampling)
+            assert torch.allclose(plan.stop_probs(tree), stop_probabilities(tree, plan), atol=1e-12, rtol=0)
+
+
 def _same_walk(tree, plan_a: VerifyPlan, plan_b: VerifyPlan) -> None:
     """Two plans drive the walk identically: same stop probabilities, same residual wherever the walk stops."""
     stop_a, stop_b = stop_probabilities(tree, plan_a), stop_probabilities(tree, plan_b)

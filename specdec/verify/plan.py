@@ -74,6 +74,26 @@ class VerifyPlan:
         accept = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, accept)
         return cls(accept_prob=accept, residual=residual)
 
+    def stop_probs(self, tree: DraftTree) -> torch.Tensor:
+        """``[N]``: the probability that the walk stops at each node under this plan (the inverse of
+        :meth:`from_stop_probs`), in closed form for trees of any size, no host sync.
+
+        With ``a = clamp(accept_prob, 0, 1)`` (NaN -> 0): node ``c`` is reached with probability ``prod`` over the
+        nodes ``w`` on its root path (root excluded) of ``a_w prod_{earlier siblings j of w} (1 - a_j)``, and the
+        walk stops at ``u`` with that probability times ``prod_{children c of u} (1 - a_c)``. ``stop @ tree.depth``
+        is the expected number of accepted draft tokens. (The exact suite does not use this formula: it enumerates
+        the coins through the walk's own code, and a test checks the two agree.)
+        """
+        a = torch.nan_to_num(self.accept_prob, nan=0.0).clamp(0.0, 1.0)
+        n = tree.num_nodes
+        one = torch.ones_like(a)
+        keep = 1.0 - a
+        before = torch.where(earlier_siblings(tree), keep[None, :], one[None, :]).prod(-1)  # [N]
+        step = torch.where(torch.arange(n, device=a.device) == 0, one, a * before)
+        reach = torch.where(tree.attn_mask, step[None, :], one[None, :]).prod(-1)  # ancestors-or-self
+        child = (tree.parents[None, :] == torch.arange(n, device=a.device)[:, None]) & (tree.parents[None, :] >= 0)
+        return reach * torch.where(child, keep[None, :], one[None, :]).prod(-1)
+
 
 class PlanVerifier(Verifier):
     """A verifier defined by its :class:`VerifyPlan`; :meth:`verify` is the shared :func:`walk`.
