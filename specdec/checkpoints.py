@@ -296,6 +296,16 @@ def export_eagle3(
             "use_aux_hidden_state": True,
         }
     state = head.state_dict()
+    if "target_hidden_size" in config and "embed_tokens.weight" not in state:
+        # The official EAGLE loader then expects the head's own embedding and would otherwise run a random one.
+        if head.target_embedding is None:
+            raise ValueError(
+                f"this head's target_hidden_size ({head.config.target_hidden_size}) differs from its hidden_size "
+                f"({head.config.hidden_size}), which the official EAGLE code reads as 'the file carries its own "
+                "embed_tokens.weight'; attach the target's embedding first (head.attach_target_embedding(...)) so the "
+                "export can include it"
+            )
+        state["embed_tokens.weight"] = head.target_embedding.detach().clone()
     if layout == "vllm":
         renamed = {}
         for key, value in state.items():

@@ -157,7 +157,25 @@ def test_saved_eagle3_has_the_official_keys(tmp_path):
     assert state["t2d"].dtype == torch.bool and state["t2d"].shape == (V,) and int(state["t2d"].sum()) == 10
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
-    assert config["draft_vocab_size"] == 10 and config["target_hidden_size"] == H and config["vocab_size"] == V
+    assert config["draft_vocab_size"] == 10 and config["vocab_size"] == V
+    # Equal widths: no target_hidden_size, which the official EAGLE code reads as "embedding in the file".
+    assert "target_hidden_size" not in config and config["tie_word_embeddings"] is False
+
+
+def test_eagle3_export_with_a_wider_target_carries_the_embedding(tmp_path):
+    """The official EAGLE loader: ``target_hidden_size`` present -> the head's own ``embed_tokens.weight`` is used
+    (a random one if the file has none, silently). So an export that must write the field also writes the
+    embedding, or refuses."""
+    head = eagle3_head(target_hidden_size=2 * H)
+    with pytest.raises(ValueError, match="attach the target's embedding"):
+        save_eagle_head(head, tmp_path / "refused")
+    embedding = torch.randn(V, H)
+    head.attach_target_embedding(embedding)
+    save_eagle_head(head, tmp_path / "ok")
+    config = json.loads((tmp_path / "ok" / "config.json").read_text())
+    state = load_file(str(tmp_path / "ok" / "model.safetensors"))
+    assert config["target_hidden_size"] == 2 * H
+    assert torch.equal(state["embed_tokens.weight"], embedding)
 
 
 # ------------------------------------------------------------------------------------------------ round trips

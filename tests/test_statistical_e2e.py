@@ -254,7 +254,6 @@ def test_default_verifier_rounds_match_the_policy_width(model):
 #: Configurations in the README's quick test command; the others are ``heavy`` (CI runs them as a second step).
 QUICK = {
     "vanilla-T1.5-top-p",
-    "eagle1-stochastic-chain-block-T1.5-off",
     "eagle3-dynamic-multiround-T0.5-off",
     "small-lm-stochastic-stochastic-T1.0-top-p",
 }

@@ -227,7 +227,10 @@ class EagleConfig(BaseModel):
         }
         if kind == "eagle3":
             out["draft_vocab_size"] = self.draft_vocab_size
-            out["target_hidden_size"] = self.target_hidden_size
+            # The official EAGLE code reads the presence of this field as "the head carries its own embedding" and
+            # otherwise copies the target's: write it only when the widths differ (then the export must carry one).
+            if self.target_hidden_size != self.hidden_size:
+                out["target_hidden_size"] = self.target_hidden_size
             out["attention_bias"] = self.qkv_bias
         else:
             out["bias"] = self.bias
