@@ -163,10 +163,10 @@ class _CheckedTarget(Target):
 
 def _compare_caches(checker: _Checker, live: Target, fresh: Target) -> None:
     """Keys and values of the committed prefix, layer by layer, for targets with a position cache (HFTarget)."""
+    if live.length != fresh.length:
+        raise CycleInvariantError(f"target length {live.length} != {fresh.length} committed tokens")
     live_cache, fresh_cache = getattr(live, "cache", None), getattr(fresh, "cache", None)
-    if live_cache is None or fresh_cache is None or live.length != fresh.length:
-        if live.length != fresh.length:
-            raise CycleInvariantError(f"target length {live.length} != {fresh.length} committed tokens")
+    if live_cache is None or fresh_cache is None:
         return
     n = live.length
     for i, (a, b) in enumerate(zip(live_cache.layers, fresh_cache.layers, strict=True)):
