@@ -181,3 +181,52 @@ def test_trains_on_regenerated_data(target, tmp_path) -> None:
     expected = load_regenerated(data_dir).examples[:6]
     scored = sum(int(e.loss_mask[1:].sum()) for e in expected)  # slots whose next token is a response token
     assert sum(r["tokens"] for r in log) == scored  # one epoch over the first 6 sequences, in 2 steps of 4
+
+
+def test_training_continues_from_a_trained_head(target, tmp_path) -> None:
+    """``init_head``: a run starts from a saved head (weights, EAGLE-3 draft vocabulary and fused layers kept), its
+    card records the lineage, and a head of the wrong kind or with other fused layers is refused."""
+    from specdec.train.card import ship_head
+
+    first = tmp_path / "first"
+    train(
+        config(first, "eagle3", epochs=2),
+        target=target,
+        train_data=greedy_data(target, 16),
+        heldout_data=greedy_data(target, 2, seed=1),
+    )
+    parent = ship_head(first, tmp_path / "parent", hardware="test cpu", title="parent")
+    start = load_eagle_head(parent, target_model=target)
+    # other data, whose own draft vocabulary would differ: the continued head keeps the parent's
+    other, none = greedy_data(target, 8, seed=7), TokenDataset([])
+    fresh = train(config(tmp_path / "fresh", "eagle3", max_steps=1), target=target, train_data=other, heldout_data=none)
+    assert not torch.equal(load_eagle_head(fresh).d2t, start.d2t)
+    cont = tmp_path / "continued"
+    train(
+        config(cont, "eagle3", init_head=parent, lr=1e-12, max_steps=1, warmup_steps=0, eval_steps=(0,)),
+        target=target,
+        train_data=other,
+        heldout_data=greedy_data(target, 2, seed=1),
+    )
+    # step 0 of the curve scores the head it started from, on this run's held-out data (the parent's own)
+    start_point = json.loads((cont / "curve.jsonl").read_text().splitlines()[0])
+    assert start_point["step"] == 0 and start_point["trained_tokens"] == 0
+    assert start_point["alpha"] == pytest.approx(json.loads((first / "eval.json").read_text())["alpha"])
+    continued = load_eagle_head(cont / "head")
+    for (name, p), q in zip(start.state_dict().items(), continued.state_dict().values(), strict=True):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=0, msg=name)
+    # the learned head starts ahead of a fresh one on the same first batch
+    assert read_log(cont)[0]["loss"] < read_log(tmp_path / "fresh")[0]["loss"]
+    facts = json.loads((ship_head(cont, tmp_path / "child", "test cpu", "child") / "training.json").read_text())
+    assert facts["init_head"]["path"] == str(parent) and facts["init_head"]["steps"] == len(read_log(first))
+    assert "initialised from" in (tmp_path / "child" / "README.md").read_text()
+
+    with pytest.raises(ValueError, match="eagle3 head; the eagle1 recipe"):
+        train(config(tmp_path / "kind", "eagle1", init_head=parent), target=target, train_data=other, heldout_data=none)
+    with pytest.raises(ValueError, match="fuses target layers"):
+        train(
+            config(tmp_path / "layers", "eagle3", init_head=parent, eagle3_layers=(0, 1, 2)),
+            target=target,
+            train_data=other,
+            heldout_data=none,
+        )

