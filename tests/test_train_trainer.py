@@ -203,7 +203,16 @@ def test_training_continues_from_a_trained_head(target, tmp_path) -> None:
     assert not torch.equal(load_eagle_head(fresh).d2t, start.d2t)
     cont = tmp_path / "continued"
     train(
-        config(cont, "eagle3", init_head=parent, lr=1e-12, max_steps=1, warmup_steps=0, eval_steps=(0,)),
+        config(
+            cont,
+            "eagle3",
+            init_head=parent,
+            draft_vocab_size=None,
+            lr=1e-12,
+            max_steps=1,
+            warmup_steps=0,
+            eval_steps=(0,),
+        ),
         target=target,
         train_data=other,
         heldout_data=greedy_data(target, 2, seed=1),
@@ -230,3 +239,33 @@ def test_training_continues_from_a_trained_head(target, tmp_path) -> None:
             train_data=other,
             heldout_data=none,
         )
+
+
+def test_continued_eagle3_head_can_move_to_a_new_draft_vocabulary(target, tmp_path) -> None:
+    """A ``draft_vocab_size`` given with ``init_head`` rebuilds the vocabulary from the run's data: shared tokens keep
+    their trained lm_head rows, new ones start from the target's rows, every other weight is the parent's."""
+    from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
+
+    none = TokenDataset([])
+    parent_run = tmp_path / "parent"
+    train(
+        config(parent_run, "eagle3", max_steps=2), target=target, train_data=greedy_data(target, 8), heldout_data=none
+    )
+    parent = load_eagle_head(parent_run / "head")
+    other = greedy_data(target, 8, seed=7)
+    run = tmp_path / "moved"
+    cfg = config(run, "eagle3", init_head=parent_run / "head", draft_vocab_size=20, lr=1e-12, max_steps=1)
+    moved = load_eagle_head(train(cfg, target=target, train_data=other, heldout_data=none))
+    counts = token_frequencies(((e.input_ids, e.loss_mask) for e in other), target.config.vocab_size)
+    want = select_draft_vocab(counts, 20)
+    new_ids = moved.to_target_ids(torch.arange(20))
+    assert torch.equal(new_ids, want) and moved.config.draft_vocab_size == 20
+    parent_ids = parent.to_target_ids(torch.arange(parent.config.draft_vocab_size)).tolist()
+    shared = [i for i, t in enumerate(new_ids.tolist()) if t in parent_ids]
+    fresh = [i for i, t in enumerate(new_ids.tolist()) if t not in parent_ids]
+    assert shared and fresh
+    rows = [parent_ids.index(t) for t in new_ids[shared].tolist()]
+    torch.testing.assert_close(moved.lm_head.weight[shared], parent.lm_head.weight[rows], atol=1e-6, rtol=0)
+    target_rows = target.lm_head.weight.detach()[new_ids[fresh]]
+    torch.testing.assert_close(moved.lm_head.weight[fresh], target_rows, atol=1e-6, rtol=0)
+    torch.testing.assert_close(moved.fc.weight, parent.fc.weight, atol=1e-6, rtol=0)

@@ -52,6 +52,7 @@ __all__ = [
     "train",
     "build_head",
     "initial_head",
+    "with_draft_vocab",
     "RecipeModule",
     "lr_lambda",
     "read_log",
@@ -114,7 +115,12 @@ class TrainConfig(BaseModel):
     steps: int = Field(7, ge=1, description="EAGLE-3 training-time-test steps")
     decay: float = Field(0.8, gt=0, description="EAGLE-3 per-step loss weight decay^k")
     detach_hidden: bool = False
-    draft_vocab_size: int | None = Field(None, ge=1, description="EAGLE-3; None: min(V, 32000)")
+    draft_vocab_size: int | None = Field(
+        None,
+        ge=1,
+        description="EAGLE-3; None: min(V, 32000), or with init_head the head's own vocabulary; a size given with "
+        "init_head builds a new vocabulary from the run's data (rows the head had keep their weights)",
+    )
     eagle3_layers: tuple[int, ...] | None = None
     intermediate_size: int | None = Field(None, ge=1, description="head MLP width; None: the target's")
     init_head: Path | None = Field(
@@ -212,6 +218,29 @@ def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[in
                 "set eagle3_layers to the head's"
             )
     return head.train()
+
+
+def with_draft_vocab(head: Eagle3Head, draft_ids: torch.Tensor, lm_head_weight: torch.Tensor) -> Eagle3Head:
+    """``head`` moved onto another draft vocabulary ``draft_ids`` ``[V_d']`` (increasing target ids).
+
+    Every weight but the draft lm_head is kept. A draft token the head already had keeps its trained lm_head row;
+    a new one starts from the target's row ``lm_head_weight[id]`` (``[V, H]``), as a fresh head does.
+    """
+    config = head.config.model_copy(update={"draft_vocab_size": int(draft_ids.numel())})
+    new = Eagle3Head(config, with_embedding=head.embed_tokens is not None, num_fused=head.num_fused)
+    new.set_vocab_map(draft_ids)
+    state = {k: v for k, v in head.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
+    new.load_state_dict(state, strict=False)
+    old_ids = head.to_target_ids(torch.arange(head.config.draft_vocab_size, device=head.d2t.device))
+    old_row = torch.full((head.config.vocab_size,), -1, dtype=torch.long)
+    old_row[old_ids.cpu()] = torch.arange(old_ids.numel())
+    rows = old_row[draft_ids.cpu()]
+    kept = rows >= 0
+    with torch.no_grad():
+        weight = lm_head_weight[draft_ids.to(lm_head_weight.device)].detach().to("cpu", new.lm_head.weight.dtype)
+        weight[kept] = head.lm_head.weight.detach().cpu()[rows[kept]].to(weight.dtype)
+        new.lm_head.weight.copy_(weight)
+    return new.train(head.training)
 
 
 def _default_tau_fn(target: Any, config: TrainConfig) -> Callable[[Any, Any], float] | None:
@@ -386,14 +415,17 @@ def train(
         head = initial_head(config.init_head, config.recipe, target, layers)
     else:
         head = build_head(config.recipe, target.config, layers, draft_vocab, config.intermediate_size)
-    if isinstance(head, Eagle3Head) and config.init_head is None:
+    if isinstance(head, Eagle3Head) and (config.init_head is None or config.draft_vocab_size is not None):
         counts = token_frequencies(
             ((train_store[i]["input_ids"], train_store[i]["loss_mask"]) for i in range(len(train_store))), vocab_size
         )
         draft_ids = select_draft_vocab(counts, draft_vocab)
-        head.set_vocab_map(draft_ids)
-        with torch.no_grad():  # start the draft lm_head from the target's rows of the draft tokens
-            head.lm_head.weight.copy_(lm_head_weight[draft_ids.to(device)].cpu())
+        if config.init_head is None:
+            head.set_vocab_map(draft_ids)
+            with torch.no_grad():  # start the draft lm_head from the target's rows of the draft tokens
+                head.lm_head.weight.copy_(lm_head_weight[draft_ids.to(device)].cpu())
+        else:
+            head = with_draft_vocab(head, draft_ids, lm_head_weight)
     head.attach_target_embedding(embed_weight)
     if tau_fn is None and main:
         tau_fn = _default_tau_fn(target, config)  # keeps the target for the final τ evaluation only
