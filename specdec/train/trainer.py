@@ -220,11 +220,13 @@ def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[in
     return head.train()
 
 
-def with_draft_vocab(head: Eagle3Head, draft_ids: torch.Tensor, lm_head_weight: torch.Tensor) -> Eagle3Head:
+def with_draft_vocab(head: Eagle3Head, draft_ids: torch.Tensor) -> Eagle3Head:
     """``head`` moved onto another draft vocabulary ``draft_ids`` ``[V_d']`` (increasing target ids).
 
-    Every weight but the draft lm_head is kept. A draft token the head already had keeps its trained lm_head row;
-    a new one starts from the target's row ``lm_head_weight[id]`` (``[V, H]``), as a fresh head does.
+    Every weight but the draft lm_head ``[V_d', H]`` is kept. A draft token the head already had keeps its trained
+    lm_head row; a new one starts from the mean of the trained rows, so it starts at an average logit: neither
+    winning the argmax nor ruled out. (The target's lm_head rows, a fresh head's init, do not fit the trained head's
+    output space: on the SmolLM2 EAGLE-3 head they took held-out α₁ from 0.26 to 0.003.)
     """
     config = head.config.model_copy(update={"draft_vocab_size": int(draft_ids.numel())})
     new = Eagle3Head(config, with_embedding=head.embed_tokens is not None, num_fused=head.num_fused)
@@ -236,9 +238,10 @@ def with_draft_vocab(head: Eagle3Head, draft_ids: torch.Tensor, lm_head_weight: 
     old_row[old_ids.cpu()] = torch.arange(old_ids.numel())
     rows = old_row[draft_ids.cpu()]
     kept = rows >= 0
+    trained = head.lm_head.weight.detach().cpu().to(new.lm_head.weight.dtype)
     with torch.no_grad():
-        weight = lm_head_weight[draft_ids.to(lm_head_weight.device)].detach().to("cpu", new.lm_head.weight.dtype)
-        weight[kept] = head.lm_head.weight.detach().cpu()[rows[kept]].to(weight.dtype)
+        weight = trained.mean(0).expand(draft_ids.numel(), -1).clone()
+        weight[kept] = trained[rows[kept]]
         new.lm_head.weight.copy_(weight)
     return new.train(head.training)
 
@@ -425,7 +428,7 @@ def train(
             with torch.no_grad():  # start the draft lm_head from the target's rows of the draft tokens
                 head.lm_head.weight.copy_(lm_head_weight[draft_ids.to(device)].cpu())
         else:
-            head = with_draft_vocab(head, draft_ids, lm_head_weight)
+            head = with_draft_vocab(head, draft_ids)
     head.attach_target_embedding(embed_weight)
     if tau_fn is None and main:
         tau_fn = _default_tau_fn(target, config)  # keeps the target for the final τ evaluation only
