@@ -1,4 +1,5 @@
-"""Official-format EAGLE checkpoints: key layouts, round trips, vLLM layout, safe pickles, strict errors, quirks."""
+"""Official-format EAGLE checkpoints: key layouts, round trips, vLLM layout, sharded weights, the speculators format,
+safe pickles, strict errors, quirks. (What each server reads from an export: tests/test_checkpoint_consumers.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specdec.checkpoints import CheckpointError, export_eagle3, load_eagle_head, read_weights, save_eagle_head
+from specdec.checkpoints import (
+    CheckpointError,
+    export_eagle3,
+    export_speculators,
+    load_eagle_head,
+    read_weights,
+    save_eagle_head,
+)
 from specdec.drafters.eagle_modules import (
     Eagle1Head,
     Eagle3Head,
@@ -53,7 +61,13 @@ EAGLE3_KEYS = {
     "d2t",
     "t2d",
 }
-VLLM_KEYS = {k.replace("midlayer.", "layers.0.") for k in EAGLE3_KEYS - {"d2t", "t2d"}} | {"draft_id_to_target_id"}
+# vLLM renames d2t to draft_id_to_target_id itself; a file key of that name is skipped (identity map), so: d2t.
+VLLM_KEYS = {k.replace("midlayer.", "layers.0.") for k in EAGLE3_KEYS - {"t2d"}}
+SPECULATORS_EAGLE3_KEYS = {k.replace("midlayer.", "layers.0.") for k in EAGLE3_KEYS}
+SPECULATORS_EAGLE1_KEYS = {
+    k.replace("fc.", "fusion_fc.", 1) if k.startswith("fc.") else k.replace("layers.0.", "transformer.")
+    for k in EAGLE1_KEYS
+}
 
 
 def official_config(**kw) -> dict:
@@ -225,7 +239,7 @@ def test_vllm_export_layout_loads_back(tmp_path):
     export_eagle3(head, tmp_path, layout="vllm", aux_layer_ids=(2, 2, 1))
     state = load_file(str(tmp_path / "model.safetensors"))
     assert set(state) == VLLM_KEYS
-    assert torch.equal(state["draft_id_to_target_id"], head.d2t)  # offsets, like d2t
+    assert torch.equal(state["d2t"], head.d2t)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
     assert config["eagle_aux_hidden_state_layer_ids"] == [2, 2, 1]
@@ -236,6 +250,248 @@ def test_vllm_export_layout_loads_back(tmp_path):
     torch.testing.assert_close(eagle3_logits(loaded), eagle3_logits(head), rtol=0, atol=0)
     with pytest.raises(ValueError, match="layout"):
         export_eagle3(head, tmp_path / "x", layout="trt")
+
+
+def test_legacy_vllm_key_draft_id_to_target_id_still_loads(tmp_path):
+    """Earlier exports wrote vLLM's internal name; the loader keeps reading them (the export no longer writes it)."""
+    head = eagle3_head(13)
+    state = {k.replace("midlayer.", "layers.0."): v for k, v in head.state_dict().items() if k != "t2d"}
+    state["draft_id_to_target_id"] = state.pop("d2t")
+    config = official_config(architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=10)
+    loaded = load_eagle_head(write_checkpoint(tmp_path, config, state))
+    assert torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
+
+
+def test_servers_would_misread_qkv_biases_so_export_refuses(tmp_path):
+    head = eagle3_head(14, qkv_bias=True)
+    for layout in ("sglang", "vllm", "speculators"):
+        with pytest.raises(ValueError, match="q/k/v biases"):
+            export_eagle3(head, tmp_path / layout, layout=layout)
+    save_eagle_head(head, tmp_path / "ours")  # our own loader reads it back
+    torch.testing.assert_close(eagle3_logits(load_eagle_head(tmp_path / "ours")), eagle3_logits(head), rtol=0, atol=0)
+
+
+# -------------------------------------------------------------------------------------------- sharded weights
+
+
+def write_sharded(folder: pathlib.Path, config: dict, state: dict, fmt: str = "safetensors", shards: int = 3) -> dict:
+    """Split ``state`` over ``shards`` files plus an index, as transformers' ``save_pretrained`` does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    ext, index_name = (
+        ("safetensors", "model.safetensors.index.json")
+        if fmt == "safetensors"
+        else ("bin", "pytorch_model.bin.index.json")
+    )
+    names = sorted(state)
+    weight_map = {}
+    for i in range(shards):
+        shard = f"model-{i + 1:05d}-of-{shards:05d}.{ext}"
+        part = {k: state[k].contiguous() for k in names[i::shards]}
+        if fmt == "safetensors":
+            save_file(part, str(folder / shard))
+        else:
+            torch.save(part, folder / shard)
+        weight_map.update(dict.fromkeys(part, shard))
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    (folder / index_name).write_text(json.dumps(index))
+    return index
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_sharded_heads_load(tmp_path, fmt):
+    head3 = eagle3_head(15)
+    config3 = official_config(architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=10)
+    write_sharded(tmp_path / "e3", config3, head3.state_dict(), fmt)
+    assert not (tmp_path / "e3" / "model.safetensors").exists()
+    loaded = load_eagle_head(tmp_path / "e3")
+    assert isinstance(loaded, Eagle3Head) and torch.equal(loaded.d2t, head3.d2t)
+    torch.testing.assert_close(eagle3_logits(loaded), eagle3_logits(head3), rtol=0, atol=0)
+    head1 = eagle1_head(16)
+    write_sharded(tmp_path / "e1", official_config(), head1.state_dict(), fmt, shards=2)
+    torch.testing.assert_close(eagle1_outputs(load_eagle_head(tmp_path / "e1")), eagle1_outputs(head1), rtol=0, atol=0)
+
+
+def test_sharded_errors_name_the_file(tmp_path):
+    state = eagle1_head(17).state_dict()
+    index_path = tmp_path / "model.safetensors.index.json"
+
+    index = write_sharded(tmp_path, official_config(), state)
+    index_path.write_text(json.dumps({"weight_map": []}))
+    with pytest.raises(CheckpointError, match=r"malformed shard index .*model.safetensors.index.json"):
+        load_eagle_head(tmp_path)
+    index_path.write_text("{not json")
+    with pytest.raises(CheckpointError, match="cannot read shard index"):
+        load_eagle_head(tmp_path)
+    index_path.write_text(json.dumps({"weight_map": {"fc.weight": "../elsewhere.safetensors"}}))
+    with pytest.raises(CheckpointError, match="is not a file name"):
+        load_eagle_head(tmp_path)
+
+    missing = dict(index["weight_map"], **{"fc.weight": "model-00009-of-00009.safetensors"})
+    index_path.write_text(json.dumps({"weight_map": missing}))
+    with pytest.raises(CheckpointError, match="names shard model-00009-of-00009.safetensors, which is missing"):
+        load_eagle_head(tmp_path)
+
+    promised = dict(index["weight_map"], **{"layers.0.extra.weight": index["weight_map"]["fc.weight"]})
+    index_path.write_text(json.dumps({"weight_map": promised}))
+    with pytest.raises(CheckpointError, match=r"model-0000\d-of-00003.safetensors lacks layers.0.extra.weight"):
+        load_eagle_head(tmp_path)
+
+    unlisted = {k: v for k, v in index["weight_map"].items() if k != "fc.weight"}
+    index_path.write_text(json.dumps({"weight_map": unlisted}))
+    with pytest.raises(CheckpointError, match="holds fc.weight, which model.safetensors.index.json does not list"):
+        load_eagle_head(tmp_path)
+
+    # a consistent shard set that lacks a key the head needs: the usual key report, naming the index
+    no_bias = {k: v for k, v in state.items() if k != "fc.bias"}
+    write_sharded(tmp_path / "b", official_config(), no_bias)
+    with pytest.raises(CheckpointError, match=r"(?s)index.json does not match .*missing keys \(1\): fc.bias"):
+        load_eagle_head(tmp_path / "b")
+
+
+# ------------------------------------------------------------------------------------------ speculators format
+
+
+def test_speculators_eagle3_round_trip(tmp_path):
+    head = eagle3_head(18)
+    head.config = head.config.model_copy(update={"aux_layer_ids": (1, 2, 3)})
+    export_eagle3(head, tmp_path, layout="speculators", verifier="org/target", speculative_tokens=4)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    assert set(state) == SPECULATORS_EAGLE3_KEYS
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["draft_vocab_size"] == 10
+    assert config["norm_before_residual"] is False and config["target_hidden_size"] is None
+    assert config["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    layer = config["transformer_layer_config"]
+    assert layer["hidden_size"] == H and layer["vocab_size"] == V and layer["num_key_value_heads"] == 2
+    assert layer["tie_word_embeddings"] is False and layer["num_hidden_layers"] == 1
+    spec = config["speculators_config"]
+    assert spec["verifier"]["name_or_path"] == "org/target"
+    assert spec["proposal_methods"][0]["speculative_tokens"] == 4 and spec["default_proposal_method"] == "greedy"
+    loaded = load_eagle_head(tmp_path)
+    assert isinstance(loaded, Eagle3Head) and loaded.config.aux_layer_ids == (1, 2, 3)
+    for key, value in head.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    torch.testing.assert_close(eagle3_logits(loaded), eagle3_logits(head), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_speculators_eagle1_round_trip(tmp_path, bias):
+    head = eagle1_head(19, bias=bias)
+    export_speculators(head, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    assert set(state) == (SPECULATORS_EAGLE1_KEYS if bias else SPECULATORS_EAGLE1_KEYS - {"fusion_fc.bias"})
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle" and config["fusion_bias"] is bias
+    assert config["layernorms"] is False and config["transformer_layer_architecture"] == "LlamaDecoderLayer"
+    loaded = load_eagle_head(tmp_path)
+    assert isinstance(loaded, Eagle1Head) and loaded.config.bias is bias
+    for key, value in head.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    torch.testing.assert_close(eagle1_outputs(loaded), eagle1_outputs(head), rtol=0, atol=0)
+
+
+def test_speculators_export_with_a_wider_target_carries_the_embedding(tmp_path):
+    head = eagle3_head(20, target_hidden_size=2 * H)
+    with pytest.raises(ValueError, match="attach the target's embedding"):
+        export_speculators(head, tmp_path / "refused")
+    head.attach_target_embedding(torch.randn(V, H))
+    export_speculators(head, tmp_path / "ok")
+    config = json.loads((tmp_path / "ok" / "config.json").read_text())
+    assert config["target_hidden_size"] == 2 * H
+    loaded = load_eagle_head(tmp_path / "ok")
+    assert torch.equal(loaded.embed_tokens.weight, head.target_embedding)
+    assert loaded.fc.weight.shape == (H, 3 * 2 * H)
+
+
+def test_speculators_export_refuses_what_the_format_cannot_carry(tmp_path):
+    with pytest.raises(ValueError, match="has no embedding"):
+        export_speculators(Eagle1Head(EagleConfig.from_hf(official_config()), with_embedding=True), tmp_path / "a")
+    with pytest.raises(ValueError, match="o_proj"):
+        export_speculators(eagle1_head(qkv_bias=True), tmp_path / "b")
+
+
+def speculators_eagle3_config(**kw) -> dict:
+    """A speculators config.json as speculators writes it: ``transformer_layer_config`` is a diff against
+    ``LlamaConfig()``, so fields at Llama's defaults are absent."""
+    layer = {"model_type": "llama", "hidden_size": H, "intermediate_size": INTER, "num_attention_heads": 4}
+    layer.update({"num_key_value_heads": 2, "vocab_size": V, "num_hidden_layers": 1})
+    raw = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.3.0",
+        "draft_vocab_size": 10,
+        "norm_before_residual": False,
+        "target_hidden_size": None,
+        "eagle_aux_hidden_state_layer_ids": None,
+        "transformer_layer_config": layer,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "org/target"},
+        },
+    }
+    raw.update(kw)
+    return raw
+
+
+def test_speculators_written_by_speculators_loads(tmp_path):
+    """Keys as speculators writes them (``layers.0.*``, the verifier's ``embed_tokens.weight``), diff-style layer
+    config; the default ``rope_theta`` / ``rms_norm_eps`` / ``head_dim`` come from Llama's defaults."""
+    head = eagle3_head(21)
+    embedding = torch.randn(V, H)
+    state = {k.replace("midlayer.", "layers.0."): v for k, v in head.state_dict().items()}
+    state["embed_tokens.weight"] = embedding
+    loaded = load_eagle_head(write_checkpoint(tmp_path, speculators_eagle3_config(), state))
+    assert loaded.config.rope_theta == 10000.0 and loaded.config.head_dim == H // 4
+    assert torch.equal(loaded.embed_tokens.weight, embedding)
+    assert torch.equal(loaded.d2t, head.d2t)
+    # same layer weights: identical logits when both use the same embedding
+    head.attach_target_embedding(embedding)
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(loaded.embed(ids), head.embed(ids))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"norm_before_residual": True}, "norm_before_residual is true"),
+        ({"norm_before_fc": True}, "norm_before_fc is true"),
+        ({"speculators_model_type": "mlp_speculator"}, "speculators_model_type 'mlp_speculator' is not supported"),
+        ({"transformer_layer_config": None}, "transformer_layer_config is missing"),
+        ({"transformer_layer_config": {"model_type": "qwen3"}}, "transformer_layer_config.model_type 'qwen3' is not"),
+    ],
+)
+def test_speculators_variants_we_cannot_represent_are_refused(tmp_path, change, message):
+    state = {k.replace("midlayer.", "layers.0."): v for k, v in eagle3_head(22).state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"invalid .*config.json: {message}"):
+        load_eagle_head(write_checkpoint(tmp_path, speculators_eagle3_config(**change), state))
+
+
+def test_speculators_eagle1_layernorms_refused_and_extra_layers_reported(tmp_path):
+    raw = {
+        "speculators_model_type": "eagle",
+        "layernorms": True,
+        "fusion_bias": False,
+        "transformer_layer_config": {
+            "hidden_size": H,
+            "intermediate_size": INTER,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": V,
+        },
+    }
+    state = {
+        k.replace("layers.0.", "transformer.").replace("fc.", "fusion_fc."): v
+        for k, v in eagle1_head(23, bias=False).state_dict().items()
+    }
+    with pytest.raises(CheckpointError, match="layernorms is true"):
+        load_eagle_head(write_checkpoint(tmp_path / "a", raw, state))
+    raw["layernorms"] = False
+    state["transformer.input_layernorm.weight"] = torch.ones(H)  # a non-identity input norm we cannot run
+    with pytest.raises(CheckpointError, match=r"unexpected keys \(1\): layers.0.input_layernorm.weight"):
+        load_eagle_head(write_checkpoint(tmp_path / "b", raw, state))
 
 
 # ----------------------------------------------------------------------------------------------- safe pickles
@@ -316,7 +572,7 @@ def test_target_mismatch_on_load(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_eagle_head(tmp_path / "nope.d")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="neither"):
+    with pytest.raises(CheckpointError, match="neither.*shard index"):
         load_eagle_head(tmp_path / "empty")
 
 

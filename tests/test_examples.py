@@ -167,7 +167,13 @@ def test_train_head_trains_decodes_and_exports(capsys: pytest.CaptureFixture[str
     assert out.count("identical to vanilla greedy: True") == 3
     vllm = json.loads((tmp_path / "eagle3" / "export-vllm" / "config.json").read_text())
     assert vllm["draft_vocab_size"] == 24 and vllm["num_hidden_layers"] == 1
-    assert "draft_id_to_target_id" in out and "'t2d'" in out  # vLLM renames d2t; SGLang keeps t2d
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "eagle3" / "export-vllm" / "model.safetensors"), framework="pt") as f:
+        vllm_keys = set(f.keys())
+    # vLLM reads d2t (a file key draft_id_to_target_id would be skipped) and skips t2d; SGLang reads both
+    assert "d2t" in vllm_keys and "t2d" not in vllm_keys and "layers.0.mlp.down_proj.weight" in vllm_keys
+    assert "'t2d'" in out
 
 
 def test_load_checkpoint_loads_official_layouts_and_rejects_broken(
