@@ -21,6 +21,17 @@ lm_head is the input embedding too): that one is kept and the packed copy is ext
 49152x576 lm_head, +113 MB over a 540 MB model. The remaining tensors are copied out of the memory-mapped weights
 file, so the file's pages are released too (see ``benchmarks/fastpath.py`` for the measured resident sizes).
 
+Which linears ``"auto"`` packs depends on the CPU's GEMM library (:func:`cpu_gemm_profile`), measured on both kinds
+of machine this project runs on (2 threads, ``benchmarks/fastpath.py`` and the results page):
+
+* AMD (and any CPU where MKL is not tuned): every linear. Prepacked oneDNN beat MKL at every shape: gate/up
+  576x3072 for 8 rows 0.7 vs 3.4 ms, the 49152x576 lm_head 6.0 vs 11.8 ms for 1 row.
+* Intel with MKL (``"mkl"`` profile): only vocabulary projections (``out_features >= VOCAB_ROWS``). On a 2-core
+  Xeon with AVX-512, MKL ran the decoder's small linears 1.5-2.7x faster than the packed kernel for 1 row (the
+  whole 1-token step 33 vs 43 ms), while the lm_head was even for 1 row (2.6 vs 2.7 ms) and 2x faster packed
+  for 8 rows (4.9 vs 9.9 ms). ``"cpu-packed"`` asked for by name still packs every linear, and
+  ``"cpu-packed-vocab"`` asks for the Intel choice on any CPU.
+
 Fallback contract: a model the fast path cannot serve (not on CPU, not float32, oneDNN missing in this torch build,
 no plain ``nn.Linear`` projections, e.g. quantized or ``Conv1D`` layers) runs stock with one warning that says why;
 linears it cannot pack (subclasses such as quantized linears) are left as they are.
@@ -28,8 +39,10 @@ linears it cannot pack (subclasses such as quantized linears) are left as they a
 
 from __future__ import annotations
 
+import os
+import platform
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,14 +59,15 @@ __all__ = [
     "PackedLinear",
     "apply_backend",
     "backend_of",
+    "cpu_gemm_profile",
     "pack_linears",
     "packed_copy",
     "resolve_backend",
     "unpack_linears",
 ]
 
-Backend = Literal["auto", "cpu-packed", "cpu-int8", "stock"]
-BACKENDS: tuple[str, ...] = ("auto", "cpu-packed", "cpu-int8", "stock")
+Backend = Literal["auto", "cpu-packed", "cpu-packed-vocab", "cpu-int8", "stock"]
+BACKENDS: tuple[str, ...] = ("auto", "cpu-packed", "cpu-packed-vocab", "cpu-int8", "stock")
 GQA_ATTENTION = "specdec_sdpa"
 
 
@@ -191,6 +205,38 @@ def _plain_linear(module: nn.Module) -> bool:
     return type(module) is nn.Linear and module.weight.dtype == torch.float32 and module.weight.device.type == "cpu"
 
 
+VOCAB_ROWS = 16384  # a linear with at least this many outputs is a vocabulary projection (lm_head)
+
+
+def cpu_gemm_profile() -> str:
+    """``"mkl"`` on an Intel CPU whose torch uses MKL (fast small-row GEMMs), else ``"onednn"`` (pack everything).
+
+    ``SPECDEC_CPU_GEMM=mkl|onednn`` overrides the detection (e.g. to reproduce one machine's choice on another).
+    """
+    forced = os.environ.get("SPECDEC_CPU_GEMM", "")
+    if forced in ("mkl", "onednn"):
+        return forced
+    if forced:
+        raise ValueError(f"SPECDEC_CPU_GEMM must be 'mkl' or 'onednn', got {forced!r}")
+    return "mkl" if torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel" else "onednn"
+
+
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _packing_pays(linear: nn.Linear, profile: str) -> bool:
+    """Whether ``"auto"`` packs this linear on a CPU of ``profile`` (see the module docstring)."""
+    return profile == "onednn" or linear.out_features >= VOCAB_ROWS
+
+
 def _shared_weights(module: nn.Module) -> set[int]:
     """ids of parameters owned by more than one module (tied weights)."""
     owners: dict[int, int] = {}
@@ -200,12 +246,15 @@ def _shared_weights(module: nn.Module) -> set[int]:
     return {pid for pid, n in owners.items() if n > 1}
 
 
-def pack_linears(module: nn.Module, release: bool = True) -> tuple[int, int]:
+def pack_linears(
+    module: nn.Module, release: bool = True, only: Callable[[nn.Linear], bool] | None = None
+) -> tuple[int, int]:
     """Swap every plain float32 CPU ``nn.Linear`` under ``module`` for a :class:`PackedLinear`, in place.
 
     Args:
         module: any module tree.
         release: drop the plain weight of linears whose weight no other module shares (see the module docstring).
+        only: pack just the linears this predicate accepts (the others stay as they are and are not counted).
 
     Returns:
         ``(packed, skipped)``: linears now packed (including ones packed before), and linear-like modules left
@@ -218,6 +267,8 @@ def pack_linears(module: nn.Module, release: bool = True) -> tuple[int, int]:
             packed += 1  # already packed (idempotent)
             continue
         if _plain_linear(child):
+            if only is not None and not only(child):
+                continue
             _swap(parent, name, child, PackedLinear(child, keep_weight=not release or id(child.weight) in shared))
             packed += 1
         elif isinstance(child, nn.Linear) or type(child).__name__ in ("Conv1D", "Linear8bitLt", "Linear4bit"):
@@ -388,8 +439,12 @@ def resolve_backend(model: nn.Module, backend: str = "auto", draft: bool = False
 
 
 def backend_of(model: nn.Module) -> str:
-    """The backend a model currently runs: ``"cpu-packed"`` if any of its linears is packed, else ``"stock"``."""
-    return "cpu-packed" if any(isinstance(m, PackedLinear) for m in model.modules()) else "stock"
+    """The backend a model currently runs: ``"cpu-packed"`` if its linears are packed, ``"cpu-packed-vocab"`` if
+    only some are (``"auto"`` on an Intel CPU with MKL: the vocabulary projections), else ``"stock"``."""
+    modules = list(model.modules())
+    if not any(isinstance(m, PackedLinear) for m in modules):
+        return "stock"
+    return "cpu-packed-vocab" if any(_plain_linear(m) for m in modules) else "cpu-packed"
 
 
 def apply_backend(model: nn.Module, backend: str = "auto", warn: bool = True) -> BackendReport:
@@ -413,8 +468,9 @@ def apply_backend(model: nn.Module, backend: str = "auto", warn: bool = True) ->
             warnings.warn(f"fast path off, running stock: {reason}", FastPathWarning, stacklevel=2)
         return BackendReport("stock", reason=reason)
     try:
-        already = backend_of(model) == "cpu-packed"
-        packed, skipped = pack_linears(model)
+        already = backend_of(model) != "stock"
+        profile = {"auto": cpu_gemm_profile(), "cpu-packed-vocab": "mkl"}.get(requested, "onednn")
+        packed, skipped = pack_linears(model, only=lambda lin: _packing_pays(lin, profile))
         if packed and not already:
             _own_memory(model)
     except RuntimeError as e:  # an op missing or failing in this torch build: undo and run stock
@@ -430,9 +486,14 @@ def apply_backend(model: nn.Module, backend: str = "auto", warn: bool = True) ->
     if skipped and warn:
         reason = f"{skipped} projection(s) are not plain nn.Linear (quantized or Conv1D) and run stock"
         warnings.warn(f"fast path partial: {reason}", FastPathWarning, stacklevel=2)
+    if not packed and profile == "mkl" and any(_plain_linear(m) for m in model.modules()):
+        # a choice, not a fallback: on this CPU MKL runs these linears faster than the packed kernel
+        if attention == GQA_ATTENTION:
+            _set_attention(model, "sdpa")
+        return BackendReport("stock", reason="MKL on this Intel CPU runs every linear of this model faster unpacked")
     if not packed:
         reason = reason or "the model has no plain nn.Linear projections"
         if warn:
             warnings.warn(f"fast path off, running stock: {reason}", FastPathWarning, stacklevel=2)
         return BackendReport("stock", 0, skipped, attention, reason)
-    return BackendReport("cpu-packed", packed, skipped, attention, reason)
+    return BackendReport(backend_of(model), packed, skipped, attention, reason)

@@ -212,3 +212,39 @@ def test_int8_is_for_drafters_only():
         err = (q(x) - ref).abs().max() / ref.abs().max()
     assert float(err) < 0.03  # int8 weights and activations: about 1 % of the output range
     assert q.weight is lin.weight
+
+
+def test_auto_packs_what_pays_on_this_kind_of_cpu(monkeypatch):
+    """``"auto"``: every linear where oneDNN wins (AMD), only vocabulary projections where MKL is fast (Intel)."""
+    from specdec.fastpath import VOCAB_ROWS, cpu_gemm_profile
+
+    def net() -> nn.Module:
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, VOCAB_ROWS))
+
+    monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
+    everything = net()
+    assert cpu_gemm_profile() == "onednn" and apply_backend(everything, "auto").packed == 2
+    assert backend_of(everything) == "cpu-packed"
+
+    monkeypatch.setenv("SPECDEC_CPU_GEMM", "mkl")
+    stock, mixed = net(), net()
+    mixed.load_state_dict(stock.state_dict())
+    report = apply_backend(mixed, "auto")
+    assert report.packed == 1 and isinstance(mixed[2], PackedLinear) and type(mixed[0]) is nn.Linear
+    assert report.backend == backend_of(mixed) == "cpu-packed-vocab"
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(mixed(x), stock(x), atol=1e-4, rtol=1e-4)
+    assert apply_backend(mixed, "cpu-packed").packed == 2  # asked for by name: everything
+    # a model with only small linears stays stock on such a CPU, without a fallback warning
+    small = nn.Sequential(nn.Linear(8, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert apply_backend(small, "auto").backend == "stock" and backend_of(small) == "stock"
+    # the Intel choice can be asked for by name anywhere; a bad override is an error
+    monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
+    named = net()
+    assert apply_backend(named, "cpu-packed-vocab").backend == "cpu-packed-vocab"
+    monkeypatch.setenv("SPECDEC_CPU_GEMM", "fast")
+    with pytest.raises(ValueError, match="SPECDEC_CPU_GEMM"):
+        cpu_gemm_profile()

@@ -1,0 +1,13 @@
+"""Suite-wide settings.
+
+``SPECDEC_CPU_GEMM=onednn``: on every host the suites run the fully packed fast path (every linear oneDNN-packed),
+the most transformed form of a model. ``"auto"`` on an Intel CPU with MKL packs only vocabulary projections, a
+mix of packed and stock linears that these suites cover from both sides; the choice itself is tested in
+``tests/test_fastpath.py`` under both profiles. A value already set in the environment wins.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("SPECDEC_CPU_GEMM", "onednn")
