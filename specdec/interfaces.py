@@ -32,6 +32,7 @@ __all__ = [
     "Verifier",
     "Target",
     "VocabMismatchError",
+    "top_children",
 ]
 
 
@@ -117,6 +118,15 @@ class Verdict:
     bonus_token: torch.Tensor
 
 
+def top_children(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits [F, V]`` -> ``(logq [F, k'], ids [F, k'])``, the top ``k' = min(k, V)`` by value, best first.
+
+    ``log q`` is the top logit minus the row's logsumexp (two passes over ``V``, no ``[F, V]`` temporary).
+    """
+    top_logits, top_ids = torch.topk(logits, min(k, logits.shape[-1]), dim=-1)
+    return top_logits - torch.logsumexp(logits, dim=-1, keepdim=True), top_ids
+
+
 class Drafter(ABC):
     """Proposes draft distributions q for the children of tree nodes.
 
@@ -160,6 +170,25 @@ class Drafter(ABC):
             ``[F, V]`` float logits; ``softmax`` of a row is the draft distribution q of that node's next token
             given the committed context and the node's root path.
         """
+
+    def expand_topk(self, tree: PartialTree, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` most probable children of each frontier node: one :meth:`expand` step, reduced to its top-k.
+
+        Args:
+            tree, frontier: as for :meth:`expand` (the same call contract and the same drafter state change).
+            k: children per node; clamped to the number of tokens the drafter can propose.
+
+        Returns:
+            ``(logq [F, k'], tokens [F, k'])`` float32 / long, best first: ``log q`` of each child under the row's
+            full draft distribution (the softmax of the :meth:`expand` row) and its target token id.
+
+        Contract: the same values as ``topk(log_softmax(expand(tree, frontier)), k)``, ties aside. A drafter whose
+        q is zero outside a smaller vocabulary (EAGLE-3's draft vocabulary, a shortlist) overrides this to do the
+        top-k and the normaliser over that vocabulary only: tokens off it have ``log q = -inf`` and add nothing to
+        the normaliser, so only the work changes.
+        """
+        logits = self.expand(tree, frontier).float()  # [F, V]
+        return top_children(logits, k)
 
     @abstractmethod
     def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:

@@ -377,6 +377,38 @@ def test_eagle1_drafter_shortlist_matches_full_forward(target):
     )
 
 
+@pytest.mark.parametrize("kind", ["eagle1", "eagle1-shortlist", "eagle3"])
+@pytest.mark.parametrize("k", [3, 12])  # 12 > V_d = 10 (EAGLE-3) and 8 (shortlist): clamped to what can be proposed
+def test_expand_topk_equals_topk_of_expand(target, kind, k):
+    """The draft-vocabulary top-k equals the top-k of the full ``[F, V]`` row (same log q, same target tokens)."""
+
+    def make():
+        if kind == "eagle3":
+            return Eagle3Drafter(eagle3_head(40, draft_vocab=10), target, max_len=64, backend="stock")
+        ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15]) if kind == "eagle1-shortlist" else None
+        return EagleDrafter(eagle1_head(41), target, max_len=64, draft_vocab=ids, backend="stock")
+
+    full, fast = make(), make()
+    prompt = torch.tensor([1, 4, 2, 7, 3])
+    hs = target_hidden(target, prompt.tolist())
+    hidden = TargetHidden(final=hs[-1], layers=dict(enumerate(hs)))
+    for d in (full, fast):
+        d.prefill(prompt, hidden)
+    trees = [PartialTree(torch.tensor(6), 128) for _ in range(2)]
+    frontier = torch.tensor([0])
+    for _ in range(3):
+        ref_logq, ref_tokens = torch.topk(torch.log_softmax(full.expand(trees[0], frontier), -1), k, dim=-1)
+        logq, tokens = fast.expand_topk(trees[1], frontier, k)
+        kept = tokens.shape[-1]
+        assert kept == min(k, {"eagle3": 10, "eagle1-shortlist": 8}.get(kind, V))
+        torch.testing.assert_close(logq, ref_logq[:, :kept], atol=1e-5, rtol=1e-5)
+        assert torch.equal(tokens, ref_tokens[:, :kept])
+        assert torch.isinf(ref_logq[:, kept:]).all()  # what was dropped had q = 0
+        for tree in trees:
+            new = tree.add(frontier.repeat_interleave(kept), tokens.reshape(-1), logq.reshape(-1))
+        frontier = new[:3]
+
+
 @pytest.mark.parametrize(
     ("ids", "match"),
     [([], "empty"), ([0, 16], r"\[0, 16\)"), ([3, 2], "increasing"), ([1, 1], "increasing")],

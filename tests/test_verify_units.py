@@ -271,6 +271,24 @@ def test_greedy_takes_the_longest_matching_path() -> None:
     assert len(seen_lengths) >= 3
 
 
+def test_greedy_plan_bonus_is_the_point_mass_of_its_residual() -> None:
+    """The contract the walk relies on to read the bonus instead of drawing it; the walk draws only the coins."""
+    gen = torch.Generator().manual_seed(11)
+    tree = _tree(PARENTS, TOKENS)
+    logits = torch.randint(0, 3, (len(PARENTS), V), generator=gen).float()  # ties: first index, as warp's argmax
+    plan = GreedyVerifier().plan(tree, logits, GREEDY)
+    assert plan.bonus is not None
+    assert torch.equal(plan.residual.argmax(-1), plan.bonus)
+    assert torch.equal(plan.residual[torch.arange(len(PARENTS)), plan.bonus], torch.ones(len(PARENTS)))
+    assert torch.equal(plan.bonus, logits.argmax(-1))
+    coins = torch.Generator().manual_seed(3)
+    verdict = walk(tree, plan, coins)
+    after_coins = torch.Generator().manual_seed(3)
+    torch.rand(len(PARENTS), generator=after_coins)
+    assert torch.equal(coins.get_state(), after_coins.get_state())
+    assert int(verdict.bonus_token) == int(plan.bonus[verdict.accepted[verdict.accept_length]])
+
+
 # ------------------------------------------------------------------------------------------------- walk
 
 

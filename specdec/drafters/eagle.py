@@ -38,7 +38,7 @@ from specdec.drafters.eagle_modules import (
     scatter_vocab,
 )
 from specdec.fastpath import Int8Linear, PackedLinear, packed_copy, resolve_backend
-from specdec.interfaces import Drafter, HiddenRequest, TargetHidden
+from specdec.interfaces import Drafter, HiddenRequest, TargetHidden, top_children
 from specdec.tree import PartialTree
 
 __all__ = ["EagleDrafter", "EagleDrafterBase"]
@@ -53,7 +53,8 @@ class EagleDrafterBase(Drafter):
     """Cache management and tree expansion shared by the EAGLE-1 and EAGLE-3 drafters.
 
     Subclasses define :meth:`_features` (target hidden -> stored per-token feature), :meth:`_input_hidden`
-    (stored features -> head input for committed pairs) and :meth:`_logits` (head output -> ``[F, V]``).
+    (stored features -> head input for committed pairs), :meth:`_draft_logits` (head output -> ``[F, V_d]`` over
+    the tokens it can propose), :meth:`_to_target_ids` and :meth:`_logits` (head output -> ``[F, V]``).
     """
 
     head: Eagle1Head | Eagle3Head
@@ -99,8 +100,16 @@ class EagleDrafterBase(Drafter):
         """Stored features ``[P, Hf]`` -> head ``hidden``/``features`` input ``[P, H]``."""
         return features
 
+    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Head outputs ``[F, H]`` -> ``[F, V_d]`` float32 logits over the tokens this drafter can propose."""
+        raise NotImplementedError
+
+    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Indices into the ``V_d`` axis of :meth:`_draft_logits` (any shape) -> target token ids."""
+        raise NotImplementedError
+
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        """Head outputs ``[F, H]`` -> ``[F, V]`` float32 logits over the target vocabulary."""
+        """Head outputs ``[F, H]`` -> ``[F, V]`` float32 logits over the target vocabulary (``-inf`` off ``V_d``)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------- Drafter API
@@ -135,6 +144,21 @@ class EagleDrafterBase(Drafter):
     @torch.no_grad()
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """``[F, V]`` float32 draft logits for the children of ``frontier`` nodes (see the module docstring)."""
+        return self._logits(self._run(tree, frontier))
+
+    @torch.no_grad()
+    def expand_topk(self, tree: PartialTree, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`Drafter.expand_topk` over the draft vocabulary ``V_d`` only (top-k and normaliser over ``V_d``).
+
+        Contract: q is exactly 0 off ``V_d`` (:meth:`_logits` puts ``-inf`` there), so the top-k's ``log q`` and
+        tokens equal those of the ``[F, V]`` row; the work drops from ``V`` to ``V_d`` columns (49k -> 16k for the
+        shipped EAGLE-3 head) and the ``[F, V]`` scatter is skipped.
+        """
+        logq, idx = top_children(self._draft_logits(self._run(tree, frontier)), k)
+        return logq, self._to_target_ids(idx)
+
+    def _run(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+        """Head outputs ``[F, H]`` for the children of ``frontier`` (the state change of one expand step)."""
         if self._length == 0:
             raise RuntimeError("expand() before prefill()")
         self._ensure_tree_capacity(tree.capacity)
@@ -173,7 +197,7 @@ class EagleDrafterBase(Drafter):
         self._tree_capacity = capacity
 
     def _expand_root(self, tree: PartialTree) -> torch.Tensor:
-        """Run every pending committed pair plus the root pair in one forward; return the root's logits ``[1, V]``."""
+        """Run every pending committed pair plus the root pair in one forward; return the root's output ``[1, H]``."""
         c, start = self._length, self._pairs_done
         n = c - start  # pending pairs + the root pair
         tokens = torch.cat((self._tokens[start + 1 : c], tree.tokens[:1].to(self._device)))
@@ -188,7 +212,7 @@ class EagleDrafterBase(Drafter):
         self._root_ready = True
         root_out = out[0, n - 1 :]
         self._node_out[0] = root_out[0]
-        return self._logits(root_out)
+        return root_out
 
     def _expand_nodes(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors).
@@ -209,7 +233,7 @@ class EagleDrafterBase(Drafter):
             self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), cache=cache
         )
         self._node_out[idx] = out[0]
-        return self._logits(out[0])
+        return out[0]
 
 
 class EagleDrafter(EagleDrafterBase):
@@ -272,8 +296,14 @@ class EagleDrafter(EagleDrafterBase):
             raise KeyError("EagleDrafter needs the target's final features (HiddenRequest(final=True))")
         return hidden.final
 
+    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(out).float()  # [F, V] or [F, V_d]
+
+    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids if self.draft_vocab is None else self.draft_vocab[draft_ids]
+
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(out).float()  # [F, V] or [F, V_d]
+        logits = self._draft_logits(out)
         if self.draft_vocab is None:
             return logits
         return scatter_vocab(logits, self.draft_vocab, self.vocab_size)

@@ -68,5 +68,11 @@ class Eagle3Drafter(EagleDrafterBase):
     def _input_hidden(self, features: torch.Tensor) -> torch.Tensor:
         return self.head.project(features)
 
+    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        return self.head.logits(out).float()  # [F, V_draft]
+
+    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return self.head.to_target_ids(draft_ids)
+
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        return self.head.target_logits(self.head.logits(out))
+        return self.head.target_logits(self._draft_logits(out))

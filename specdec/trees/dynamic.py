@@ -6,7 +6,7 @@ confidences), stored in :attr:`PartialTree.logq`.
 Growth, with ``K = topk``:
 
 * step 0: expand the root; its top-K children form level 1 and the first frontier;
-* steps 1 .. depth-1: expand the K frontier nodes in ONE :meth:`~specdec.interfaces.Drafter.expand` call; each
+* steps 1 .. depth-1: expand the K frontier nodes in ONE :meth:`~specdec.interfaces.Drafter.expand_topk` call; each
   proposes its top-K children; all ``K^2`` children enter the pool; the K best of them by value are the next
   frontier.
 
@@ -69,11 +69,8 @@ class DynamicTreePolicy(TreePolicy):
         tree = PartialTree(root, self.pool_capacity)
         frontier = torch.zeros(1, dtype=torch.long, device=root.device)
         for step in range(self.depth):
-            logits = drafter.expand(tree, frontier).float()  # [F, V]
-            k = min(self.topk, logits.shape[-1])
-            # log q of the top-k only: top logits minus the row's logsumexp (two passes over V, no [F, V] temp).
-            top_logits, top_tokens = torch.topk(logits, k, dim=-1)  # [F, k], best first
-            top_logq = top_logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+            top_logq, top_tokens = drafter.expand_topk(tree, frontier, self.topk)  # [F, k], best first
+            k = top_tokens.shape[-1]
             # A NaN row would make values incomparable; -inf keeps "child value <= parent value" true.
             top_logq = torch.nan_to_num(top_logq, nan=-torch.inf)
             value = tree.logq[frontier].unsqueeze(-1) + top_logq  # [F, k]

@@ -201,9 +201,7 @@ class StaticTreePolicy(TreePolicy):
         parents, levels = self.plan_on(root.device)
         tree = PartialTree(root, self.max_nodes)
         for level in levels:
-            logits = drafter.expand(tree, level.frontier)
-            logq = torch.log_softmax(logits.float(), dim=-1)  # [F, V]
-            top_logq, top_tokens = torch.topk(logq, level.width, dim=-1)  # [F, width], best first
+            top_logq, top_tokens = drafter.expand_topk(tree, level.frontier, level.width)  # [F, width], best first
             tokens = top_tokens[level.child_row, level.child_rank]  # [M]
             value = tree.logq[level.frontier][level.child_row] + top_logq[level.child_row, level.child_rank]
             tree.add(level.frontier[level.child_row], tokens, value)

@@ -26,7 +26,7 @@ class GreedyVerifier(PlanVerifier):
     """
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """``accept_prob [N]`` = ``[token == argmax p_parent]``; ``residual [N, V]`` = one-hot argmax.
+        """``accept_prob [N]`` = ``[token == argmax p_parent]``; ``residual [N, V]`` = one-hot argmax (``bonus``).
 
         Raises:
             ValueError: if ``sampling.temperature != 0``.
@@ -39,4 +39,4 @@ class GreedyVerifier(PlanVerifier):
         p = warp(target_logits, sampling, self.dtype)  # [N, V] one-hot rows
         accept_prob = p[parent_index(tree), tree.tokens]
         accept_prob = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, accept_prob)
-        return VerifyPlan(accept_prob=accept_prob, residual=p)
+        return VerifyPlan(accept_prob=accept_prob, residual=p, bonus=p.argmax(-1))  # rows of p are one-hot

@@ -45,10 +45,14 @@ class VerifyPlan:
             unused (set to 1).
         residual: ``[N, V]`` float. Row ``u`` is the distribution of the bonus token when the walk stops at
             ``u`` (all of ``u``'s children rejected, or ``u`` a leaf). Rows sum to 1.
+        bonus: optional ``[N]`` long, for plans whose every residual row is a point mass (greedy): ``residual[u]``
+            is the one-hot of ``bonus[u]``. The walk then reads the bonus token instead of drawing it (the same
+            law; drawing from a ``V``-wide row costs ~0.7 ms on a CPU for ``V = 49152``).
     """
 
     accept_prob: torch.Tensor
     residual: torch.Tensor
+    bonus: torch.Tensor | None = None
 
     @classmethod
     def from_stop_probs(cls, tree: DraftTree, stop_prob: torch.Tensor, residual: torch.Tensor) -> VerifyPlan:

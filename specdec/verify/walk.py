@@ -31,7 +31,8 @@ def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -
     Args:
         tree: ``N`` nodes, ``tree.max_depth`` bounds the walk (one tensor step per level).
         plan: ``accept_prob [N]`` and ``residual [N, V]``.
-        generator: the only source of randomness (``N`` uniforms, then one residual sample).
+        generator: the only source of randomness (``N`` uniforms, then one residual sample unless the plan gives
+            point-mass ``bonus`` tokens).
 
     Returns:
         :class:`Verdict` with ``accepted [max_depth + 1]`` (root first, ``-1`` padded), ``accept_length`` and
@@ -42,7 +43,7 @@ def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -
     return Verdict(
         accepted=tree.paths[final],
         accept_length=tree.depth[final],
-        bonus_token=sample(plan.residual[final], generator),
+        bonus_token=sample(plan.residual[final], generator) if plan.bonus is None else plan.bonus[final],
     )
 
 
