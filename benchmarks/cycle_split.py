@@ -1,0 +1,72 @@
+"""Where a speculative cycle's time goes: drafting, the target's tree forward, verification, bookkeeping.
+
+    python benchmarks/cycle_split.py [--methods eagle3 ...] [--prompts 8] [--new-tokens 64] [--temperature 0]
+                                     [--draft-backend auto] [--threads 2]
+
+Runs each method (the CLI's names, fast path on, default tree settings) on the first ``--prompts`` MT-bench
+questions and prints, per method, each phase's share of the summed cycle time and its milliseconds per cycle
+(the generator's own phase timers), with τ. The issue "CPU fast path" targets a draft share of at most 10 %.
+To compare two versions of the code, run this script from each checkout in turn (ABAB) on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from specdec.assets import chat_ids, mtbench_prompts
+from specdec.generate import StopCondition
+from specdec.methods import MethodOptions, build_method
+from specdec.models import load_smollm2
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+
+PHASES = ("draft", "target", "verify", "bookkeeping")
+
+
+def split(method: str, target: HFTarget, ids: list[torch.Tensor], sampling: SamplingParams, args) -> dict:
+    gen = build_method(method, target, sampling, MethodOptions(backend=args.draft_backend))
+    gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8))  # warm-up (and the budget's cost curve)
+    seconds = dict.fromkeys(PHASES, 0.0)
+    cycles, taus = 0, []
+    g = torch.Generator().manual_seed(0)
+    for x in ids:
+        m = gen.generate(x, sampling, StopCondition(max_new_tokens=args.new_tokens), generator=g).metrics
+        for phase in PHASES:
+            seconds[phase] += getattr(m, f"time_{phase}")
+        cycles += m.cycles
+        taus.append(m.tau)
+    total = sum(seconds.values())
+    return {
+        "share": {k: v / total for k, v in seconds.items()},
+        "ms_per_cycle": {k: 1e3 * v / cycles for k, v in seconds.items()},
+        "cycles": cycles,
+        "tau": sum(taus) / len(taus),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["eagle3"])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--draft-backend", default="auto")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_smollm2()
+    target = HFTarget(model, backend="auto")
+    sampling = SamplingParams(temperature=args.temperature)
+    ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
+    print(f"threads={args.threads} T={args.temperature} prompts={args.prompts} new_tokens={args.new_tokens}")
+    for method in args.methods:
+        r = split(method, target, ids, sampling, args)
+        cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
+        print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
