@@ -151,6 +151,18 @@ def test_static_children_follow_ranks() -> None:
             assert tokens[i] == (tokens[parents[i]] + 1 + path[-1]) % vocab
 
 
+def test_static_refuses_a_drafter_narrower_than_the_tree() -> None:
+    """A drafter proposing fewer tokens than a level's width (a small draft vocabulary) is a clear error."""
+
+    class Narrow(FakeDrafter):
+        def expand_topk(self, tree, frontier, k):
+            return super().expand_topk(tree, frontier, min(k, 3))
+
+    policy = StaticTreePolicy.eagle1_default()  # top-10 at the root
+    with pytest.raises(ValueError, match="can propose only 3 tokens"):
+        policy.grow(Narrow(16, random_logits(16)), torch.tensor(2), GREEDY, None)
+
+
 def test_static_does_not_touch_generator() -> None:
     gen = torch.Generator().manual_seed(1)
     state = gen.get_state().clone()

@@ -202,6 +202,11 @@ class StaticTreePolicy(TreePolicy):
         tree = PartialTree(root, self.max_nodes)
         for level in levels:
             top_logq, top_tokens = drafter.expand_topk(tree, level.frontier, level.width)  # [F, width], best first
+            if top_tokens.shape[-1] < level.width:
+                raise ValueError(
+                    f"the static tree takes the top {level.width} children of a node but the drafter can propose "
+                    f"only {top_tokens.shape[-1]} tokens (its draft vocabulary); use a narrower tree"
+                )
             tokens = top_tokens[level.child_row, level.child_rank]  # [M]
             value = tree.logq[level.frontier][level.child_row] + top_logq[level.child_row, level.child_rank]
             tree.add(level.frontier[level.child_row], tokens, value)
