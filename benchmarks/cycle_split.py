@@ -29,20 +29,20 @@ def split(method: str, target: HFTarget, ids: list[torch.Tensor], sampling: Samp
     gen = build_method(method, target, sampling, MethodOptions(backend=args.draft_backend))
     gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8))  # warm-up (and the budget's cost curve)
     seconds = dict.fromkeys(PHASES, 0.0)
-    cycles, taus = 0, []
+    cycles, emitted = 0, 0
     g = torch.Generator().manual_seed(0)
     for x in ids:
         m = gen.generate(x, sampling, StopCondition(max_new_tokens=args.new_tokens), generator=g).metrics
         for phase in PHASES:
             seconds[phase] += getattr(m, f"time_{phase}")
         cycles += m.cycles
-        taus.append(m.tau)
+        emitted += m.tau * m.cycles  # tokens emitted by the cycles (bonus included)
     total = sum(seconds.values())
     return {
         "share": {k: v / total for k, v in seconds.items()},
         "ms_per_cycle": {k: 1e3 * v / cycles for k, v in seconds.items()},
         "cycles": cycles,
-        "tau": sum(taus) / len(taus),
+        "tau": emitted / cycles,  # cycle-weighted, like the per-cycle milliseconds
     }
 
 

@@ -285,6 +285,8 @@ def load_eagle_head(
         ids = torch.arange(config.draft_vocab_size) + state["d2t"]
         if ids.numel() and (ids.min() < 0 or ids.max() >= config.vocab_size):
             raise CheckpointError(f"{weights_path}: d2t maps draft ids outside [0, {config.vocab_size})")
+        if ids.unique().numel() != ids.numel():
+            raise CheckpointError(f"{weights_path}: d2t maps two draft ids to the same target token")
     head.load_state_dict(state, strict=True)
     head.to(dtype or state["fc.weight"].dtype).eval()
     if target_model is not None:

@@ -9,7 +9,7 @@ One cycle (see ``docs/concepts.md``)::
     drafter.commit(accepted tokens, step.hidden rows)           # drafter learns what was accepted
 
 Data flows one way. The verifier never calls the drafter or a model; the policy drives the drafter only
-through :meth:`Drafter.expand`.
+through :meth:`Drafter.expand` (the whole q) or :meth:`Drafter.expand_topk` (its top-k, for top-k policies).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ class Drafter(ABC):
 
 
 class TreePolicy(ABC):
-    """Shapes the draft tree by driving a drafter through :meth:`Drafter.expand`."""
+    """Shapes the draft tree by driving a drafter through :meth:`Drafter.expand` / :meth:`Drafter.expand_topk`."""
 
     #: Upper bound on the number of nodes (root included) of any tree this policy builds.
     max_nodes: int

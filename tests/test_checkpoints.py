@@ -625,6 +625,15 @@ def test_d2t_out_of_range_is_refused(tmp_path):
         load_eagle_head(write_checkpoint(tmp_path, config, state))
 
 
+def test_d2t_mapping_two_draft_ids_to_one_token_is_refused(tmp_path):
+    state = dict(eagle3_head(9).state_dict())
+    state["d2t"] = torch.zeros(10, dtype=torch.long)
+    state["d2t"][1] = -1  # draft ids 0 and 1 both map to target token 0
+    config = official_config(architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=10)
+    with pytest.raises(CheckpointError, match="same target token"):
+        load_eagle_head(write_checkpoint(tmp_path, config, state))
+
+
 def test_absent_embedding_comes_from_the_target(tmp_path, target):
     save_eagle_head(eagle1_head(10), tmp_path)
     alone = load_eagle_head(tmp_path)

@@ -143,5 +143,5 @@ def test_a_drafter_commit_bug_is_caught(model):
     decoder = SpeculativeGenerator(
         HFTarget(model, max_len=MAX_LEN), drafter(), make_policy("static"), MultiRoundVerifier()
     )
-    with pytest.raises(CycleInvariantError, match="draft logits"):
+    with pytest.raises(CycleInvariantError, match="draft (logits|top-k)"):
         check_cycle_invariants(decoder, lambda: HFTarget(model, max_len=MAX_LEN), drafter, PROMPT, T1, STOP, seed=3)

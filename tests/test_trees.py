@@ -158,7 +158,7 @@ def test_static_refuses_a_drafter_narrower_than_the_tree() -> None:
         def expand_topk(self, tree, frontier, k):
             return super().expand_topk(tree, frontier, min(k, 3))
 
-    policy = StaticTreePolicy.eagle1_default()  # top-10 at the root
+    policy = StaticTreePolicy.eagle1_default()  # top-4 at the root
     with pytest.raises(ValueError, match="can propose only 3 tokens"):
         policy.grow(Narrow(16, random_logits(16)), torch.tensor(2), GREEDY, None)
 

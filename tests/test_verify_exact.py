@@ -22,6 +22,7 @@ from specdec.testing import (
 from specdec.testing.broken import (
     BlockFirstFailureVerifier,
     BlockTokenResidualVerifier,
+    GreedyBonusOffByOneVerifier,
     IgnoresQVerifier,
     OneSidedWarpVerifier,
     OnlyZeroRejectedResidualVerifier,
@@ -475,6 +476,14 @@ def _sto_case(p_root: list[float], q_root: list[float], parents=(-1, 0), tempera
     logits = (torch.log(torch.tensor(p_root, dtype=F64)), torch.tensor([[0.0, 1.0, 2.0]] * 3, dtype=F64))
     q = (torch.tensor(q_root, dtype=F64), torch.full((3, 3), 1 / 3, dtype=F64))
     return VerifyCase(logits, parents, SamplingParams(temperature=temperature), draft_probs=q)
+
+
+def test_greedy_bonus_disagreeing_with_its_residual_is_caught() -> None:
+    """The exact suite models the bonus the walk emits (``plan.bonus`` when given), not only ``residual``."""
+    case = _sto_case([0.1, 0.6, 0.3], [0.0, 1.0, 0.0], temperature=0.0)
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless_exact(GreedyBonusOffByOneVerifier(F64), [case])
+    assert_lossless_exact(GreedyVerifier(F64), [case])
 
 
 def test_residual_not_renormalised_is_caught() -> None:

@@ -53,8 +53,9 @@ class EagleDrafterBase(Drafter):
     """Cache management and tree expansion shared by the EAGLE-1 and EAGLE-3 drafters.
 
     Subclasses define :meth:`_features` (target hidden -> stored per-token feature), :meth:`_input_hidden`
-    (stored features -> head input for committed pairs), :meth:`_draft_logits` (head output -> ``[F, V_d]`` over
-    the tokens it can propose), :meth:`_to_target_ids` and :meth:`_logits` (head output -> ``[F, V]``).
+    (stored features -> head input for committed pairs) and :meth:`_logits` (head output -> ``[F, V]``); drafters
+    with a smaller vocabulary also define :meth:`_draft_logits` (head output -> ``[F, V_d]`` over the tokens they
+    can propose) and :meth:`_to_target_ids`, which :meth:`expand_topk` uses.
     """
 
     head: Eagle1Head | Eagle3Head
@@ -101,12 +102,15 @@ class EagleDrafterBase(Drafter):
         return features
 
     def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
-        """Head outputs ``[F, H]`` -> ``[F, V_d]`` float32 logits over the tokens this drafter can propose."""
-        raise NotImplementedError
+        """Head outputs ``[F, H]`` -> ``[F, V_d]`` float32 logits over the tokens this drafter can propose.
+
+        Default: :meth:`_logits` (``V_d = V``), so a subclass that defines only :meth:`_logits` still works.
+        """
+        return self._logits(out)
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        """Indices into the ``V_d`` axis of :meth:`_draft_logits` (any shape) -> target token ids."""
-        raise NotImplementedError
+        """Indices into the ``V_d`` axis of :meth:`_draft_logits` (any shape) -> target token ids (default: same)."""
+        return draft_ids
 
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
         """Head outputs ``[F, H]`` -> ``[F, V]`` float32 logits over the target vocabulary (``-inf`` off ``V_d``)."""

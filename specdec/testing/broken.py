@@ -12,6 +12,7 @@ from specdec.sampling import SamplingParams, warp
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
 from specdec.verify.block import BlockVerifier
+from specdec.verify.greedy import GreedyVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index
 from specdec.verify.stochastic import StochasticMultiRoundVerifier
@@ -20,6 +21,7 @@ from specdec.verify.traversal import TraversalVerifier
 __all__ = [
     "BlockFirstFailureVerifier",
     "BlockTokenResidualVerifier",
+    "GreedyBonusOffByOneVerifier",
     "IgnoresQVerifier",
     "IndexOrderCompactionTarget",
     "OneSidedWarpVerifier",
@@ -48,6 +50,20 @@ class ResidualNotRenormalisedVerifier(PlanVerifier):
         raw = p[parent_index(tree), tree.tokens].masked_fill(repeated, 0.0)
         accept_prob = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, raw)
         return VerifyPlan(accept_prob=accept_prob, residual=correct.residual)
+
+
+class GreedyBonusOffByOneVerifier(GreedyVerifier):
+    """WRONG greedy: the point-mass ``bonus`` it names is the token after the argmax, not the argmax.
+
+    Its ``residual`` rows are the correct one-hot argmax, so a check that reads only ``residual`` would pass it;
+    the walk reads ``bonus`` and emits the wrong bonus token whenever the walk stops.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """The correct greedy plan with ``bonus = (argmax + 1) mod V``."""
+        correct = super().plan(tree, target_logits, sampling)
+        wrong = (correct.bonus + 1) % correct.residual.shape[-1]
+        return VerifyPlan(accept_prob=correct.accept_prob, residual=correct.residual, bonus=wrong)
 
 
 class OnlyZeroRejectedResidualVerifier(StochasticMultiRoundVerifier):

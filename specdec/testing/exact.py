@@ -79,9 +79,16 @@ def stop_probabilities(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
     return torch.zeros(n, dtype=torch.float64).index_add_(0, final, weight)
 
 
-def _effective_residual(residual: torch.Tensor) -> torch.Tensor:
-    """``[N, V]``: what :func:`~specdec.sampling.sample` draws from: clamp at 0 and normalise (NaN propagates)."""
-    r = residual.detach().to("cpu", torch.float64)
+def _effective_residual(plan: VerifyPlan) -> torch.Tensor:
+    """``[N, V]``: the bonus law the walk uses at each node.
+
+    A plan with point-mass ``bonus`` tokens: the one-hot of ``bonus`` (the walk reads it and ignores ``residual``,
+    so a ``bonus`` that disagrees with ``residual`` is caught here). Otherwise what :func:`~specdec.sampling.sample`
+    draws from: ``residual`` clamped at 0 and normalised (NaN propagates).
+    """
+    if plan.bonus is not None:
+        return torch.nn.functional.one_hot(plan.bonus.cpu(), plan.residual.shape[-1]).to(torch.float64)
+    r = plan.residual.detach().to("cpu", torch.float64)
     r = torch.where(r < 0, 0.0, r)
     s = r.sum(-1, keepdim=True)
     return torch.where(s > 0, r / torch.where(s > 0, s, 1.0), torch.where(torch.isnan(s), s, 0.0))
@@ -109,7 +116,7 @@ def exact_output_distribution(verifier: PlanVerifier, case: VerifyCase, max_tree
         tree, logits = case.build_tree(tokens)
         plan = verifier.plan(tree, logits, case.sampling)
         stop = stop_probabilities(tree, plan)
-        residual = _effective_residual(plan.residual)
+        residual = _effective_residual(plan)
         for d, nodes in enumerate(by_depth):
             if not nodes:
                 continue

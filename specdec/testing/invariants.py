@@ -189,17 +189,34 @@ class _CheckedDrafter(Drafter):
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
         self.live.prefill(input_ids, hidden)
 
-    def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+    def _fresh_for(self, frontier: torch.Tensor) -> Drafter:
         checker = self.checker
         if self._fresh is None or bool((frontier == 0).all()) and frontier.numel() == 1:  # a new tree
             _, hidden = checker.fresh()
             self._fresh = checker.fresh_drafter()
             self._fresh.reset()
             self._fresh.prefill(checker.committed.to(frontier.device), hidden)
+        return self._fresh
+
+    def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+        fresh = self._fresh_for(frontier)
         logits = self.live.expand(tree, frontier)
-        checker.compare("draft logits", logits, self._fresh.expand(tree, frontier))
-        checker.report_counts[1] += 1
+        self.checker.compare("draft logits", logits, fresh.expand(tree, frontier))
+        self.checker.report_counts[1] += 1
         return logits
+
+    def expand_topk(self, tree: PartialTree, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The live drafter's own top-k path (what an unchecked run executes), checked against the fresh drafter's
+        full distribution: the live tokens carry the fresh log q the live drafter claims, and their values are the
+        fresh row's top values (so near-tie swaps pass and a wrong token or a non-top token fails).
+        """
+        fresh = self._fresh_for(frontier)
+        logq, tokens = self.live.expand_topk(tree, frontier, k)
+        fresh_logq = torch.log_softmax(fresh.expand(tree, frontier).float(), dim=-1)  # [F, V]
+        self.checker.compare("draft top-k log q", logq, fresh_logq.gather(-1, tokens))
+        self.checker.compare("draft top-k values", logq, torch.topk(fresh_logq, tokens.shape[-1], dim=-1).values)
+        self.checker.report_counts[1] += 1
+        return logq, tokens
 
     def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
         self.live.commit(tokens, hidden)

@@ -111,7 +111,7 @@ class AdaptiveTreePolicy(TreePolicy):
         """Grow the pool at the current depth, choose the size from its values, rerank to that size.
 
         Args:
-            drafter: proposes ``[F, V]`` logits, as for :class:`DynamicTreePolicy`.
+            drafter: proposes top-k children, as for :class:`DynamicTreePolicy`.
             root: 0-dim long, the last emitted token.
             sampling, generator: unused (deterministic candidates).
         """

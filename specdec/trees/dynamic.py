@@ -103,10 +103,11 @@ class DynamicTreePolicy(TreePolicy):
         sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> DraftTree:
-        """Grow the pool with ``depth`` expand calls and rerank it.
+        """Grow the pool with ``depth`` ``expand_topk`` calls and rerank it.
 
         Args:
-            drafter: proposes ``[F, V]`` logits (``F = 1`` for the root step, then up to ``topk``).
+            drafter: proposes the top-``topk`` children of ``F`` nodes per call (``F = 1`` for the root step, then up
+                to ``topk``).
             root: 0-dim long, the last emitted token.
             sampling: unused (candidates are the draft's top-k regardless of temperature).
             generator: unused (deterministic policy).

@@ -8,7 +8,7 @@ depth 5 and 4/8/8/3/2 nodes per level.
 Everything that depends only on the shape is computed once, at construction: the node order (level by level,
 within a level by parent then rank, so parents come before children and siblings are in rank order), the parent
 vector, and per level which nodes are expanded and which ``(frontier row, rank)`` each child takes. Growing a tree
-is then one :meth:`~specdec.interfaces.Drafter.expand` call per level plus a ``topk`` and two gathers.
+is then one :meth:`~specdec.interfaces.Drafter.expand_topk` call per level plus two gathers.
 
 Candidates are a deterministic function of the context (top-k of the draft logits), so q is one-hot in the sense
 of the deterministic-candidate verifiers; :meth:`StaticTreePolicy.grow` never touches the generator.
@@ -187,10 +187,10 @@ class StaticTreePolicy(TreePolicy):
         sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> DraftTree:
-        """Grow the fixed shape under ``root`` with one ``expand`` per level.
+        """Grow the fixed shape under ``root`` with one ``expand_topk`` per level.
 
         Args:
-            drafter: proposes ``[F, V]`` logits per level.
+            drafter: proposes each level's top ``width`` children (:meth:`~specdec.interfaces.Drafter.expand_topk`).
             root: 0-dim long, the last emitted token.
             sampling: unused (candidates are the draft's top-k regardless of temperature).
             generator: unused (deterministic policy).
