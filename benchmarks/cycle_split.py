@@ -25,24 +25,28 @@ from specdec.target import HFTarget
 PHASES = ("draft", "target", "verify", "bookkeeping")
 
 
-def split(method: str, target: HFTarget, ids: list[torch.Tensor], sampling: SamplingParams, args) -> dict:
-    gen = build_method(method, target, sampling, MethodOptions(backend=args.draft_backend))
+def phase_split(gen, ids: list[torch.Tensor], sampling: SamplingParams, new_tokens: int) -> dict:
+    """Run ``gen`` on every prompt of ``ids`` (after an 8-token warm-up); sum the generator's phase timers.
+
+    Returns each phase's share of the summed cycle time, its milliseconds per cycle, the cycle count and the
+    cycle-weighted τ (tokens emitted per target forward, bonus included).
+    """
     gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8))  # warm-up (and the budget's cost curve)
     seconds = dict.fromkeys(PHASES, 0.0)
-    cycles, emitted = 0, 0
+    cycles, emitted = 0, 0.0
     g = torch.Generator().manual_seed(0)
     for x in ids:
-        m = gen.generate(x, sampling, StopCondition(max_new_tokens=args.new_tokens), generator=g).metrics
+        m = gen.generate(x, sampling, StopCondition(max_new_tokens=new_tokens), generator=g).metrics
         for phase in PHASES:
             seconds[phase] += getattr(m, f"time_{phase}")
         cycles += m.cycles
-        emitted += m.tau * m.cycles  # tokens emitted by the cycles (bonus included)
+        emitted += m.tau * m.cycles
     total = sum(seconds.values())
     return {
         "share": {k: v / total for k, v in seconds.items()},
         "ms_per_cycle": {k: 1e3 * v / cycles for k, v in seconds.items()},
         "cycles": cycles,
-        "tau": emitted / cycles,  # cycle-weighted, like the per-cycle milliseconds
+        "tau": emitted / cycles,
     }
 
 
@@ -62,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
     print(f"threads={args.threads} T={args.temperature} prompts={args.prompts} new_tokens={args.new_tokens}")
     for method in args.methods:
-        r = split(method, target, ids, sampling, args)
+        gen = build_method(method, target, sampling, MethodOptions(backend=args.draft_backend))
+        r = phase_split(gen, ids, sampling, args.new_tokens)
         cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
         print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")
     return 0
