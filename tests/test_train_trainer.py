@@ -128,12 +128,14 @@ def test_cli_maps_arguments_to_config(tmp_path) -> None:
     add_train_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(
         ["train", "hass", "--out", str(tmp_path), "--max-conversations", "7", "--max-len", "64", "--epochs", "3",
-         "--lr", "1e-4", "--seed", "5", "--set", "passes=2", "--set", "noise=0.05", "--no-progress"]
+         "--lr", "1e-4", "--seed", "5", "--set", "passes=2", "--set", "noise=0.05", "--no-progress",
+         "--skip-sequences", "3"]
     )  # fmt: skip
     assert args.func.__name__ == "run_train"
     cfg = _config_from_args(args)
     assert (cfg.recipe, cfg.out, cfg.max_conversations, cfg.max_len, cfg.epochs) == ("hass", tmp_path, 7, 64, 3)
     assert (cfg.lr, cfg.seed, cfg.passes, cfg.noise, cfg.progress) == (1e-4, 5, 2, 0.05, False)
+    assert cfg.skip_sequences == 3
     with pytest.raises(ValueError):
         _config_from_args(parser.parse_args(["train", "eagle1", "--out", "x", "--set", "no_such_field=1"]))
 
@@ -181,6 +183,13 @@ def test_trains_on_regenerated_data(target, tmp_path) -> None:
     expected = load_regenerated(data_dir).examples[:6]
     scored = sum(int(e.loss_mask[1:].sum()) for e in expected)  # slots whose next token is a response token
     assert sum(r["tokens"] for r in log) == scored  # one epoch over the first 6 sequences, in 2 steps of 4
+    # skip_sequences: a continuing run trains on the sequences after the ones the first run saw
+    rest = tmp_path / "rest"
+    train(config(rest, "eagle1", data_dir=data_dir, skip_sequences=6), target=target, heldout_data=TokenDataset([]))
+    unseen = load_regenerated(data_dir).examples[6:]
+    assert sum(r["tokens"] for r in read_log(rest)) == sum(int(e.loss_mask[1:].sum()) for e in unseen)
+    with pytest.raises(ValueError, match="skip_sequences=8 leaves none of the 8"):
+        train(config(tmp_path / "none", "eagle1", data_dir=data_dir, skip_sequences=8), target=target)
 
 
 def test_training_continues_from_a_trained_head(target, tmp_path) -> None:

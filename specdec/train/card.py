@@ -66,6 +66,7 @@ def run_facts(
             "source": _data_source(config),
             "max_conversations": config["max_conversations"],
             "max_len": config["max_len"],
+            "skip_sequences": config.get("skip_sequences", 0),
             "train_sequences": used or sequences,
             "tokens": sum(FeatureStore(features / "train").lengths[: used or sequences]),
             "heldout_sequences": evaluation.get("heldout_sequences") if evaluation else None,
@@ -162,7 +163,9 @@ def model_card(facts: dict[str, Any], title: str) -> str:
         )
         + f", truncated to {data['max_len']} tokens |",
         *_lineage_rows(facts),
-        f"| training sequences | {data['train_sequences']} ({data['tokens']:,} tokens) |",
+        f"| training sequences | {data['train_sequences']} ({data['tokens']:,} tokens)"
+        + (f", after the data's first {data['skip_sequences']:,}" if data.get("skip_sequences") else "")
+        + " |",
         f"| scored (assistant) draft slots seen | {facts['scored_tokens']:,} (epochs counted again) |",
         f"| optimisation | {opt.get('epochs')} epoch(s), {facts['steps']} steps, batch {opt.get('batch_size')}, "
         f"AdamW peak lr {opt.get('lr')}, seed {opt.get('seed')} |",

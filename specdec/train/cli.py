@@ -40,6 +40,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="continue training this head folder (e.g. a shipped head) on the run's data instead of a fresh init",
     )
+    p.add_argument(
+        "--skip-sequences",
+        type=int,
+        default=0,
+        help="leave out the data's first N training sequences (those the --init-head lineage already trained on)",
+    )
     p.add_argument("--max-len", type=int, default=1024, help=_HELP["max_len"])
     p.add_argument("--max-heldout", type=int, default=50, help="held-out conversations (default 50)")
     p.add_argument("--epochs", type=int, default=1, help=_HELP["epochs"])
@@ -84,6 +90,7 @@ def _config_from_args(args: argparse.Namespace) -> Any:
         "max_conversations": args.max_conversations,
         "data_dir": args.data,
         "init_head": args.init_head,
+        "skip_sequences": args.skip_sequences,
         "max_len": args.max_len,
         "max_heldout": args.max_heldout,
         "epochs": args.epochs,

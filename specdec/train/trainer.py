@@ -82,6 +82,12 @@ class TrainConfig(BaseModel):
         description="self-distilled training data (`specdec data regenerate`) instead of ShareGPT's own answers; "
         "max_conversations caps the sequences taken from it; held-out data stays ShareGPT's held-out split",
     )
+    skip_sequences: int = Field(
+        0,
+        ge=0,
+        description="leave out the first N training sequences of the data (those an earlier run in the head's "
+        "lineage trained on), then take max_conversations; continues a head on data it has not seen",
+    )
     max_len: int = Field(1024, ge=8)
     heldout_fraction: float = Field(0.02, ge=0.0, lt=1.0)
     max_heldout: int = Field(50, ge=0)
@@ -370,19 +376,22 @@ def train(
     if main:
         if train_data is None and config.data_dir:
             regenerated = load_regenerated(config.data_dir, max_len=config.max_len)
-            train_data = TokenDataset(regenerated.examples[: config.max_conversations])
+            train_data = _window(regenerated, config.skip_sequences, config.max_conversations)
         if train_data is None or heldout_data is None:
             if tokenizer is None:
                 raise ValueError("building ShareGPT data needs the target's tokenizer")
             sharegpt_train, sharegpt_heldout = load_sharegpt(
                 tokenizer,
-                max_conversations=0 if train_data is not None else config.max_conversations,
+                max_conversations=0
+                if train_data is not None
+                else _plus(config.max_conversations, config.skip_sequences),
                 max_len=config.max_len,
                 heldout_fraction=config.heldout_fraction,
                 max_heldout=config.max_heldout,
                 seed=config.data_seed,
             )
-            train_data = sharegpt_train if train_data is None else train_data
+            if train_data is None:
+                train_data = _window(sharegpt_train, config.skip_sequences, None)
             heldout_data = sharegpt_heldout if heldout_data is None else heldout_data
         dtype = getattr(torch, config.feature_dtype)
         for split, data in (("train", train_data), ("heldout", heldout_data or TokenDataset([]))):
@@ -571,6 +580,17 @@ def train(
         (out / "eval.json").write_text(json.dumps(report, indent=1))
     accelerator.wait_for_everyone()
     return head_dir
+
+
+def _plus(limit: int | None, skip: int) -> int | None:
+    return None if limit is None else limit + skip
+
+
+def _window(data: TokenDataset, skip: int, limit: int | None) -> TokenDataset:
+    """Sequences ``skip … skip + limit`` of ``data``; refuses a skip that leaves nothing to train on."""
+    if skip >= len(data):
+        raise ValueError(f"skip_sequences={skip} leaves none of the {len(data)} training sequences")
+    return TokenDataset(data.examples[skip : _plus(limit, skip)])
 
 
 class _Prefix(Sequence[dict[str, torch.Tensor]]):
