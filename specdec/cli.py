@@ -258,7 +258,8 @@ def _backend_option(parser: argparse.ArgumentParser) -> None:
         choices=BACKENDS,
         default="auto",
         help="execution backend of the target and drafters: auto (default: oneDNN-packed linears and copy-free "
-        "GQA attention on CPU where they apply), cpu-packed, or stock (the model as loaded)",
+        "GQA attention on CPU where they apply), cpu-packed, stock (the model as loaded), or compile (the target's "
+        "forwards at static shapes under torch.compile: inductor on CPU, CUDA graphs on GPU)",
     )
 
 

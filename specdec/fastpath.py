@@ -4,6 +4,11 @@ The decoding loop, the target adapter and the drafters always run the model's ow
 a backend only changes *how* that forward executes:
 
 * ``"stock"``: the model as loaded.
+* ``"compile"``: the static-shape compiled path (:mod:`specdec.compiled`). The model keeps plain linears (inductor
+  packs them itself when it freezes the weights) and the copy-free GQA attention; the target adapter switches its
+  cache to static layers and runs every tree forward through ``torch.compile(fullgraph=True)`` at a few bucketed
+  sizes (inductor on a CPU, CUDA graphs on a GPU). Drafters asked for ``"compile"`` run their eager ``"auto"``
+  backend until their steps have fixed shapes too.
 * ``"cpu-packed"`` (the default on CPU for float32 models): every ``nn.Linear`` is swapped for a
   :class:`PackedLinear` whose weight was reordered once into oneDNN's blocked layout, and grouped-query attention
   runs through SDPA's ``enable_gqa`` (registered with transformers' ``AttentionInterface`` as
@@ -66,9 +71,10 @@ __all__ = [
     "unpack_linears",
 ]
 
-Backend = Literal["auto", "cpu-packed", "cpu-packed-vocab", "cpu-int8", "stock"]
-BACKENDS: tuple[str, ...] = ("auto", "cpu-packed", "cpu-packed-vocab", "cpu-int8", "stock")
+Backend = Literal["auto", "cpu-packed", "cpu-packed-vocab", "cpu-int8", "stock", "compile"]
+BACKENDS: tuple[str, ...] = ("auto", "cpu-packed", "cpu-packed-vocab", "cpu-int8", "stock", "compile")
 GQA_ATTENTION = "specdec_sdpa"
+COMPILE_MARK = "_specdec_compile"  # set on a model by apply_backend(model, "compile")
 
 
 class FastPathWarning(UserWarning):
@@ -385,6 +391,15 @@ def _set_attention(model: nn.Module, name: str) -> bool:
     return config._attn_implementation == name
 
 
+def _use_gqa_attention(model: nn.Module) -> str:
+    """Switch an ``sdpa`` model to the copy-free GQA attention; returns the attention implementation now in force."""
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", "") or ""
+    if attention in ("sdpa", GQA_ATTENTION):
+        _register_gqa_attention()
+        attention = GQA_ATTENTION if _set_attention(model, GQA_ATTENTION) else attention
+    return attention
+
+
 # ------------------------------------------------------------------------------------------------ the switch
 @dataclass(frozen=True)
 class BackendReport:
@@ -421,6 +436,10 @@ def resolve_backend(model: nn.Module, backend: str = "auto", draft: bool = False
         raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if backend == "cpu-int8" and not draft:
         raise ValueError("backend 'cpu-int8' approximates the weights and is for drafters only; a target runs exactly")
+    if backend == "compile":
+        if not draft:
+            return "compile", ""
+        backend = "auto"  # drafter steps are not compiled yet: their best eager backend
     if backend == "stock":
         return "stock", ""
     device, dtype = _params(model)
@@ -439,8 +458,11 @@ def resolve_backend(model: nn.Module, backend: str = "auto", draft: bool = False
 
 
 def backend_of(model: nn.Module) -> str:
-    """The backend a model currently runs: ``"cpu-packed"`` if its linears are packed, ``"cpu-packed-vocab"`` if
-    only some are (``"auto"`` on an Intel CPU with MKL: the vocabulary projections), else ``"stock"``."""
+    """The backend a model currently runs: ``"compile"`` if :func:`apply_backend` put it there last,
+    ``"cpu-packed"`` if its linears are packed, ``"cpu-packed-vocab"`` if only some are (``"auto"`` on an Intel CPU
+    with MKL: the vocabulary projections), else ``"stock"``."""
+    if getattr(model, COMPILE_MARK, False):
+        return "compile"
     modules = list(model.modules())
     if not any(isinstance(m, PackedLinear) for m in modules):
         return "stock"
@@ -460,6 +482,10 @@ def apply_backend(model: nn.Module, backend: str = "auto", warn: bool = True) ->
     """
     requested = backend
     backend, reason = resolve_backend(model, backend)
+    setattr(model, COMPILE_MARK, backend == "compile")  # plain modules cannot tell this backend from stock
+    if backend == "compile":  # plain linears for inductor, GQA attention without copies
+        unpack_linears(model)
+        return BackendReport("compile", attention=_use_gqa_attention(model))
     if backend == "stock":
         unpack_linears(model)
         if getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_ATTENTION:
@@ -479,10 +505,7 @@ def apply_backend(model: nn.Module, backend: str = "auto", warn: bool = True) ->
         if warn:
             warnings.warn(f"fast path off, running stock: {reason}", FastPathWarning, stacklevel=2)
         return BackendReport("stock", reason=reason)
-    attention = getattr(getattr(model, "config", None), "_attn_implementation", "") or ""
-    if attention in ("sdpa", GQA_ATTENTION):
-        _register_gqa_attention()
-        attention = GQA_ATTENTION if _set_attention(model, GQA_ATTENTION) else attention
+    attention = _use_gqa_attention(model)
     if skipped and warn:
         reason = f"{skipped} projection(s) are not plain nn.Linear (quantized or Conv1D) and run stock"
         warnings.warn(f"fast path partial: {reason}", FastPathWarning, stacklevel=2)

@@ -6,12 +6,18 @@ an explicit 4-D mask of that width. Rejected tree entries are simply overwritten
 so rollback costs nothing; :meth:`PositionCache.compact` moves an accepted path's entries into place.
 
 No modeling code is forked: HF decoder layers call ``Cache.update`` and accept a ready 4-D mask.
+
+Static mode (``static=True``, the compiled path of :mod:`specdec.fastpath`): the layers are transformers' own
+:class:`~transformers.cache_utils.StaticLayer` s. A forward writes with ``index_copy_`` at positions held in a device
+tensor (``cumulative_length``, set in place by :meth:`PositionCache.set_write_pos`) and attends over the whole
+capacity, so every forward of ``n`` tokens has the same shapes whatever the prefix length: what
+``torch.compile(fullgraph=True)`` and CUDA-graph capture need. The caller's mask then spans the whole capacity.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, StaticLayer
 
 __all__ = ["PositionCache", "PositionLayer", "CacheFullError"]
 
@@ -58,21 +64,28 @@ class PositionLayer(CacheLayerMixin):
 
 
 class PositionCache(Cache):
-    """A :class:`~transformers.cache_utils.Cache` of :class:`PositionLayer` s.
+    """A :class:`~transformers.cache_utils.Cache` of :class:`PositionLayer` s, or of transformers'
+    :class:`~transformers.cache_utils.StaticLayer` s when ``static``.
 
     Args:
         num_layers: decoder layers of the model.
         max_len: capacity in positions.
+        static: fixed-shape layers (write at a device-side position, attend over the whole capacity).
     """
 
-    def __init__(self, num_layers: int, max_len: int) -> None:
-        super().__init__(layers=[PositionLayer(max_len) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, max_len: int, static: bool = False) -> None:
+        layer = StaticLayer if static else PositionLayer
+        super().__init__(layers=[layer(max_len) for _ in range(num_layers)])
         self.max_len = max_len
+        self.static = static
 
     def set_write_pos(self, pos: int) -> None:
-        """Next forward writes at ``pos`` and attends over ``[0, pos + n)``."""
+        """Next forward writes at ``pos`` and attends over ``[0, pos + n)`` (static: over the whole capacity)."""
         for layer in self.layers:
-            layer.write_pos = pos
+            if self.static:
+                layer.cumulative_length.fill_(pos)  # in place: compiled graphs hold this tensor's address
+            else:
+                layer.write_pos = pos
 
     @torch.no_grad()
     def compact(self, start: int, src: torch.Tensor) -> None:
@@ -80,11 +93,14 @@ class PositionCache(Cache):
 
         Args:
             start: first position of the block (the root of the verified tree).
-            src: ``[k]`` long offsets into the block (accepted node ids, root first; ``src[0] == 0``).
+            src: ``[k]`` long offsets into the block (accepted node ids, root first; ``src[0] == 0``). Entries after
+                the accepted count may be copied too (a fixed ``k`` keeps the shapes static): they land after the
+                committed prefix, where the next forward overwrites them.
         """
         k = src.shape[0]
         index = src + start
+        dest = torch.arange(start, start + k, device=src.device)
         for layer in self.layers:
             if layer.is_initialized:
-                layer.keys[:, :, start : start + k] = layer.keys.index_select(2, index)
-                layer.values[:, :, start : start + k] = layer.values.index_select(2, index)
+                layer.keys.index_copy_(2, dest, layer.keys.index_select(2, index))
+                layer.values.index_copy_(2, dest, layer.values.index_select(2, index))

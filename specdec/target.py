@@ -4,15 +4,22 @@ The adapter owns a :class:`~specdec.kvcache.PositionCache`. A tree of ``N`` node
 ``length .. length + N - 1`` with ``position_ids = length + depth`` and a mask in which node i sees the
 committed prefix plus its own ancestors. :meth:`HFTarget.commit` moves the accepted path's entries to
 ``length ..`` and advances ``length``; the other entries are overwritten by the next forward.
+
+On the ``"compile"`` backend the same forward runs with fixed shapes (:mod:`specdec.compiled`): a static cache, a
+mask over the whole capacity, and trees padded to a bucket of sizes.
 """
 
 from __future__ import annotations
+
+import time
+import warnings
 
 import torch
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout, UnsupportedModelError
-from specdec.fastpath import apply_backend
+from specdec.compiled import BUCKETS, bucket, compile_forward
+from specdec.fastpath import FastPathWarning, apply_backend
 from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.tree import DraftTree
@@ -43,7 +50,9 @@ class HFTarget(Target):
         hidden: hidden states every forward should return (drafters add theirs via :meth:`request_hidden`).
         backend: how the model's forward executes (:mod:`specdec.fastpath`): ``"auto"`` packs the linears for oneDNN
             and runs GQA attention without copies where it can (CPU, float32), ``"stock"`` runs the model as
-            loaded. It transforms ``model`` in place, for every holder of it.
+            loaded, ``"compile"`` runs fixed-shape forwards compiled once per bucket (:mod:`specdec.compiled`).
+            It transforms ``model`` in place, for every holder of it.
+        buckets: forward sizes of the ``"compile"`` backend (a tree is padded to the next one).
 
     Raises:
         UnsupportedModelError: a model this adapter cannot serve exactly (the message says what to do).
@@ -55,6 +64,7 @@ class HFTarget(Target):
         max_len: int = 2048,
         hidden: HiddenRequest | None = None,
         backend: str = "auto",
+        buckets: tuple[int, ...] = BUCKETS,
     ) -> None:
         self.model = model.eval()
         config = model.config.get_text_config()
@@ -70,7 +80,11 @@ class HFTarget(Target):
         self.max_len = max_len
         self.eos_token_ids = _eos_ids(model)
         self.hidden = hidden or HiddenRequest()
-        self.cache = PositionCache(self.num_layers, max_len)
+        self.static = self.backend == "compile"
+        self.buckets = tuple(sorted(buckets))
+        # static: room after max_len for a tree padded to its bucket
+        self.cache = PositionCache(self.num_layers, max_len + max(self.buckets) * self.static, self.static)
+        self._run = compile_forward(model) if self.static else model
         self.length = 0
 
     @property
@@ -105,30 +119,98 @@ class HFTarget(Target):
             raise CacheFullError(
                 f"{self.length} cached + {n} new tokens exceed the cache of {self.max_len}; raise max_len"
             )
+        run = self.model
         mask = None  # causal over the cache: the model's own mask logic (no O(L^2) float mask)
-        if block_mask is not None:
+        if self.static:
+            ids, positions, mask = self._static_inputs(ids, positions, block_mask, compiled=logits_to_keep == 0)
+            run = self._run if logits_to_keep == 0 else self.model  # the prefill (last row only) runs eagerly
+        elif block_mask is not None:
             allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
             keys = torch.cat([torch.arange(self.length, device=ids.device), positions])
             mask = self.layout.mask(allowed, keys, positions)
         self.cache.set_write_pos(self.length)
         want = self.hidden
-        out = self.model(
+        inputs = dict(
             input_ids=ids[None],
             attention_mask=mask,
             position_ids=positions[None],
             past_key_values=self.cache,
             use_cache=True,
-            output_hidden_states=want.any,
+            # static: the compiled graph always returns them, so a drafter's request never adds a graph
+            output_hidden_states=want.any or self.static,
             logits_to_keep=logits_to_keep,
         )
+        try:
+            out = run(**inputs)
+        except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+            if run is self.model:
+                raise
+            # Fallback contract of the fast path: one warning, then the same static forward, eagerly
+            warnings.warn(
+                f"torch.compile cannot serve this model ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
+                "running the static-shape path eagerly",
+                FastPathWarning,
+                stacklevel=3,
+            )
+            self._run = self.model
+            self.cache.set_write_pos(self.length)
+            out = self.model(**inputs)
         hidden = TargetHidden()
+        rows = slice(0, n if logits_to_keep == 0 else None)  # drop a bucket's dummy rows
         if want.any:
             states = out.hidden_states
             hidden = TargetHidden(
-                final=states[-1][0] if want.final else None,
-                layers={i: states[i][0] for i in want.layers},
+                final=states[-1][0, rows] if want.final else None,
+                layers={i: states[i][0, rows] for i in want.layers},
             )
-        return TargetStep(out.logits[0].float(), hidden)
+        return TargetStep(out.logits[0, rows].float(), hidden)
+
+    def _static_inputs(
+        self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor | None, compiled: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]:
+        """Fixed-shape inputs for the static cache: ``ids``/``positions`` padded to the bucket ``b`` (``n`` for the
+        eager prefill) and the mask ``[1, 1, b, capacity]`` over the whole cache.
+
+        Dummy rows (``n .. b``) see the prefix and themselves; no real row sees them, so they change no real logit
+        and their cache entries, written after the real ones, are overwritten before anyone attends to them.
+        """
+        n, device = ids.shape[0], ids.device
+        b = bucket(n, self.buckets) if compiled else n
+        if b > n:
+            ids = torch.cat([ids, ids.new_zeros(b - n)])
+            positions = torch.cat([positions, positions.new_full((b - n,), self.length)])
+        block = torch.eye(b, dtype=torch.bool, device=device)
+        block[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=device).tril() if block_mask is None else block_mask
+        capacity, start = self.cache.max_len, self.length
+        allowed = torch.zeros(b, capacity, dtype=torch.bool, device=device)
+        allowed[:, :start] = True
+        allowed[:, start : start + b] = block
+        keys = torch.arange(capacity, device=device)
+        keys[start : start + b] = positions
+        return ids, positions, self.layout.mask(allowed, keys, positions)
+
+    @torch.no_grad()
+    def warm_up(self) -> dict[int, float]:
+        """Compile every bucket now instead of at its first use (``"compile"`` backend; a no-op otherwise).
+
+        Runs a 1-token prompt and then one chain of each bucket's size (wall seconds per bucket returned: the
+        compile time, or an inductor cache hit). Leaves the adapter empty (:meth:`reset`). The graphs do not depend
+        on which hidden states drafters request, so this may run before or after a generator is built.
+        """
+        seconds: dict[int, float] = {}
+        if not self.static:
+            return seconds
+        device = self.device
+        for size in self.buckets:
+            if size >= self.max_len:
+                continue
+            self.prefill(torch.zeros(1, dtype=torch.long, device=device))
+            chain = torch.arange(size, device=device) - 1
+            start = time.perf_counter()
+            self.forward_tree(DraftTree.from_parents(torch.zeros(size, dtype=torch.long, device=device), chain, size))
+            seconds[size] = time.perf_counter() - start
+        self.reset()
+        return seconds
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor) -> TargetStep:
@@ -163,5 +245,6 @@ class HFTarget(Target):
 
     def commit(self, accepted: torch.Tensor, count: int) -> None:
         """Keep nodes ``accepted[:count]`` (root first, so ``accepted[0] == 0``) after the committed prefix."""
-        self.cache.compact(self.length, accepted[:count])
+        # static: the whole fixed-size path (entries after ``count`` land past the prefix, see PositionCache.compact)
+        self.cache.compact(self.length, accepted.clamp(min=0) if self.static else accepted[:count])
         self.length += count

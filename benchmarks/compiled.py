@@ -1,0 +1,102 @@
+"""The compiled static-shape target (``--backend compile``) against the eager fast path, side by side.
+
+    python benchmarks/compiled.py [--methods vanilla eagle3] [--prompts 4] [--new-tokens 64] [--threads 2]
+                                  [--json out.json]
+
+Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN-packed linears), one on
+``"compile"`` (:mod:`specdec.compiled`: static cache, bucketed trees, inductor with frozen weights). Prints:
+
+* the compile time of each bucket (:meth:`HFTarget.warm_up`; a second run of this script reads inductor's cache);
+* per method, tokens/s of each path on the same MT-bench questions at T=0, run alternately prompt by prompt (so a
+  noisy machine slows both alike), the ratio compiled / eager, τ, and whether the tokens are the same;
+* host syncs (tensor value reads, :class:`specdec.bench.syncs.HostSyncCounter`) per target forward.
+
+The drafters run their eager backend on both paths (their steps are not compiled yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from specdec.assets import chat_ids, mtbench_prompts
+from specdec.bench.syncs import HostSyncCounter
+from specdec.generate import StopCondition
+from specdec.methods import MethodOptions, build_method
+from specdec.models import load_smollm2
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3"])
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--max-len", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    sampling = SamplingParams(temperature=0.0)
+    stop = StopCondition(max_new_tokens=args.new_tokens)
+    eager_model, tokenizer = load_smollm2()
+    compiled_model, _ = load_smollm2()
+    ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
+    paths = {
+        "eager": HFTarget(eager_model, max_len=args.max_len, backend="auto"),
+        "compiled": HFTarget(compiled_model, max_len=args.max_len, backend="compile"),
+    }
+    print(f"threads={args.threads} prompts={args.prompts} new_tokens={args.new_tokens} max_len={args.max_len}")
+    out: dict = {"threads": args.threads, "prompts": args.prompts, "new_tokens": args.new_tokens, "methods": {}}
+    for method in args.methods:
+        gens = {name: build_method(method, t, sampling, MethodOptions()) for name, t in paths.items()}
+        compile_s = paths["compiled"].warm_up()  # compiles each bucket once (later methods reuse the graphs)
+        if compile_s and "compile_seconds" not in out:
+            out["compile_seconds"] = compile_s
+            print("compile s per bucket: " + ", ".join(f"{b}: {s:.1f}" for b, s in compile_s.items()))
+        for gen in gens.values():  # warm-up (the adaptive budget's cost curve, caches)
+            gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8))
+        seconds = dict.fromkeys(gens, 0.0)
+        tokens = dict.fromkeys(gens, 0)
+        forwards = dict.fromkeys(gens, 0)
+        emitted: dict[str, list[list[int]]] = {name: [] for name in gens}
+        syncs = dict.fromkeys(gens, 0)
+        for x in ids:
+            for name, gen in gens.items():
+                start = time.perf_counter()
+                result = gen.generate(x, sampling, stop)
+                seconds[name] += time.perf_counter() - start
+                tokens[name] += len(result.tokens)
+                forwards[name] += result.metrics.cycles + 1
+                emitted[name].append(result.tokens)
+        for name, gen in gens.items():
+            with HostSyncCounter() as counter:
+                result = gen.generate(ids[0], sampling, stop)
+            syncs[name] = counter.count / (result.metrics.cycles + 1)
+        rate = {name: tokens[name] / seconds[name] for name in gens}
+        row = {
+            "tokens_per_s": rate,
+            "compiled_over_eager": rate["compiled"] / rate["eager"],
+            "tau": {name: tokens[name] / forwards[name] for name in gens},
+            "same_tokens": sum(a == b for a, b in zip(emitted["eager"], emitted["compiled"], strict=True)),
+            "host_syncs_per_forward": syncs,
+        }
+        out["methods"][method] = row
+        print(
+            f"{method:8s} eager {rate['eager']:6.1f} tok/s  compiled {rate['compiled']:6.1f} tok/s  "
+            f"ratio {row['compiled_over_eager']:.2f}  tau {row['tau']['eager']:.2f}/{row['tau']['compiled']:.2f}  "
+            f"same tokens {row['same_tokens']}/{len(ids)}  host syncs per forward "
+            f"{syncs['eager']:.1f}/{syncs['compiled']:.1f}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""The static-shape compiled forward: what the ``"compile"`` backend (:mod:`specdec.fastpath`) runs.
+
+A CUDA graph replays fixed shapes at fixed addresses; ``torch.compile(fullgraph=True)`` on a CPU refuses the same
+things capture does (a cache slice whose length changes, a Python-int position, a host-side count), so it is the
+proof we can run without a GPU. The target adapter (:class:`specdec.target.HFTarget`) makes every forward
+fixed-shape on this backend:
+
+* its :class:`~specdec.kvcache.PositionCache` holds transformers' ``StaticLayer`` s (device-side write position,
+  attention over the whole capacity);
+* the mask spans the whole capacity;
+* a tree of ``n`` nodes is padded to the bucket :func:`bucket` picks, with dummy nodes that see only themselves and
+  that no real node sees (their logits and cache entries are never read);
+* commit compacts a fixed ``max_depth + 1`` entries (:meth:`~specdec.kvcache.PositionCache.compact`).
+
+So the model's forward compiles once per bucket and never again (``tests/test_compiled.py`` counts). The prefill,
+whose length varies, runs eagerly on the same static cache, as transformers recommends for its own static cache.
+
+Where it runs: on CUDA, ``mode="reduce-overhead"`` (CUDA graphs); elsewhere inductor with ``freezing`` (weights
+become constants, which lets inductor pre-pack the linears for oneDNN on a CPU). Compiled artefacts go to
+inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), so a second process with the same model and buckets
+skips most of the compile time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+__all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs"]
+
+#: Forward sizes compiled by default: the 1-token step and tree sizes up to the adaptive budget's largest.
+BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 32)
+#: Graphs dynamo may keep per forward function (see :func:`compile_forward`).
+RECOMPILE_LIMIT = 64
+
+
+def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
+    """The padded size of an ``n``-token forward: the smallest bucket ``>= n``, else ``n`` rounded up to a multiple
+    of the largest bucket (so the padding never exceeds the largest bucket minus one)."""
+    if n < 1:
+        raise ValueError(f"a forward needs at least one token, got {n}")
+    for b in sorted(buckets):
+        if b >= n:
+            return b
+    top = max(buckets)
+    return -(-n // top) * top
+
+
+def compile_forward(model: torch.nn.Module) -> Callable[..., object]:
+    """``model``'s forward compiled with ``fullgraph=True`` and static shapes (one graph per input shape).
+
+    CUDA: CUDA graphs (``mode="reduce-overhead"``). Otherwise: inductor with ``freezing`` (inference only: the
+    weights are folded in as constants, so they must not change afterwards).
+
+    Dynamo keeps at most ``recompile_limit`` graphs per forward function, shared by every model of one class in the
+    process (default 8); this raises it to at least :data:`RECOMPILE_LIMIT` so several buckets of several models
+    fit (a process-wide setting of torch).
+    """
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return torch.compile(model, fullgraph=True, dynamic=False, mode="reduce-overhead")
+    return torch.compile(model, fullgraph=True, dynamic=False, options={"freezing": True})
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (a recompile adds one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])

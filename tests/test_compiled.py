@@ -1,0 +1,181 @@
+"""The ``"compile"`` backend (:mod:`specdec.compiled`): fixed-shape target forwards under ``torch.compile``.
+
+What is shown here, on a tiny random Llama (inductor on the CPU, ``fullgraph=True``):
+
+* the buckets: a tree of ``n`` nodes pads to the next bucket, never by more than the largest bucket;
+* greedy exactness: vanilla and speculative decoding on the compiled target emit the eager stock target's tokens;
+* no recompilation per step: after one warm-up generation, further generations (other prompts, other tree sizes
+  in the same buckets) compile no new graph, and the graphs compiled are at most one per bucket;
+* distribution (``heavy``: about 4 minutes on 2 busy cores): the sampled loop on the compiled target passes the
+  end-to-end G-test of :mod:`specdec.testing.e2e` (false-positive rate ``ALPHA = 1e-3``, one check, fixed seeds),
+  and a verifier that ignores q, through the same compiled target, fails it (the negative control);
+* a CUDA test, skipped without a GPU, that runs the same greedy check with CUDA graphs.
+
+Compile time dominates (tens of seconds per bucket on 2 cores), so every test shares one compiled model per
+process: dynamo keys its graphs on the model's forward, not on the adapter object.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.bench.syncs import HostSyncCounter
+from specdec.compiled import BUCKETS, bucket, compiled_graphs
+from specdec.drafters import NGramDrafter
+from specdec.fastpath import FastPathWarning
+from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.testing.broken import IgnoresQVerifier
+from specdec.testing.e2e import e2e_check
+from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
+from specdec.verify import GreedyVerifier, StochasticMultiRoundVerifier
+from tests.factories import SMALL_PATHS, make_drafter, tiny_family
+
+GREEDY = SamplingParams(temperature=0.0)
+MAX_LEN = 96
+BUCKETS_HERE = (1, 4, 8)  # trees of up to 8 nodes: three graphs to compile
+ALPHA, FAMILY = 1e-3, 1  # one positive end-to-end check; the negative control is outside the family
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab_size=6, hidden_size=16, num_layers=3, logit_scale=1.5)
+
+
+def compiled_target(model) -> HFTarget:
+    return HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=BUCKETS_HERE)
+
+
+def test_buckets() -> None:
+    assert [bucket(n) for n in (1, 2, 4, 5, 16, 17, 32)] == [1, 4, 4, 8, 16, 32, 32]
+    assert bucket(33) == 64 and bucket(70) == 96 and max(BUCKETS) == 32
+    assert bucket(3, (8, 2)) == 8
+    with pytest.raises(ValueError, match="at least one token"):
+        bucket(0)
+
+
+def test_compile_backend_keeps_plain_linears(model) -> None:
+    target = compiled_target(model)
+    assert target.backend == "compile" and target.static
+    assert all(type(m).__name__ != "PackedLinear" for m in model.modules())
+    assert target.cache.max_len == MAX_LEN + max(BUCKETS_HERE)  # room for a padded tree
+
+
+def test_greedy_exact_and_no_recompiles(model) -> None:
+    """Compiled vanilla and speculative greedy equal the eager stock vanilla tokens; after the warm-up (at most one
+    graph per bucket) no decoding step compiles a new graph."""
+    stop = StopCondition(max_new_tokens=24, eos_token_ids=())
+    prompts = [torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    eager = HFTarget(model, max_len=MAX_LEN, backend="stock")
+    expected = [VanillaGenerator(eager).generate(p, GREEDY, stop).tokens for p in prompts]
+    target = compiled_target(model)
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8)
+    trees = [DynamicTreePolicy(topk=2, depth=3, total_tokens=8), StaticTreePolicy.chain(3)]  # buckets 8 and 4
+    specs = [SpeculativeGenerator(target, drafter, policy, GreedyVerifier()) for policy in trees]
+
+    before = compiled_graphs()
+    seconds = target.warm_up()
+    warm = compiled_graphs()
+    assert set(seconds) == set(BUCKETS_HERE) and warm - before <= len(BUCKETS_HERE)
+    sizes, accepted = set(), 0
+    for p, want in zip(prompts, expected, strict=True):
+        for spec in specs:
+            result = spec.generate(p, GREEDY, stop)
+            sizes.update(result.metrics.tree_sizes)
+            accepted += sum(result.metrics.accept_lengths)
+            assert result.tokens == want
+        assert VanillaGenerator(target).generate(p, GREEDY, stop).tokens == want
+    assert compiled_graphs() == warm, "a decoding step recompiled"
+    assert len({bucket(n, BUCKETS_HERE) for n in sizes}) >= 2  # the trees really spanned several buckets
+    assert accepted > 0  # and commits moved accepted entries, not only bonus tokens
+
+
+def test_a_model_that_cannot_compile_falls_back_with_one_warning() -> None:
+    """A graph break under ``fullgraph=True`` (here a forward pre-hook that forces one) is not a crash: one
+    FastPathWarning, then the same static forward runs eagerly, with the eager tokens."""
+    model = tiny_llama(vocab_size=16, hidden_size=16, num_layers=2, seed=4)
+    stop = StopCondition(max_new_tokens=6, eos_token_ids=())
+    prompt = torch.arange(5)
+    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
+    model.model.layers[0].register_forward_pre_hook(lambda *_: torch._dynamo.graph_break())
+    target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=(1,))
+    with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
+        assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
+    assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
+
+
+def test_host_sync_counter_sees_every_value_read() -> None:
+    vector, scalar = torch.tensor([1, 2]), torch.tensor(3)
+    item = torch.Tensor.item
+    with HostSyncCounter() as syncs:
+        vector.tolist(), int(scalar), scalar.item(), bool(scalar > 0), float(scalar), [0, 1, 2, 3][scalar]
+        vector + scalar  # no read
+    assert syncs.count == 6
+    assert torch.Tensor.item is item  # methods restored
+
+
+def test_one_host_sync_per_compiled_vanilla_step(model) -> None:
+    """Each decoding step reads the device once (token and logits health together): the extra reads of a longer
+    generation equal its extra steps."""
+    target = compiled_target(model)
+    target.warm_up()  # tracing reads tensors too
+    gen = VanillaGenerator(target)
+    prompt = torch.tensor([1, 2, 3, 4])
+    counts = {}
+    for n in (8, 20):
+        stop = StopCondition(max_new_tokens=n, eos_token_ids=())
+        with HostSyncCounter() as syncs:
+            result = gen.generate(prompt, GREEDY, stop)
+        counts[n] = (syncs.count, result.metrics.cycles)
+    (short, short_steps), (long, long_steps) = counts[8], counts[20]
+    assert long_steps - short_steps == 12 and long - short == 12
+
+
+@pytest.mark.heavy
+def test_sampled_distribution_and_negative_control(model) -> None:
+    """The sampled loop on the compiled target emits the target's distribution; a verifier that ignores q does not
+    (the configuration of ``tests/test_statistical_e2e.py::test_detects_q_ignored``, here on the compiled target)."""
+    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+    policy = StochasticTreePolicy(SMALL_PATHS)  # 7 nodes: bucket 8
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8)
+
+    def loop(verifier) -> SpeculativeGenerator:
+        return SpeculativeGenerator(compiled_target(model), drafter, policy, verifier)
+
+    sampling = SamplingParams(temperature=1.0, top_k=4)
+    good = loop(StochasticMultiRoundVerifier(max_children=2))
+    report = e2e_check(good, model, prompt, sampling, 800, 3, seed=11, alpha=ALPHA, n_tests=FAMILY)
+    assert report.passed, report.summary()
+    assert report.acceptances > 0 and report.rejections > 0, report.summary()
+    hot = SamplingParams(temperature=1.5)
+    control = e2e_check(loop(IgnoresQVerifier(max_children=2)), model, prompt, hot, 400, 3, seed=2, alpha=ALPHA)
+    assert control.acceptances > 0 and control.rejections > 0, control.summary()
+    assert not control.passed, f"negative control NOT detected: {control.summary()}"
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("family", ["mistral", "gemma3"])
+def test_sliding_window_families_greedy_exact(family: str) -> None:
+    """Sliding-window (mistral) and hybrid (gemma3) layouts: the window mask over the whole static capacity keeps
+    compiled greedy decoding equal to eager stock decoding past the window (prompt 10 + 20 tokens, window 6)."""
+    model = tiny_family(family, window=6)
+    stop = StopCondition(max_new_tokens=20, eos_token_ids=())
+    prompt = torch.arange(10) % 7
+    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
+    target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=(1, 8))
+    spec = SpeculativeGenerator(target, NGramDrafter(vocab_size=32), StaticTreePolicy.chain(3), GreedyVerifier())
+    assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
+    assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
+def test_cuda_graphs_greedy_exact() -> None:
+    model = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=2).cuda()
+    stop = StopCondition(max_new_tokens=16, eos_token_ids=())
+    prompt = torch.arange(6, device="cuda")
+    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
+    target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=BUCKETS_HERE)
+    assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
