@@ -9,7 +9,6 @@ Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN
 * the compile time of each bucket (:meth:`HFTarget.warm_up`; a second run of this script reads inductor's cache);
 * per method, tokens/s of each path on the same MT-bench questions at T=0, run alternately prompt by prompt (so a
   noisy machine slows both alike), the ratio compiled / eager, τ, and whether the tokens are the same;
-* host syncs (tensor value reads, :class:`specdec.bench.syncs.HostSyncCounter`) per target forward.
 
 The drafters run their eager backend on both paths (their steps are not compiled yet).
 """
@@ -23,7 +22,6 @@ import time
 import torch
 
 from specdec.assets import chat_ids, mtbench_prompts
-from specdec.bench.syncs import HostSyncCounter
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
 from specdec.models import load_smollm2
@@ -64,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         tokens = dict.fromkeys(gens, 0)
         forwards = dict.fromkeys(gens, 0)
         emitted: dict[str, list[list[int]]] = {name: [] for name in gens}
-        syncs = dict.fromkeys(gens, 0)
         for x in ids:
             for name, gen in gens.items():
                 start = time.perf_counter()
@@ -73,24 +70,18 @@ def main(argv: list[str] | None = None) -> int:
                 tokens[name] += len(result.tokens)
                 forwards[name] += result.metrics.cycles + 1
                 emitted[name].append(result.tokens)
-        for name, gen in gens.items():
-            with HostSyncCounter() as counter:
-                result = gen.generate(ids[0], sampling, stop)
-            syncs[name] = counter.count / (result.metrics.cycles + 1)
         rate = {name: tokens[name] / seconds[name] for name in gens}
         row = {
             "tokens_per_s": rate,
             "compiled_over_eager": rate["compiled"] / rate["eager"],
             "tau": {name: tokens[name] / forwards[name] for name in gens},
             "same_tokens": sum(a == b for a, b in zip(emitted["eager"], emitted["compiled"], strict=True)),
-            "host_syncs_per_forward": syncs,
         }
         out["methods"][method] = row
         print(
             f"{method:8s} eager {rate['eager']:6.1f} tok/s  compiled {rate['compiled']:6.1f} tok/s  "
             f"ratio {row['compiled_over_eager']:.2f}  tau {row['tau']['eager']:.2f}/{row['tau']['compiled']:.2f}  "
-            f"same tokens {row['same_tokens']}/{len(ids)}  host syncs per forward "
-            f"{syncs['eager']:.1f}/{syncs['compiled']:.1f}"
+            f"same tokens {row['same_tokens']}/{len(ids)}"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -8,15 +8,16 @@ fixed-shape on this backend:
 * its :class:`~specdec.kvcache.PositionCache` holds transformers' ``StaticLayer`` s (device-side write position,
   attention over the whole capacity);
 * the mask spans the whole capacity;
-* a tree of ``n`` nodes is padded to the bucket :func:`bucket` picks, with dummy nodes that see only themselves and
-  that no real node sees (their logits and cache entries are never read);
+* a tree of ``n`` nodes is padded to the bucket :func:`bucket` picks, with dummy nodes that see the prefix and
+  themselves and that no real node sees (their logits and cache entries are never read);
 * commit compacts a fixed ``max_depth + 1`` entries (:meth:`~specdec.kvcache.PositionCache.compact`).
 
 So the model's forward compiles once per bucket and never again (``tests/test_compiled.py`` counts). The prefill,
 whose length varies, runs eagerly on the same static cache, as transformers recommends for its own static cache.
 
 Where it runs: on CUDA, ``mode="reduce-overhead"`` (CUDA graphs); elsewhere inductor with ``freezing`` (weights
-become constants, which lets inductor pre-pack the linears for oneDNN on a CPU). Compiled artefacts go to
+become constants, which lets inductor pre-pack the linears; for fp32 on x86 it packs them for MKL's GEMM, which is
+slow for a few rows on AMD CPUs: see the results page). Compiled artefacts go to
 inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), so a second process with the same model and buckets
 skips most of the compile time.
 """
@@ -29,8 +30,9 @@ import torch
 
 __all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs"]
 
-#: Forward sizes compiled by default: the 1-token step and tree sizes up to the adaptive budget's largest.
-BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 32)
+#: Forward sizes compiled by default: the 1-token step and tree sizes up to the adaptive budget's largest (64,
+#: ``MethodOptions.max_total_tokens``).
+BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
 #: Graphs dynamo may keep per forward function (see :func:`compile_forward`).
 RECOMPILE_LIMIT = 64
 

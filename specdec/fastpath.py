@@ -5,10 +5,11 @@ a backend only changes *how* that forward executes:
 
 * ``"stock"``: the model as loaded.
 * ``"compile"``: the static-shape compiled path (:mod:`specdec.compiled`). The model keeps plain linears (inductor
-  packs them itself when it freezes the weights) and the copy-free GQA attention; the target adapter switches its
-  cache to static layers and runs every tree forward through ``torch.compile(fullgraph=True)`` at a few bucketed
-  sizes (inductor on a CPU, CUDA graphs on a GPU). Drafters asked for ``"compile"`` run their eager ``"auto"``
-  backend until their steps have fixed shapes too.
+  packs them itself when it freezes the weights, for MKL's GEMM on an x86 CPU) and the copy-free GQA attention;
+  the target adapter switches its cache to static layers and runs every tree forward through
+  ``torch.compile(fullgraph=True)`` at a few bucketed sizes (inductor on a CPU, CUDA graphs on a GPU). EAGLE
+  drafters asked for ``"compile"`` run their eager ``"auto"`` backend until their steps have fixed shapes too; a
+  small-LM drafter cut from the target's layers runs those (plain, shared) layers eagerly.
 * ``"cpu-packed"`` (the default on CPU for float32 models): every ``nn.Linear`` is swapped for a
   :class:`PackedLinear` whose weight was reordered once into oneDNN's blocked layout, and grouped-query attention
   runs through SDPA's ``enable_gqa`` (registered with transformers' ``AttentionInterface`` as

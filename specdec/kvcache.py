@@ -97,7 +97,8 @@ class PositionCache(Cache):
                 the accepted count may be copied too (a fixed ``k`` keeps the shapes static): they land after the
                 committed prefix, where the next forward overwrites them.
         """
-        k = src.shape[0]
+        k = min(src.shape[0], self.max_len - start)  # a fixed-size path may reach past the capacity: leftovers only
+        src = src[:k]
         index = src + start
         dest = torch.arange(start, start + k, device=src.device)
         for layer in self.layers:

@@ -163,7 +163,11 @@ class HFTarget(Target):
                 final=states[-1][0, rows] if want.final else None,
                 layers={i: states[i][0, rows] for i in want.layers},
             )
-        return TargetStep(out.logits[0, rows].float(), hidden)
+        logits = out.logits[0, rows].float()
+        if self.static and logits.device.type == "cuda":  # CUDA-graph outputs are overwritten by the next replay
+            logits = logits.clone()
+            hidden = hidden.select(torch.arange(n, device=logits.device)) if want.any else hidden
+        return TargetStep(logits, hidden)
 
     def _static_inputs(
         self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor | None, compiled: bool

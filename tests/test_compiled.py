@@ -34,6 +34,9 @@ from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePol
 from specdec.verify import GreedyVerifier, StochasticMultiRoundVerifier
 from tests.factories import SMALL_PATHS, make_drafter, tiny_family
 
+# a silent fall back to eager must fail these tests (the fallback test expects its one warning explicitly)
+pytestmark = pytest.mark.filterwarnings("error::specdec.fastpath.FastPathWarning")
+
 GREEDY = SamplingParams(temperature=0.0)
 MAX_LEN = 96
 BUCKETS_HERE = (1, 4, 8)  # trees of up to 8 nodes: three graphs to compile
@@ -50,8 +53,8 @@ def compiled_target(model) -> HFTarget:
 
 
 def test_buckets() -> None:
-    assert [bucket(n) for n in (1, 2, 4, 5, 16, 17, 32)] == [1, 4, 4, 8, 16, 32, 32]
-    assert bucket(33) == 64 and bucket(70) == 96 and max(BUCKETS) == 32
+    assert [bucket(n) for n in (1, 2, 4, 5, 16, 17, 32, 33, 64)] == [1, 4, 4, 8, 16, 32, 32, 64, 64]
+    assert bucket(70) == 128 and max(BUCKETS) == 64 and bucket(70, (1, 32)) == 96
     assert bucket(3, (8, 2)) == 8
     with pytest.raises(ValueError, match="at least one token"):
         bucket(0)
@@ -89,6 +92,7 @@ def test_greedy_exact_and_no_recompiles(model) -> None:
             assert result.tokens == want
         assert VanillaGenerator(target).generate(p, GREEDY, stop).tokens == want
     assert compiled_graphs() == warm, "a decoding step recompiled"
+    assert target._run is not target.model, "the target fell back to eager"
     assert len({bucket(n, BUCKETS_HERE) for n in sizes}) >= 2  # the trees really spanned several buckets
     assert accepted > 0  # and commits moved accepted entries, not only bonus tokens
 

@@ -1,5 +1,6 @@
 """Count host syncs: every place Python reads a tensor's value (``item``, ``tolist``, ``int``, ``float``, ``bool``,
-``__index__``).
+``__index__``), copies it to the host (``cpu``; ``numpy()`` of a device tensor needs it first) or asks for a
+data-dependent shape (``nonzero``).
 
 On a GPU each of these waits for the device (a host sync, and a break in any captured CUDA graph); on a CPU they are
 cheap, but counting them on a CPU tells what the same code would do on a GPU. ``torch.cuda.set_sync_debug_mode``
@@ -9,8 +10,9 @@ only sees CUDA tensors, so this counter wraps the tensor methods themselves::
         generator.generate(...)
     syncs.count  # value reads in the block
 
-Reads of 0-dim/1-element tensors made by torch internals in C++ are not seen (they do not go through these Python
-methods); every read the library's Python code makes is.
+Not seen: syncs inside C++ ops (boolean-mask indexing, ``torch.nonzero`` called as a function, ``.to("cpu")``).
+On CUDA, ``torch.cuda.set_sync_debug_mode("warn")`` sees those. On a CPU, ``cpu()`` of a CPU tensor costs
+nothing but is counted, since on a GPU it would wait.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 
 __all__ = ["HostSyncCounter"]
 
-_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "cpu", "nonzero")
 
 
 class HostSyncCounter:

@@ -63,6 +63,8 @@ class SmallLMDrafter(Drafter):
             raise ValueError(f"max_len must be at least 2, got {max_len}")
         self.model = model.eval()
         self.backend = apply_backend(model, backend).backend
+        if self.backend == "compile":  # its layers (perhaps the target's own) stay plain, and it runs them eagerly
+            self.backend = "stock"
         self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
