@@ -4,8 +4,9 @@
 
 Runs each method (the CLI's names and default settings) on the first MT-bench question for 16 and then 48 new
 tokens inside :class:`specdec.bench.syncs.HostSyncCounter`, and prints the extra reads divided by the extra cycles:
-the reads one cycle makes, with the prefill's fixed reads cancelled out. The issue "A static-shape, compiled
-decoding cycle" asks for at most 1.
+the reads one cycle makes, with the prefill's fixed reads cancelled out. Speculative methods run twice: with the
+adaptive budget reading its draft values itself, and deferred (``MethodOptions.deferred_budget``: the values ride
+on the loop's sync). The issue "A static-shape, compiled decoding cycle" asks for at most 1.
 """
 
 from __future__ import annotations
@@ -48,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     sampling = SamplingParams(temperature=0.0)
     ids = chat_ids(tokenizer, mtbench_prompts()[0])
     for method in args.methods:
-        gen = build_method(method, target, sampling, MethodOptions(backend=args.backend))
-        print(f"{method:10s} backend {target.backend}: {syncs_per_cycle(gen, ids, sampling):.2f} host syncs per cycle")
+        for deferred in (False, True) if method != "vanilla" else (False,):
+            options = MethodOptions(backend=args.backend, deferred_budget=deferred)
+            gen = build_method(method, target, sampling, options)
+            label = f"{method}{' (deferred budget)' if deferred else ''}"
+            per_cycle = syncs_per_cycle(gen, ids, sampling)
+            print(f"{label:28s} backend {target.backend}: {per_cycle:.2f} host syncs per cycle")
     return 0
 
 

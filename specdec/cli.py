@@ -157,6 +157,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         model=model,
         tokenizer=tokenizer,
         backend=args.backend,
+        deferred_rows=args.deferred_rows,
     )
     report = write_report(args.out)
     print(report.read_text())
@@ -335,6 +336,12 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument(
+        "--deferred-rows",
+        action="store_true",
+        help="also run each adaptive method with the deferred tree budget (rows M+deferred: the tree size rides on "
+        "the loop's one host sync per cycle)",
+    )
     _backend_option(b)
     _model_options(b)
     b.set_defaults(func=cmd_bench)

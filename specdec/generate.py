@@ -317,21 +317,26 @@ class SpeculativeGenerator:
             t3 = time.perf_counter()
             verdict = self.verifier.verify(tree, step.logits, sampling, g)
             accepted = verdict.accepted
-            # The cycle's one host sync: accept length, bonus token, logits health, accepted tokens.
-            packed = torch.cat(
+            # The cycle's one host sync: accept length, bonus token, logits health, accepted tokens, and the
+            # policy's payload (float64 holds every token id exactly).
+            ints = torch.cat(
                 [
                     verdict.accept_length.reshape(1),
                     verdict.bonus_token.reshape(1),
                     logits_ok(step.logits).reshape(1).long(),
                     tree.tokens[accepted.clamp(min=0)],
                 ]
-            ).tolist()
+            )
+            extra = self.policy.sync_payload()
+            width = ints.shape[0]
+            packed = (ints if extra is None else torch.cat([ints.double(), extra.double()])).tolist()
             t4 = time.perf_counter()
-            n_acc, bonus, ok, path = packed[0], packed[1], packed[2], packed[3:]
+            n_acc, bonus, ok = int(packed[0]), int(packed[1]), packed[2]
+            path = [int(t) for t in packed[3:width]]
             if not ok:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
             count = n_acc + 1
-            self.policy.observe(n_acc)
+            self.policy.observe(n_acc, None if extra is None else packed[width:])
             target.commit(accepted, count)
             drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
             root = verdict.bonus_token

@@ -222,10 +222,19 @@ class TreePolicy(ABC):
         must not depend on ``generator`` (contract for the one-hot-q verifiers).
         """
 
-    def observe(self, accept_length: int) -> None:  # noqa: B027 - optional hook, no-op by default
+    def sync_payload(self) -> torch.Tensor | None:
+        """Device values (1-D, float) this policy wants on the host after the cycle's verification, or None.
+
+        The decoding loop carries them in its one host sync per cycle and hands them back to :meth:`observe`,
+        so a policy that plans from draft values needs no sync of its own. Default: nothing.
+        """
+        return None
+
+    def observe(self, accept_length: int, payload: list[float] | None = None) -> None:  # noqa: B027 - optional hook
         """Feedback after each cycle: how many draft tokens were accepted (host int, already synced).
 
         Adaptive policies use it to calibrate their estimate of the accepted length; the default does nothing.
+        ``payload``: the host copy of this cycle's :meth:`sync_payload` (None when it returned None).
         """
 
 

@@ -59,6 +59,9 @@ def test_plan_variants():
     v = plan_variants(["small-lm"], tree_sizes=[8])
     assert v[1].tree_size == "adaptive" and v[2].tree_size == 8 and v[2].options.total_tokens == 8
     assert [x.name for x in plan_variants(["vanilla"], [8], sweep_method="ngram")] == ["vanilla", "ngram", "ngram@8"]
+    rows = plan_variants(["ngram", "small-lm"], [8], deferred_rows=True)
+    assert [x.name for x in rows] == ["vanilla", "ngram", "small-lm", "ngram@8", "ngram+deferred", "small-lm+deferred"]
+    assert rows[-1].options.deferred_budget and not rows[1].options.deferred_budget
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         plan_variants(["nope"])
     with pytest.raises(ValueError, match="dynamic-tree"):

@@ -197,6 +197,49 @@ def test_observe_calibrates_an_overconfident_drafter():
     assert policy.calibration < 0.1
 
 
+def test_deferred_budget_sizes_from_the_previous_pool_without_its_own_sync():
+    """Deferred mode: the first cycle reads its own values; later cycles only hand theirs to the loop's sync.
+
+    (The fake drafter reads its paths on the host, so syncs are compared with an eager policy's, not with 0.)
+    """
+    from specdec.bench.syncs import HostSyncCounter
+    from tests.test_trees import FakeDrafter
+
+    curve = linear_curve(base=1.0, per_token=0.05, top=32)
+    sure = FakeDrafter(6, lambda path: torch.tensor([30.0, 0, 0, 0, 0, 0]))
+    unsure = FakeDrafter(6, lambda path: torch.zeros(6))
+    options = dict(topk=2, depth=4, max_total=32, curve=curve, adapt_depth=False, draft_seconds=0.0)
+    eager, policy = AdaptiveTreePolicy(**options), AdaptiveTreePolicy(**options, deferred=True)
+
+    def syncs(p, drafter):
+        with HostSyncCounter() as counter:
+            tree = p.grow(drafter, torch.tensor(0), GREEDY, None)
+        return counter.count, tree.num_nodes
+
+    own, big = syncs(eager, sure)
+    assert syncs(policy, sure) == (own, big) and policy.sync_payload() is None and big > 2  # first cycle
+    deferred, size = syncs(policy, unsure)
+    assert deferred == syncs(eager, unsure)[0] - 1  # no read of its own
+    assert size == big  # sized from the confident first pool
+    payload = policy.sync_payload()
+    assert payload is not None and payload.dim() == 1
+    policy.observe(0, payload.tolist())  # the loop's sync returns the unsure pool: the next tree is small
+    assert policy.sync_payload() is None
+    assert syncs(policy, sure)[1] < big
+    policy.observe(0)  # a loop that carries no payload: the next cycle reads its own values again
+    assert syncs(policy, sure)[0] == own
+
+
+@pytest.mark.parametrize("kind", ["ngram", "eagle1"])
+def test_deferred_budget_is_greedy_exact_and_calibrates(tiny, kind):
+    curve = linear_curve(base=1.0, per_token=0.05, top=16)
+    policy = AdaptiveTreePolicy(topk=3, depth=4, max_total=16, curve=curve, deferred=True)
+    prompt = torch.randint(0, 32, (7,), generator=torch.Generator().manual_seed(1))
+    vanilla, result = run_adaptive(tiny, policy, prompt, kind=kind)
+    assert result.tokens == vanilla
+    assert policy._observed != policy.PRIOR_CYCLES  # observe() saw predictions from the carried values
+
+
 def test_adaptive_policy_validates():
     curve = linear_curve()
     with pytest.raises(ValueError):

@@ -138,6 +138,29 @@ def test_one_host_sync_per_compiled_vanilla_step(model) -> None:
     assert long_steps - short_steps == 12 and long - short == 12
 
 
+def test_one_host_sync_per_compiled_eagle3_cycle_with_the_deferred_budget(model) -> None:
+    """EAGLE-3 drafting an adaptive tree on the compiled target: with the deferred budget the tree size rides on
+    the loop's sync, so each cycle reads the device once (the policy's first-cycle read happens in a warm-up)."""
+    from specdec.budget import CostCurve
+    from specdec.trees.adaptive import AdaptiveTreePolicy
+
+    target = compiled_target(model)
+    target.warm_up()
+    curve = CostCurve((1, 8), (1.0, 1.2))
+    policy = AdaptiveTreePolicy(topk=2, depth=3, max_total=8, curve=curve, draft_seconds=0.0, deferred=True)
+    gen = SpeculativeGenerator(target, make_drafter("eagle3", model, MAX_LEN + 8), policy, GreedyVerifier())
+    prompt = torch.tensor([1, 2, 3, 4])
+    gen.generate(prompt, GREEDY, StopCondition(max_new_tokens=4, eos_token_ids=()))  # the policy's first own read
+    counts = []
+    for n in (8, 24):
+        stop = StopCondition(max_new_tokens=n, eos_token_ids=())
+        with HostSyncCounter() as syncs:
+            result = gen.generate(prompt, GREEDY, stop)
+        counts.append((syncs.count, result.metrics.cycles))
+    (short, short_cycles), (long, long_cycles) = counts
+    assert long_cycles > short_cycles and long - short == long_cycles - short_cycles
+
+
 @pytest.mark.heavy
 def test_sampled_distribution_and_negative_control(model) -> None:
     """The sampled loop on the compiled target emits the target's distribution; a verifier that ignores q does not

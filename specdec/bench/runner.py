@@ -85,8 +85,11 @@ def plan_variants(
     tree_sizes: Sequence[int] = (),
     sweep_method: str | None = None,
     options: MethodOptions | None = None,
+    deferred_rows: bool = False,
 ) -> list[Variant]:
-    """Row labels to run: vanilla first, then ``methods``, then ``sweep_method@m`` for each fixed size ``m``.
+    """Row labels to run: vanilla first, then ``methods``, then ``sweep_method@m`` for each fixed size ``m``, then
+    (``deferred_rows``) ``M+deferred`` for each adaptive dynamic-tree method ``M``: the same method with
+    ``MethodOptions.deferred_budget`` on, for a side-by-side comparison.
 
     The default options make dynamic-tree methods adaptive, so ``ngram`` itself is the sweep's adaptive row.
     """
@@ -107,6 +110,10 @@ def plan_variants(
             if m < 2:
                 raise ValueError(f"tree sizes count the root and must be at least 2, got {m}")
             variants.append(Variant(f"{sweep}@{m}", sweep, m, dataclasses.replace(options, total_tokens=m)))
+    if deferred_rows and adaptive == "adaptive" and not options.deferred_budget:
+        deferred = dataclasses.replace(options, deferred_budget=True)
+        dynamic = [v.method for v in variants if v.tree_size == "adaptive"]
+        variants += [Variant(f"{m}+deferred", m, "adaptive", deferred) for m in dynamic]
     return variants
 
 
@@ -348,6 +355,7 @@ def run_bench(
     model=None,
     tokenizer=None,
     backend: str = "auto",
+    deferred_rows: bool = False,
 ) -> Path:
     """Measure ``methods`` (vanilla always included) on ``dataset`` at each temperature; returns the results file.
 
@@ -370,10 +378,11 @@ def run_bench(
         model, tokenizer: the target (default: SmolLM2-135M-Instruct).
         backend: execution backend of our target (:mod:`specdec.fastpath`). The HF baselines always run a stock copy
             of the model, as a user of ``generate`` would: the fast path is ours to be measured against it.
+        deferred_rows: also run each adaptive method with the deferred tree budget (rows ``M+deferred``).
     """
     from tqdm.auto import tqdm
 
-    variants = plan_variants(methods, tree_sizes, sweep_method, options)
+    variants = plan_variants(methods, tree_sizes, sweep_method, options, deferred_rows)
     prompts = list(load_prompts(dataset) if isinstance(dataset, str) else dataset)[:limit]
     if not prompts:
         raise ValueError("no prompts to run")
