@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     sampling = SamplingParams(temperature=0.0)
     ids = chat_ids(tokenizer, mtbench_prompts()[0])
     for method in args.methods:
-        for deferred in (False, True) if method != "vanilla" else (False,):
+        for deferred in (False, True) if method != "vanilla" else (None,):
             options = MethodOptions(backend=args.backend, deferred_budget=deferred)
             gen = build_method(method, target, sampling, options)
             label = f"{method}{' (deferred budget)' if deferred else ''}"

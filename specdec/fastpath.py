@@ -8,8 +8,9 @@ a backend only changes *how* that forward executes:
   packs them itself when it freezes the weights, for MKL's GEMM on an x86 CPU) and the copy-free GQA attention;
   the target adapter switches its cache to static layers and runs every tree forward through
   ``torch.compile(fullgraph=True)`` at a few bucketed sizes (inductor on a CPU, CUDA graphs on a GPU). EAGLE
-  drafters asked for ``"compile"`` run their eager ``"auto"`` backend until their steps have fixed shapes too; a
-  small-LM drafter cut from the target's layers runs those (plain, shared) layers eagerly.
+  drafters run their head's plain linears in fixed-shape steps compiled the same way
+  (:class:`specdec.drafters.eagle.EagleDrafterBase`); a small-LM drafter cut from the target's layers runs those
+  (plain, shared) layers eagerly.
 * ``"cpu-packed"`` (the default on CPU for float32 models): every ``nn.Linear`` is swapped for a
   :class:`PackedLinear` whose weight was reordered once into oneDNN's blocked layout, and grouped-query attention
   runs through SDPA's ``enable_gqa`` (registered with transformers' ``AttentionInterface`` as
@@ -440,7 +441,7 @@ def resolve_backend(model: nn.Module, backend: str = "auto", draft: bool = False
     if backend == "compile":
         if not draft:
             return "compile", ""
-        backend = "auto"  # drafter steps are not compiled yet: their best eager backend
+        backend = "auto"  # a drafter without static steps of its own (EAGLE's handle "compile" themselves)
     if backend == "stock":
         return "stock", ""
     device, dtype = _params(model)

@@ -46,6 +46,7 @@ class MethodOptions:
         adapt_depth: let the adaptive budget shorten the expansion depth when deep levels do not pay.
         deferred_budget: the adaptive budget sizes each tree from the previous cycle's draft values, which ride on
             the decoding loop's one host sync, instead of reading this cycle's values (one more sync per cycle).
+            None (default): deferred on a static (``"compile"``) target, where one sync per cycle is the point.
         backend: execution backend of the drafters' models (:mod:`specdec.fastpath`); the target's is set on
             :class:`~specdec.target.HFTarget`.
         small_lm_layers: decoder layers of the ``small-lm`` drafter cut from the target (default: a fifth of them,
@@ -61,7 +62,7 @@ class MethodOptions:
     total_tokens: int | None = None
     max_total_tokens: int = 64
     adapt_depth: bool = True
-    deferred_budget: bool = False
+    deferred_budget: bool | None = None
     small_lm_layers: int | None = None
     head_dir: Path | None = None
     backend: str = "auto"
@@ -88,7 +89,12 @@ def _dynamic(target: HFTarget, o: MethodOptions) -> TreePolicy:
     # Measured on first use for this model, device and thread count (seconds), then read from the cache.
     curve = forward_cost_curve(target)
     return AdaptiveTreePolicy(
-        o.topk, o.depth, o.max_total_tokens, curve, adapt_depth=o.adapt_depth, deferred=o.deferred_budget
+        o.topk,
+        o.depth,
+        o.max_total_tokens,
+        curve,
+        adapt_depth=o.adapt_depth,
+        deferred=target.static if o.deferred_budget is None else o.deferred_budget,
     )
 
 

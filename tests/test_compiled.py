@@ -97,6 +97,36 @@ def test_greedy_exact_and_no_recompiles(model) -> None:
     assert accepted > 0  # and commits moved accepted entries, not only bonus tokens
 
 
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1-shortlist"])
+def test_compiled_drafter_steps_greedy_exact_and_no_recompiles(model, kind: str) -> None:
+    """EAGLE drafters on the compile backend (root step padded to a bucket, node steps over the whole buffer,
+    both compiled with fullgraph=True) beside the compiled target: the eager stock loop's tokens; the first pass
+    compiles a graph per root bucket and frontier width, a second pass none."""
+    stop = StopCondition(max_new_tokens=24, eos_token_ids=())
+    prompts = [torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    eager_target = HFTarget(model, max_len=MAX_LEN, backend="stock")
+    target = compiled_target(model)
+    target.warm_up()
+    policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
+    loops = {
+        backend: SpeculativeGenerator(
+            t, make_drafter(kind, model, MAX_LEN + 8, backend=backend), policy, GreedyVerifier()
+        )
+        for backend, t in (("stock", eager_target), ("compile", target))
+    }
+    assert loops["compile"].drafter.backend == "compile"
+    before = compiled_graphs()
+    for p in prompts:
+        want = loops["stock"].generate(p, GREEDY, stop)
+        got = loops["compile"].generate(p, GREEDY, stop)
+        assert got.tokens == want.tokens and got.metrics.accept_lengths == want.metrics.accept_lengths
+    first = compiled_graphs()
+    assert 2 <= first - before <= len(BUCKETS_HERE) + 2  # root buckets + one node-step width (+ a buffer resize)
+    for p in prompts:
+        loops["compile"].generate(p, GREEDY, stop)
+    assert compiled_graphs() == first, "a drafter step recompiled"
+
+
 def test_a_model_that_cannot_compile_falls_back_with_one_warning() -> None:
     """A graph break under ``fullgraph=True`` (here a forward pre-hook that forces one) is not a crash: one
     FastPathWarning, then the same static forward runs eagerly, with the eager tokens."""
@@ -164,10 +194,11 @@ def test_one_host_sync_per_compiled_eagle3_cycle_with_the_deferred_budget(model)
 @pytest.mark.heavy
 def test_sampled_distribution_and_negative_control(model) -> None:
     """The sampled loop on the compiled target emits the target's distribution; a verifier that ignores q does not
-    (the configuration of ``tests/test_statistical_e2e.py::test_detects_q_ignored``, here on the compiled target)."""
+    (the configuration of ``tests/test_statistical_e2e.py::test_detects_q_ignored``, here on the compiled target
+    with compiled EAGLE-3 drafter steps)."""
     prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
     policy = StochasticTreePolicy(SMALL_PATHS)  # 7 nodes: bucket 8
-    drafter = make_drafter("eagle3", model, MAX_LEN + 8)
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8, backend="compile")  # compiled drafter steps too
 
     def loop(verifier) -> SpeculativeGenerator:
         return SpeculativeGenerator(compiled_target(model), drafter, policy, verifier)
@@ -206,3 +237,6 @@ def test_cuda_graphs_greedy_exact() -> None:
     eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
     target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=BUCKETS_HERE)
     assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8, backend="compile")  # CUDA-graph drafter steps too
+    spec = SpeculativeGenerator(target, drafter, DynamicTreePolicy(topk=2, depth=3, total_tokens=8), GreedyVerifier())
+    assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens

@@ -110,7 +110,7 @@ def plan_variants(
             if m < 2:
                 raise ValueError(f"tree sizes count the root and must be at least 2, got {m}")
             variants.append(Variant(f"{sweep}@{m}", sweep, m, dataclasses.replace(options, total_tokens=m)))
-    if deferred_rows and adaptive == "adaptive" and not options.deferred_budget:
+    if deferred_rows and adaptive == "adaptive" and options.deferred_budget is not True:
         deferred = dataclasses.replace(options, deferred_budget=True)
         dynamic = [v.method for v in variants if v.tree_size == "adaptive"]
         variants += [Variant(f"{m}+deferred", m, "adaptive", deferred) for m in dynamic]

@@ -21,6 +21,17 @@ State kept between calls (gpt-fast style, preallocated, indexed by position, rol
 
 Committed pairs are not run at :meth:`commit`; they run lazily in the next tree's first :meth:`expand`, batched
 with the root pair in one forward.
+
+Static steps (``backend="compile"``, for ``torch.compile(fullgraph=True)`` and CUDA graphs): the head keeps plain
+linears and its forward is compiled (:func:`specdec.compiled.compile_forward`); every step it runs has a fixed
+shape, so it compiles once per shape and never per cycle:
+
+* the root step's ``n`` rows (pending pairs + root pair, at most the last tree's depth + 1) are padded to
+  ``bucket(n)``; padding rows write scratch slots after the tree's and see only themselves. A first step longer
+  than the largest bucket (the prompt's pairs) runs the same forward eagerly, like a prefill;
+* a node step attends over the whole key/value buffer (``[F, capacity]`` mask: the prefix, then the ancestors'
+  slots); ``F`` is the policy's frontier width at that level, fixed per level;
+* positions, slots and masks are built outside the graph, from host ints the loop already holds (no device read).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specdec.compiled import BUCKETS, bucket, compile_forward
 from specdec.drafters.eagle_modules import (
     Eagle1Head,
     Eagle3Head,
@@ -75,9 +87,13 @@ class EagleDrafterBase(Drafter):
             head.attach_target_embedding(target.get_input_embeddings().weight)
         tcfg = _target_config(target)
         # The fast path runs a packed (fp32 or int8) copy that shares every other tensor: the caller's head (perhaps
-        # still training) is left as it is; the copy is a snapshot of its weights.
-        self.backend = resolve_backend(head, backend, draft=True)[0]
-        self.head = head if self.backend == "stock" else packed_copy(head, int8=self.backend == "cpu-int8")
+        # still training) is left as it is; the copy is a snapshot of its weights. "compile" runs the head's plain
+        # linears in fixed-shape steps compiled once per shape (the module docstring's "Static steps").
+        self.static = backend == "compile"
+        self.backend = "compile" if self.static else resolve_backend(head, backend, draft=True)[0]
+        plain = self.backend in ("stock", "compile")
+        self.head = head if plain else packed_copy(head, int8=self.backend == "cpu-int8")
+        self._head_step = compile_forward(self.head) if self.static else self.head
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
         p = head.fc.weight
@@ -190,7 +206,8 @@ class EagleDrafterBase(Drafter):
         if capacity <= self._tree_capacity:
             return
         b, h, d = self._kv_shape
-        size = self.max_len + capacity
+        # static: scratch slots after the tree's for the padding rows of a bucketed root step
+        size = self.max_len + capacity + max(BUCKETS) * self.static
         k = torch.zeros(b, h, size, d, dtype=self._dtype, device=self._device)
         v = torch.zeros_like(k)
         if self._k is not None:
@@ -201,20 +218,37 @@ class EagleDrafterBase(Drafter):
         self._tree_capacity = capacity
 
     def _expand_root(self, tree: PartialTree) -> torch.Tensor:
-        """Run every pending committed pair plus the root pair in one forward; return the root's output ``[1, H]``."""
+        """Run every pending committed pair plus the root pair in one forward; return the root's output ``[1, H]``.
+
+        Static steps pad the ``n`` rows to ``bucket(n)``: padding rows sit in scratch slots after the tree's and see
+        only themselves; a first step longer than the largest bucket (the prompt) runs eagerly, like a prefill.
+        """
         c, start = self._length, self._pairs_done
         n = c - start  # pending pairs + the root pair
         tokens = torch.cat((self._tokens[start + 1 : c], tree.tokens[:1].to(self._device)))
         hidden = self._input_hidden(self._features_buf[start:c])
-        positions = torch.arange(start, c, device=self._device)
-        rows = positions[:, None]
-        cols = torch.arange(c, device=self._device)[None, :]
-        bias = additive_bias(cols <= rows, self._dtype)
-        cache = KVSlots(self._k, self._v, positions, c)
-        out, _ = self.head(self.head.embed(tokens)[None], hidden[None], positions[None], bias, cache=cache)
+        compiled = self.static and n <= max(BUCKETS)
+        rows = bucket(n) if compiled else n
+        positions = torch.arange(start, start + rows, device=self._device)
+        slots, span = positions, c
+        if compiled:  # pad to the bucket; attend over the whole buffer
+            span = self._k.shape[2]
+            pad = rows - n
+            scratch = torch.arange(span - max(BUCKETS), span - max(BUCKETS) + rows, device=self._device)
+            slots = torch.where(positions < c, positions, scratch)
+            tokens = torch.cat((tokens, tokens.new_zeros(pad)))
+            hidden = torch.cat((hidden, hidden.new_zeros(pad, hidden.shape[1])))
+        cols = torch.arange(span, device=self._device)[None, :]
+        mask = (cols <= positions[:, None]) & (positions[:, None] < c) | (cols == slots[:, None])
+        cache = KVSlots(self._k, self._v, slots, span)
+        step = self._head_step if compiled else self.head
+        out, _ = step(
+            self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), cache=cache
+        )
+        out = self._own(out)
         self._pairs_done = c - 1
         self._root_ready = True
-        root_out = out[0, n - 1 :]
+        root_out = out[0, n - 1 : n]
         self._node_out[0] = root_out[0]
         return root_out
 
@@ -230,14 +264,26 @@ class EagleDrafterBase(Drafter):
         hidden = self._node_out[tree.parents[frontier].to(self._device)]
         tokens = tree.tokens[frontier].to(self._device)
         positions = (base + tree.depth[frontier]).to(self._device)
-        anc = tree.ancestor_mask(frontier).to(self._device)  # [F, size]: ancestors-or-self
-        mask = torch.cat((torch.ones(f, base, dtype=torch.bool, device=self._device), anc), dim=1)
-        cache = KVSlots(self._k, self._v, base + idx, base + size)
-        out, _ = self.head(
+        if self.static:  # columns: the whole buffer (prefix, then the tree's slots at their node ids)
+            span = self._k.shape[2]
+            rel = torch.arange(span, device=self._device) - base
+            anc = tree.ancestors[frontier].to(self._device)[:, rel.clamp(0, tree.capacity - 1)]  # [F, span]
+            mask = (rel < 0)[None] | anc & (rel < tree.capacity)[None]
+        else:
+            span = base + size
+            anc = tree.ancestor_mask(frontier).to(self._device)  # [F, size]: ancestors-or-self
+            mask = torch.cat((torch.ones(f, base, dtype=torch.bool, device=self._device), anc), dim=1)
+        cache = KVSlots(self._k, self._v, base + idx, span)
+        out, _ = self._head_step(
             self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), cache=cache
         )
+        out = self._own(out)
         self._node_out[idx] = out[0]
         return out[0]
+
+    def _own(self, out: torch.Tensor) -> torch.Tensor:
+        """A compiled step's output on CUDA, copied: the next CUDA-graph replay overwrites the graph's own."""
+        return out.clone() if self.static and out.device.type == "cuda" else out
 
 
 class EagleDrafter(EagleDrafterBase):
@@ -281,7 +327,7 @@ class EagleDrafter(EagleDrafterBase):
         if lm_head is None or shape != (tcfg.vocab_size, tcfg.hidden_size):
             raise ValueError("the target has no lm_head of shape [vocab_size, hidden_size]")
         self.lm_head, self.draft_vocab = lm_head, None
-        kind = resolve_backend(head, backend, draft=True)[0]
+        kind = "stock" if backend == "compile" else resolve_backend(head, backend, draft=True)[0]
         if draft_vocab is not None or kind == "cpu-int8":  # the draft's own copy of the lm_head rows it scores
             ids = None if draft_vocab is None else check_draft_vocab(draft_vocab, tcfg.vocab_size)
             rows = nn.Linear(tcfg.hidden_size, tcfg.vocab_size if ids is None else ids.shape[0], bias=False).eval()
