@@ -234,10 +234,20 @@ def test_deferred_budget_sizes_from_the_previous_pool_without_its_own_sync():
 def test_deferred_budget_is_greedy_exact_and_calibrates(tiny, kind):
     curve = linear_curve(base=1.0, per_token=0.05, top=16)
     policy = AdaptiveTreePolicy(topk=3, depth=4, max_total=16, curve=curve, deferred=True)
+    seen = []  # per cycle: (the loop carried a payload, the calibration took a prediction)
+    observe = policy.observe
+
+    def recording(accept_length, payload=None):
+        before = policy._predicted
+        observe(accept_length, payload)
+        seen.append((payload is not None, policy._predicted != before))
+
+    policy.observe = recording
     prompt = torch.randint(0, 32, (7,), generator=torch.Generator().manual_seed(1))
     vanilla, result = run_adaptive(tiny, policy, prompt, kind=kind)
     assert result.tokens == vanilla
-    assert policy._observed != policy.PRIOR_CYCLES  # observe() saw predictions from the carried values
+    assert len(seen) > 1 and seen[0] == (False, True)  # the first cycle read its own values
+    assert all(carried and calibrated for carried, calibrated in seen[1:])  # then every cycle's rode the loop's sync
 
 
 def test_adaptive_policy_validates():

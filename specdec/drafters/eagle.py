@@ -239,7 +239,9 @@ class EagleDrafterBase(Drafter):
             tokens = torch.cat((tokens, tokens.new_zeros(pad)))
             hidden = torch.cat((hidden, hidden.new_zeros(pad, hidden.shape[1])))
         cols = torch.arange(span, device=self._device)[None, :]
-        mask = (cols <= positions[:, None]) & (positions[:, None] < c) | (cols == slots[:, None])
+        mask = cols <= positions[:, None]  # causal over the committed pairs
+        if compiled:  # padding rows see only their own scratch slot
+            mask = mask & (positions[:, None] < c) | (cols == slots[:, None])
         cache = KVSlots(self._k, self._v, slots, span)
         step = self._head_step if compiled else self.head
         out, _ = step(
