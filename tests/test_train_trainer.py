@@ -297,3 +297,67 @@ def test_a_new_draft_vocabulary_keeps_the_heads_predictions() -> None:
     new = moved.to_target_ids(moved.logits(out).argmax(-1))
     survives = old < 48
     assert survives.sum() > 50 and torch.equal(new[survives], old[survives])
+
+
+def test_checkpoint_state_loads_weights_only(tmp_path) -> None:
+    """RNG states are stored as tensors and plain values: a weights-only load restores every generator."""
+    import random
+
+    import numpy as np
+
+    from specdec.train.trainer import _load_checkpoint, _rng_state, _set_rng_state
+
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    random.gauss(0, 1), np.random.standard_normal()  # leave a cached gaussian behind in both
+    path = tmp_path / "step_00000001.pt"
+    torch.save({"rng": _rng_state(), "step": 1}, path)
+    expected = (random.random(), random.gauss(0, 1), np.random.standard_normal(), torch.rand(2))
+    _set_rng_state(_load_checkpoint(path)["rng"])
+    got = (random.random(), random.gauss(0, 1), np.random.standard_normal(), torch.rand(2))
+    assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])
+
+
+def test_checkpoint_with_pickled_objects_is_refused(tmp_path) -> None:
+    import numpy as np
+
+    from specdec.checkpoints import CheckpointError
+    from specdec.train.trainer import _load_checkpoint
+
+    path = tmp_path / "step_00000001.pt"
+    torch.save({"rng": {"numpy": np.random.get_state()}}, path)
+    with pytest.raises(CheckpointError, match="weights-only"):
+        _load_checkpoint(path)
+
+
+@pytest.mark.parametrize("recipe", ["eagle1", "eagle3"])
+def test_init_from_target_copies_the_last_layer(target, recipe: str) -> None:
+    from specdec.train.head_init import init_from_target_layer
+
+    torch.manual_seed(0)
+    head = build_head(recipe, target.config, eagle3_layers(4), 24)
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    init_from_target_layer(head, target)
+    last, h = target.model.layers[-1], target.config.hidden_size
+    if recipe == "eagle3":
+        layer = head.midlayer
+        assert torch.equal(layer.self_attn.q_proj.weight[:, h:], last.self_attn.q_proj.weight)
+        assert torch.equal(layer.self_attn.q_proj.weight[:, :h], before["midlayer.self_attn.q_proj.weight"][:, :h])
+        assert torch.equal(layer.hidden_norm.weight, last.input_layernorm.weight)
+        assert torch.equal(head.norm.weight, target.model.norm.weight)
+    else:
+        layer = head.layers[0]
+        folded = last.self_attn.k_proj.weight * last.input_layernorm.weight
+        torch.testing.assert_close(layer.self_attn.k_proj.weight, folded)
+    assert torch.equal(layer.mlp.down_proj.weight, last.mlp.down_proj.weight)
+    assert torch.equal(layer.self_attn.o_proj.weight, last.self_attn.o_proj.weight)
+    assert torch.equal(head.fc.weight, before["fc.weight"])  # fc keeps its fresh init
+
+
+def test_init_from_target_refuses_mismatch(target) -> None:
+    from specdec.train.head_init import init_from_target_layer
+
+    head = build_head("eagle1", target.config, (), 24, intermediate_size=target.config.intermediate_size * 2)
+    with pytest.raises(ValueError, match="gate_proj"):
+        init_from_target_layer(head, target)
+    with pytest.raises(ValueError, match="init_head"):
+        TrainConfig(recipe="eagle1", out="x", init_from_target=True, init_head="some/head")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import pickle
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -34,16 +35,17 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from tqdm.auto import tqdm
 
-from specdec.checkpoints import save_eagle_head
+from specdec.checkpoints import CheckpointError, save_eagle_head
 from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, EagleConfig
 from specdec.train.data import TokenDataset, load_sharegpt
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
 from specdec.train.evaluate import evaluate_heldout
 from specdec.train.features import FeatureSpec, FeatureStore, collate, eagle3_layers, extract_features
+from specdec.train.head_init import init_from_target_layer
 from specdec.train.recipes import RECIPES, recipe_kwargs
 from specdec.train.regenerate import load_regenerated
 
@@ -134,6 +136,11 @@ class TrainConfig(BaseModel):
         description="start from this trained head (a folder in the official layout, e.g. a shipped head) instead of "
         "a fresh init, to continue training on new data; an EAGLE-3 head keeps its draft vocabulary and fused layers",
     )
+    init_from_target: bool = Field(
+        False,
+        description="a fresh head's decoder layer starts from the target's last decoder layer instead of a random "
+        "init (see specdec.train.head_init); not with init_head",
+    )
     # bookkeeping
     save_every: int = Field(200, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
@@ -148,6 +155,12 @@ class TrainConfig(BaseModel):
     )
     progress: bool = True
     extract_only: bool = Field(False, description="stop after caching the features (then train multi-GPU on them)")
+
+    @model_validator(mode="after")
+    def _one_start(self) -> TrainConfig:
+        if self.init_from_target and self.init_head is not None:
+            raise ValueError("init_from_target starts a fresh head; it cannot be combined with init_head")
+        return self
 
 
 # ------------------------------------------------------------------------------------------------ pieces
@@ -312,16 +325,47 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted((out / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
 
 
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    """A training checkpoint, read with ``weights_only=True``: tensors and plain values, never arbitrary objects.
+
+    Raises:
+        CheckpointError: the file holds other objects (e.g. numpy RNG state pickled by an older specdec).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"{path} holds objects a weights-only load refuses (written by an older specdec?); "
+            f"delete {path.parent} or train with --no-resume to start over"
+        ) from err
+
+
 def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors and plain numbers, so that ``torch.load(weights_only=True)`` reads it back."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": int(version), "mt": torch.tensor(mt, dtype=torch.int64), "gauss": gauss},
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Inverse of :func:`_rng_state`."""
+    py, nps = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(int(x) for x in py["mt"].tolist()), py["gauss"]))
+    keys = nps["keys"].numpy().astype(np.uint32)
+    np.random.set_state((nps["kind"], keys, nps["pos"], nps["has_gauss"], nps["cached"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -427,6 +471,8 @@ def train(
         head = initial_head(config.init_head, config.recipe, target, layers)
     else:
         head = build_head(config.recipe, target.config, layers, draft_vocab, config.intermediate_size)
+        if config.init_from_target:
+            init_from_target_layer(head, target)
     if isinstance(head, Eagle3Head) and (config.init_head is None or config.draft_vocab_size is not None):
         counts = token_frequencies(
             ((train_store[i]["input_ids"], train_store[i]["loss_mask"]) for i in range(len(train_store))), vocab_size
@@ -467,7 +513,7 @@ def train(
     step = 0
     checkpoints = _checkpoints(out) if config.resume else []
     if checkpoints:
-        state = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)  # our own file (RNG states)
+        state = _load_checkpoint(checkpoints[-1])
         unwrapped.head.load_state_dict(state["head"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
