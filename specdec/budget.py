@@ -47,6 +47,8 @@ __all__ = [
     "DEFAULT_SIZES",
     "Budget",
     "CostCurve",
+    "best_budget",
+    "budgets_by_depth",
     "choose_budget",
     "curve_path",
     "device_label",
@@ -290,6 +292,40 @@ def choose_budget(
         The :class:`Budget` with the best ``expected_tau / seconds``; ties go to the smaller tree, then the
         shallower one. ``depth`` is the deepest kept node's depth.
     """
+    per_depth = budgets_by_depth(curve, path_values, depths, max_total, min_total, fixed_seconds, step_seconds)
+    return best_budget(per_depth, curve, fixed_seconds)
+
+
+def best_budget(per_depth: Sequence[Budget | None], curve: CostCurve, fixed_seconds: float = 0.0) -> Budget:
+    """The best of :func:`budgets_by_depth`'s entries: the shallowest among equal rates; the root alone if none."""
+    best: Budget | None = None
+    for b in per_depth:  # shallow first; a deeper cut must beat the best so far
+        if b is None:
+            continue
+        if best is None or b.expected_tokens_per_second > best.expected_tokens_per_second * (1 + 1e-12):
+            best = b
+    if best is None:  # no node at all: the root alone
+        return Budget(1, 0, 1.0, 1.0 / (curve.cost(1) + fixed_seconds))
+    return best
+
+
+def budgets_by_depth(
+    curve: CostCurve,
+    path_values: Sequence[float],
+    depths: Sequence[int] | None = None,
+    max_total: int | None = None,
+    min_total: int = 2,
+    fixed_seconds: float = 0.0,
+    step_seconds: float = 0.0,
+) -> list[Budget | None]:
+    """The best tree size for each depth cut, all depths in one vectorised pass (arguments as :func:`choose_budget`).
+
+    Returns:
+        Entry ``d - 1``: the best :class:`Budget` among nodes of depth ``<= d``, with ``d * step_seconds`` of
+        drafting added to ``fixed_seconds`` (None where fewer than ``min_total - 1`` nodes are that shallow), for
+        ``d = 1 .. max depth``. Without ``depths`` there is one entry: every node, ``fixed_seconds`` only, depth 1.
+        An empty pool gives an empty list.
+    """
     values = np.asarray(path_values, dtype=np.float64).reshape(-1)
     n = values.shape[0]
     hi = min(max_total if max_total is not None else n + 1, n + 1)
@@ -297,26 +333,31 @@ def choose_budget(
     node_depth = np.ones(n, dtype=np.int64) if depths is None else np.asarray(depths, dtype=np.int64).reshape(-1)
     if node_depth.shape[0] != n:
         raise ValueError(f"{n} values but {node_depth.shape[0]} depths")
-    probs = np.clip(np.nan_to_num(np.exp(values), nan=0.0), 0.0, 1.0)
+    if n == 0:
+        return []
+    probs = np.exp(values)
+    probs = np.where(probs == probs, np.minimum(probs, 1.0), 0.0)  # NaN -> 0 (as a probability it means nothing)
     order = np.argsort(-probs, kind="stable")
     probs, node_depth = probs[order], node_depth[order]
-    cost = curve.costs(hi)  # cost[m - 1]
-    levels = range(1, int(node_depth.max()) + 1) if depths is not None and n else [None]
-    best: Budget | None = None
-    for d in levels:
-        eligible = slice(None) if d is None else node_depth <= d
-        keep, kept_depth = probs[eligible], node_depth[eligible]
-        tau = 1.0 + np.concatenate([[0.0], np.cumsum(keep)])[:hi]  # tau[m - 1]
-        m_hi = tau.shape[0]
-        if m_hi < lo:
-            continue
-        extra = fixed_seconds + (d * step_seconds if d is not None else 0.0)
-        rate = tau[lo - 1 : m_hi] / (cost[lo - 1 : m_hi] + extra)
-        i = int(np.argmax(rate))  # first maximum: the smallest tree among ties
-        m = lo + i
-        if best is None or rate[i] > best.expected_tokens_per_second * (1 + 1e-12):
-            depth = int(kept_depth[: m - 1].max()) if m > 1 else 0
-            best = Budget(m, depth, float(tau[m - 1]), float(rate[i]))
-    if best is None:  # no node at all: the root alone
-        return Budget(1, 0, 1.0, 1.0 / (curve.cost(1) + fixed_seconds))
-    return best
+    levels = np.arange(1, int(node_depth.max()) + 1)  # [D]
+    eligible = node_depth[None, :] <= levels[:, None]  # [D, n]
+    # Column j of row d: the tree of the best `rank[d, j]` eligible nodes, ending with node j (if j is eligible).
+    rank = np.cumsum(eligible, axis=1)  # [D, n] eligible nodes among the first j + 1
+    tau = 1.0 + np.cumsum(np.where(eligible, probs, 0.0), axis=1)  # [D, n]
+    deepest = np.maximum.accumulate(np.where(eligible, node_depth, 0), axis=1)  # [D, n]
+    costs = curve.costs(hi)  # costs[m - 1]
+    extra = np.reshape(fixed_seconds + (levels * step_seconds if depths is not None else 0.0), (-1, 1))  # [D, 1]
+    size = rank + 1  # root included
+    ok = eligible & (size >= lo) & (size <= hi)
+    rate = np.where(ok, tau / (costs[np.minimum(rank, hi - 1)] + extra), -np.inf)  # [D, n]
+    root_rate = 1.0 / (costs[0] + extra[:, 0])  # [D] the root alone (allowed when lo == 1)
+    out: list[Budget | None] = []
+    for d in range(levels.shape[0]):
+        j = int(np.argmax(rate[d]))  # first maximum: the smallest tree among ties
+        if lo == 1 and not root_rate[d] < rate[d, j]:
+            out.append(Budget(1, 0, 1.0, float(root_rate[d])))
+        elif ok[d, j]:
+            out.append(Budget(int(size[d, j]), int(deepest[d, j]), float(tau[d, j]), float(rate[d, j])))
+        else:
+            out.append(None)  # fewer than lo - 1 nodes this shallow
+    return out

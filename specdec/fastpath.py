@@ -156,10 +156,12 @@ class Int8Linear(nn.Module):
     Shapes: ``x [..., in_features]`` (float32, CPU) -> ``[..., out_features]`` float32.
 
     Args:
-        linear: the ``nn.Linear`` to replace. Its weight stays reachable as :attr:`weight` (shared, not copied).
+        linear: the ``nn.Linear`` to replace.
+        keep_weight: keep its weight reachable as :attr:`weight` (shared, not copied); otherwise it is released and
+            :attr:`weight` dequantizes the int8 one on demand (for weights made for this copy, e.g. fused ones).
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, keep_weight: bool = True) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         w = linear.weight.detach().float()
@@ -170,11 +172,16 @@ class Int8Linear(nn.Module):
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
-        self._weight = linear.weight
+        self._weight = linear.weight if keep_weight else None
 
     @property
     def weight(self) -> torch.Tensor:
-        return self._weight
+        """The float weight ``[out, in]``: the kept one, or the int8 one dequantized."""
+        if self._weight is not None:
+            return self._weight
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.ops.quantized.linear_unpack(self.packed)[0].dequantize()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -255,7 +262,10 @@ def _shared_weights(module: nn.Module) -> set[int]:
 
 
 def pack_linears(
-    module: nn.Module, release: bool = True, only: Callable[[nn.Linear], bool] | None = None
+    module: nn.Module,
+    release: bool = True,
+    only: Callable[[nn.Linear], bool] | None = None,
+    keep: Callable[[nn.Linear], bool] | None = None,
 ) -> tuple[int, int]:
     """Swap every plain float32 CPU ``nn.Linear`` under ``module`` for a :class:`PackedLinear`, in place.
 
@@ -263,6 +273,7 @@ def pack_linears(
         module: any module tree.
         release: drop the plain weight of linears whose weight no other module shares (see the module docstring).
         only: pack just the linears this predicate accepts (the others stay as they are and are not counted).
+        keep: with ``release``, also keep the plain weight of the linears this predicate accepts.
 
     Returns:
         ``(packed, skipped)``: linears now packed (including ones packed before), and linear-like modules left
@@ -277,7 +288,8 @@ def pack_linears(
         if _plain_linear(child):
             if only is not None and not only(child):
                 continue
-            _swap(parent, name, child, PackedLinear(child, keep_weight=not release or id(child.weight) in shared))
+            kept = not release or id(child.weight) in shared or (keep is not None and keep(child))
+            _swap(parent, name, child, PackedLinear(child, keep_weight=kept))
             packed += 1
         elif isinstance(child, nn.Linear) or type(child).__name__ in ("Conv1D", "Linear8bitLt", "Linear4bit"):
             skipped += 1
@@ -311,13 +323,20 @@ def _own_memory(module: nn.Module) -> None:
                 setattr(sub, name, b.clone())
 
 
-def packed_copy(module: nn.Module, int8: bool = False) -> nn.Module:
+def packed_copy(
+    module: nn.Module, int8: bool = False, transform: Callable[[nn.Module], nn.Module] | None = None
+) -> nn.Module:
     """A copy of ``module`` whose linears are packed (fp32 oneDNN, or :class:`Int8Linear` with ``int8``) and whose
     other tensors are *shared* with ``module``.
 
     For modules that keep training or are used elsewhere (a draft head): the original stays untouched; the copy
     costs one packed weight per linear. The copy is a snapshot: later updates to the original's linear weights do
     not reach it.
+
+    Args:
+        transform: applied to the copy before packing (e.g. fusing projections,
+            :func:`specdec.drafters.eagle_modules.fuse_projections`); weights it creates are packed and their
+            plain copies released.
     """
     import copy
 
@@ -328,13 +347,16 @@ def packed_copy(module: nn.Module, int8: bool = False) -> nn.Module:
         for value in vars(sub).values():
             if isinstance(value, torch.Tensor):
                 memo[id(value)] = value
+    shared = set(memo)  # ids of the original's tensors: the copy keeps them; tensors made for the copy are released
     clone = copy.deepcopy(module, memo)
+    if transform is not None:
+        clone = transform(clone)
     if not int8:
-        pack_linears(clone, release=False)
+        pack_linears(clone, keep=lambda linear: id(linear.weight) in shared)
         return clone
     for parent, name, child in list(_children(clone)):
         if _plain_linear(child):
-            _swap(parent, name, child, Int8Linear(child))
+            _swap(parent, name, child, Int8Linear(child, keep_weight=id(child.weight) in shared))
     return clone
 
 

@@ -172,6 +172,7 @@ class DraftTree:
         max_depth: int,
         q_dist: torch.Tensor | None = None,
         q_cond: torch.Tensor | None = None,
+        ancestors: torch.Tensor | None = None,
     ) -> DraftTree:
         """Build mask, depth and paths with one tensor step per level (no per-node Python loop).
 
@@ -180,18 +181,21 @@ class DraftTree:
             parents: ``[N]`` long, ``-1`` for the root, ``parents[i] < i``.
             max_depth: upper bound on the depth of any node.
             q_dist, q_cond: see the class docstring (stochastic candidates only).
+            ancestors: ``[N, N]`` bool ancestor-or-self matrix of ``parents`` when the caller already has it (a
+                policy cutting a subtree out of its pool); contract: equal to :func:`ancestor_matrix`'s.
         """
         if tokens.ndim != 1 or parents.shape != tokens.shape:
             raise ValueError(f"tokens {tuple(tokens.shape)} and parents {tuple(parents.shape)} must both be [N]")
         n = tokens.shape[0]
-        anc, depth = ancestor_matrix(parents, max_depth)
-        rows = torch.arange(n, device=tokens.device)
-        # One spare column absorbs the writes of finished rows, so no boolean indexing (no host sync).
-        paths = torch.full((n, max_depth + 2), -1, dtype=torch.long, device=tokens.device)
-        cur, d = rows.clone(), depth.clone()
-        for _ in range(max_depth + 1):
-            ok = cur >= 0
-            paths[rows, torch.where(ok, d, max_depth + 1)] = cur
-            cur = torch.where(ok, parents[cur.clamp(min=0)], cur)
-            d = d - 1
+        if ancestors is None:
+            anc, depth = ancestor_matrix(parents, max_depth)
+        elif ancestors.shape != (n, n):
+            raise ValueError(f"ancestors {tuple(ancestors.shape)} must be [{n}, {n}]")
+        else:
+            anc, depth = ancestors, ancestors.sum(-1) - 1
+        # Node j on i's root path sits at column depth[j] of row i. Parents come before children, so j's depth is
+        # its rank among i's ancestors. Other pairs write to a spare column that is dropped (no host sync).
+        cols = torch.where(anc, depth[None, :], max_depth + 1)  # [N, N]
+        ids = torch.arange(n, device=tokens.device).expand(n, n)
+        paths = torch.full((n, max_depth + 2), -1, dtype=torch.long, device=tokens.device).scatter_(1, cols, ids)
         return cls(tokens, parents, depth, anc, paths[:, : max_depth + 1], max_depth, q_dist, q_cond)

@@ -8,7 +8,14 @@ import math
 import pytest
 import torch
 
-from specdec.budget import CostCurve, choose_budget, curve_path, forward_cost_curve, measure_forward_cost
+from specdec.budget import (
+    CostCurve,
+    budgets_by_depth,
+    choose_budget,
+    curve_path,
+    forward_cost_curve,
+    measure_forward_cost,
+)
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.methods import MethodOptions, build_method
 from specdec.models import tiny_llama
@@ -276,3 +283,53 @@ def test_methods_default_to_adaptive_and_can_force_a_size(tiny):
     assert isinstance(fixed.policy, DynamicTreePolicy) and fixed.policy.total_tokens == 12
     off = build_method("ngram", target, GREEDY, MethodOptions(adaptive=False))
     assert isinstance(off.policy, DynamicTreePolicy)
+
+
+def reference_choose_budget(curve, values, depths=None, max_total=None, min_total=2, fixed=0.0, step=0.0):
+    """The choice written as one loop over depth cuts (the definition :func:`choose_budget` vectorises)."""
+    probs = sorted(
+        (
+            (min(1.0, math.exp(v)) if v == v else 0.0, d, i)
+            for i, (v, d) in enumerate(zip(values, depths or [1] * len(values), strict=True))
+        ),
+        key=lambda t: (-t[0], t[2]),
+    )
+    n = len(probs)
+    hi = min(max_total if max_total is not None else n + 1, n + 1)
+    lo = max(1, min(min_total, hi))
+    best = None
+    for d in range(1, max((p[1] for p in probs), default=0) + 1) if depths is not None else [None]:
+        kept = [p for p in probs if d is None or p[1] <= d]
+        extra = fixed + (d * step if d is not None else 0.0)
+        for m in range(lo, min(len(kept) + 1, hi) + 1):
+            tau = 1.0 + math.fsum(p[0] for p in kept[: m - 1])
+            rate = tau / (curve.cost(m) + extra)
+            if best is None or rate > best[0] * (1 + 1e-9):
+                best = (rate, m, max((p[1] for p in kept[: m - 1]), default=0))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_choice_equals_the_loop_over_depth_cuts(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(0, 30, (1,), generator=g))
+    values = (torch.rand(n, generator=g) * -6).tolist()
+    depths = torch.randint(1, 6, (n,), generator=g).tolist()
+    curve = linear_curve(base=float(torch.rand(1, generator=g)) + 0.1, per_token=float(torch.rand(1, generator=g)))
+    step, fixed = float(torch.rand(1, generator=g)), float(torch.rand(1, generator=g))
+    max_total = int(torch.randint(1, 40, (1,), generator=g))
+    for deps in (None, depths):
+        got = choose_budget(curve, values, depths=deps, max_total=max_total, fixed_seconds=fixed, step_seconds=step)
+        want = reference_choose_budget(curve, values, deps, max_total, fixed=fixed, step=step)
+        if want is None:
+            assert got.total_tokens == 1
+            continue
+        assert got.expected_tokens_per_second == pytest.approx(want[0], rel=1e-9)
+        assert got.total_tokens == want[1]
+        if deps is not None:
+            assert got.depth == want[2]
+    # the deepest cut with every level's drafting time is the choice over the whole pool
+    per_depth = budgets_by_depth(curve, values, depths, max_total, fixed_seconds=fixed, step_seconds=step)
+    if n and per_depth[-1] is not None:
+        whole = choose_budget(curve, values, max_total=max_total, fixed_seconds=fixed + max(depths) * step)
+        assert (per_depth[-1].total_tokens, per_depth[-1].expected_tau) == (whole.total_tokens, whole.expected_tau)

@@ -488,3 +488,56 @@ def test_eagle1_drafter_uses_own_embedding_when_present(target):
     logits = drafter.expand(PartialTree(torch.tensor(4), 4), torch.tensor([0]))
     ref = reference_path_logits(head, hs[-1], [1, 2, 3], [4], lambda o: target.lm_head(o))[-1]
     torch.testing.assert_close(logits[0], ref, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_fused_inference_copy_computes_the_same_outputs(kind: str, qkv_bias: bool) -> None:
+    """fuse_projections: one qkv and one gate/up GEMM, torch's rms_norm; same outputs; the original is untouched."""
+    from specdec.drafters.eagle_modules import FusedRMSNorm, fuse_projections
+    from specdec.fastpath import packed_copy
+
+    head = eagle1_head(qkv_bias=qkv_bias) if kind == "eagle1" else eagle3_head(qkv_bias=qkv_bias)
+    keys = list(head.state_dict())
+    fused = packed_copy(head, transform=fuse_projections)
+    attn = fused.layers[0].self_attn if kind == "eagle1" else fused.midlayer.self_attn
+    assert isinstance(attn.qkv_proj, PackedLinear) and not hasattr(attn, "q_proj")
+    assert any(isinstance(m, FusedRMSNorm) for m in fused.modules())
+    assert list(head.state_dict()) == keys  # the caller's head keeps the official layout
+    plain = packed_copy(head)
+    g = torch.Generator().manual_seed(3)
+    t = 5
+    emb, feat = torch.randn(1, t, H, generator=g), torch.randn(1, t, H, generator=g)
+    pos, bias = torch.arange(t)[None], causal_bias(t, 0)
+    with torch.no_grad():
+        if kind == "eagle3":
+            feat = head.project(torch.randn(1, t, 3 * H, generator=g))
+        out_f, kv_f = fused(emb, feat, pos, bias)
+        out_p, kv_p = plain(emb, feat, pos, bias)
+    torch.testing.assert_close(out_f, out_p, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kv_f[0], kv_p[0], atol=1e-5, rtol=1e-5)
+    int8 = packed_copy(head, int8=True, transform=fuse_projections)
+    attn8 = int8.layers[0].self_attn if kind == "eagle1" else int8.midlayer.self_attn
+    assert isinstance(attn8.qkv_proj, Int8Linear) and attn8.qkv_proj._weight is None  # made for the copy: released
+
+
+def test_int8_linear_releases_a_weight_it_does_not_share() -> None:
+    lin = torch.nn.Linear(32, 24)
+    kept, released = Int8Linear(lin), Int8Linear(lin, keep_weight=False)
+    assert kept.weight is lin.weight and released._weight is None
+    torch.testing.assert_close(released.weight, lin.weight, atol=lin.weight.abs().max().item() / 127, rtol=0)
+    x = torch.randn(3, 32)
+    assert torch.equal(kept(x), released(x))
+
+
+def test_rope_table_equals_the_computed_rotation() -> None:
+    from specdec.drafters.eagle_modules import EagleRotary
+
+    rotary = EagleRotary(make_config())
+    pos = torch.tensor([[0, 5, 17, 63]])
+    cos, sin = rotary(pos, torch.float32)
+    rotary.cache(64, torch.device("cpu"), torch.float32)
+    cached = rotary(pos, torch.float32)
+    torch.testing.assert_close(cached[0], cos, atol=1e-6, rtol=0)
+    torch.testing.assert_close(cached[1], sin, atol=1e-6, rtol=0)
+    assert rotary(pos, torch.float64)[0].dtype == torch.float64  # another dtype is computed, not looked up

@@ -388,3 +388,19 @@ def test_stochastic_full_support() -> None:
     assert tree.tokens[1].item() == 0
     assert (tree.q_dist[0] > 0).all() and (tree.q_cond[1:] > 0).all()
     assert tree.q_dist[0, 0].item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_from_parents_with_the_pool_ancestors_equals_from_parents(seed: int) -> None:
+    """Random parent vectors: paths/mask/depth consistent, and a given ancestor matrix gives the same tree."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 40, (1,), generator=g))
+    parents = torch.tensor([-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, n)])
+    tokens = torch.randint(0, 100, (n,), generator=g)
+    tree = DraftTree.from_parents(tokens, parents, max_depth=n)
+    check_tree_structure(tree)
+    again = DraftTree.from_parents(tokens, parents, max_depth=n, ancestors=tree.attn_mask.clone())
+    for name in ("depth", "attn_mask", "paths"):
+        assert torch.equal(getattr(again, name), getattr(tree, name)), name
+    with pytest.raises(ValueError, match="ancestors"):
+        DraftTree.from_parents(tokens, parents, max_depth=n, ancestors=tree.attn_mask[:, :-1])

@@ -47,6 +47,7 @@ from specdec.drafters.eagle_modules import (
     additive_bias,
     check_draft_vocab,
     check_head_target,
+    fuse_projections,
     scatter_vocab,
 )
 from specdec.fastpath import Int8Linear, PackedLinear, packed_copy, resolve_backend
@@ -92,13 +93,16 @@ class EagleDrafterBase(Drafter):
         self.static = backend == "compile"
         self.backend = "compile" if self.static else resolve_backend(head, backend, draft=True)[0]
         plain = self.backend in ("stock", "compile")
-        self.head = head if plain else packed_copy(head, int8=self.backend == "cpu-int8")
+        fused = fuse_projections  # one q/k/v and one gate/up GEMM per step in the copy (same values)
+        self.head = head if plain else packed_copy(head, int8=self.backend == "cpu-int8", transform=fused)
         self._head_step = compile_forward(self.head) if self.static else self.head
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
         p = head.fc.weight
         self._device, self._dtype = p.device, p.dtype
-        attn = head.layers[0].self_attn if isinstance(head, Eagle1Head) else head.midlayer.self_attn
+        self._owns_head = not plain  # a private copy: its RoPE may keep a lookup table
+        attn = self.head.layers[0].self_attn if isinstance(head, Eagle1Head) else self.head.midlayer.self_attn
+        self._attention = attn
         self._kv_shape = (1, attn.num_kv_heads, attn.head_dim)
         self._tokens = torch.zeros(max_len, dtype=torch.long, device=self._device)
         self._features_buf = torch.zeros(max_len, feature_size, dtype=self._dtype, device=self._device)
@@ -216,6 +220,8 @@ class EagleDrafterBase(Drafter):
         self._k, self._v = k, v
         self._node_out = torch.zeros(capacity, self.head.config.hidden_size, dtype=self._dtype, device=self._device)
         self._tree_capacity = capacity
+        if self._owns_head:  # RoPE looked up for every position the buffer holds
+            self._attention.rotary.cache(size, self._device, self._dtype)
 
     def _expand_root(self, tree: PartialTree) -> torch.Tensor:
         """Run every pending committed pair plus the root pair in one forward; return the root's output ``[1, H]``.
@@ -339,7 +345,10 @@ class EagleDrafter(EagleDrafterBase):
                 w = lm_head.weight.detach()
                 rows.weight.copy_(w if ids is None else w[ids.to(w.device)])
             rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
-            self.lm_head = Int8Linear(rows) if kind == "cpu-int8" else PackedLinear(rows) if kind != "stock" else rows
+            if kind == "cpu-int8":
+                self.lm_head = Int8Linear(rows, keep_weight=False)  # the float rows are not needed (no copy kept)
+            else:
+                self.lm_head = PackedLinear(rows) if kind != "stock" else rows
             self.draft_vocab = None if ids is None else ids.to(lm_head.weight.device)
         super().__init__(head, target, max_len, feature_size=head.config.hidden_size, backend=backend)
 

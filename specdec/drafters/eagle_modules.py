@@ -43,6 +43,7 @@ __all__ = [
     "additive_bias",
     "causal_bias",
     "default_aux_layers",
+    "fuse_projections",
     "MissingEmbeddingError",
     "check_draft_vocab",
     "check_head_target",
@@ -257,6 +258,19 @@ class EagleRotary:
             self.inv_freq = self.inv_freq / float(self.scaling["factor"])
         elif self.kind == "llama3":
             self.inv_freq = self._llama3(self.inv_freq)
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def cache(self, length: int, device: torch.device, dtype: torch.dtype) -> None:
+        """Precompute ``cos``/``sin`` ``[length, d]`` so that calls look them up (two gathers instead of ~8 ops).
+
+        Contract: later calls pass positions ``< length`` and ``dtype`` (the drafter that owns this head sizes the
+        table to its key/value buffer, which bounds every position it uses). Dynamic NTK is never cached.
+        """
+        if self.kind == "dynamic" or (self._table is not None and self._table[0].shape[0] >= length):
+            return
+        self._table = None
+        cos, sin = self(torch.arange(length, device=device)[None], dtype)
+        self._table = (cos[0], sin[0])
 
     def _inv_freq(self, base: float) -> torch.Tensor:
         return 1.0 / (base ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim)).float()
@@ -274,6 +288,8 @@ class EagleRotary:
 
     def __call__(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``position_ids [B, T]`` -> ``(cos, sin)`` each ``[B, T, d]``."""
+        if self._table is not None and self._table[0].dtype == dtype:
+            return self._table[0][position_ids], self._table[1][position_ids]
         inv_freq = self.inv_freq
         if self.kind == "dynamic":
             seq_len = int(position_ids.max()) + 1
@@ -308,6 +324,18 @@ class EagleAttention(nn.Module):
         self.v_proj = nn.Linear(input_size, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
         self.rotary = EagleRotary(config)
+        self.qkv_proj: nn.Linear | None = None  # set by fuse_projections (inference copies only)
+
+    def fuse_projections(self) -> None:
+        """Replace ``q/k/v_proj`` by one ``qkv_proj`` over their stacked rows (same values: one GEMM, not three).
+
+        For inference copies of a head (the drafters' fast-path copy): the module's state-dict keys change.
+        """
+        if self.qkv_proj is not None:
+            return
+        parts = (self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_proj = _stacked_linear(parts)
+        del self.q_proj, self.k_proj, self.v_proj
 
     def forward(
         self,
@@ -332,9 +360,14 @@ class EagleAttention(nn.Module):
             ``out [B, T, H]`` and the new ``(k, v)`` each ``[B, h_kv, T, d]`` (keys rotated).
         """
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.qkv_proj is not None:
+            kv = self.num_kv_heads * self.head_dim
+            q, k, v = self.qkv_proj(x).split((self.num_heads * self.head_dim, kv, kv), dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.reshape(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.reshape(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.reshape(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = self.rotary(position_ids, q.dtype)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if cache is not None:
@@ -364,9 +397,63 @@ class EagleMLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act = ACT2FN[config.hidden_act]
+        self.gate_up_proj: nn.Linear | None = None  # set by fuse_projections (inference copies only)
+
+    def fuse_projections(self) -> None:
+        """Replace ``gate/up_proj`` by one ``gate_up_proj`` over their stacked rows (see EagleAttention's)."""
+        if self.gate_up_proj is not None:
+            return
+        self.gate_up_proj = _stacked_linear((self.gate_proj, self.up_proj))
+        del self.gate_proj, self.up_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_proj is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(self.act(gate) * up)
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _stacked_linear(parts: tuple[nn.Linear, ...]) -> nn.Linear:
+    """One ``nn.Linear`` whose output rows are ``parts``' rows in order (weights and biases copied)."""
+    w = torch.cat([p.weight.detach() for p in parts])
+    has_bias = parts[0].bias is not None
+    out = nn.Linear(w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        out.weight.copy_(w)
+        if has_bias:
+            out.bias.copy_(torch.cat([p.bias.detach() for p in parts]))
+    return out.train(parts[0].training)
+
+
+class FusedRMSNorm(nn.Module):
+    """``LlamaRMSNorm`` through ``torch.nn.functional.rms_norm``: one op instead of seven, same values in float32.
+
+    Shares the replaced norm's ``weight`` parameter. Shapes: ``[..., H]`` -> ``[..., H]``.
+    """
+
+    def __init__(self, norm: LlamaRMSNorm) -> None:
+        super().__init__()
+        self.weight = norm.weight
+        self.eps = float(norm.variance_epsilon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def fuse_projections(module: nn.Module) -> nn.Module:
+    """Fuse ``q/k/v`` and ``gate/up`` of every EAGLE attention and MLP under ``module`` in place; returns it.
+
+    Also swaps float32 ``LlamaRMSNorm`` s for :class:`FusedRMSNorm`. The outputs are the same values (each output
+    row is computed from the same weight row; the norm's math is the same in float32); the state-dict keys change,
+    so this is for inference copies (``specdec.fastpath.packed_copy(..., transform=fuse_projections)``).
+    """
+    for sub in list(module.modules()):
+        if isinstance(sub, EagleAttention | EagleMLP):
+            sub.fuse_projections()
+        for name, child in list(sub.named_children()):
+            if type(child) is LlamaRMSNorm and child.weight.dtype == torch.float32:
+                setattr(sub, name, FusedRMSNorm(child))
+    return module
 
 
 class Eagle1Layer(nn.Module):

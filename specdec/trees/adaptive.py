@@ -38,7 +38,7 @@ import time
 import numpy as np
 import torch
 
-from specdec.budget import Budget, CostCurve, choose_budget
+from specdec.budget import Budget, CostCurve, best_budget, budgets_by_depth, choose_budget
 from specdec.interfaces import Drafter, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
@@ -146,16 +146,8 @@ class AdaptiveTreePolicy(TreePolicy):
         step_seconds = self._step_seconds or 0.0
         values, depths = host
         values = values + np.log(self.calibration)
-        # This cycle: drafting is done; choose m for the best rate of the whole cycle.
-        budget = choose_budget(
-            self.curve,
-            values,
-            max_total=self.max_total,
-            min_total=self.min_total,
-            fixed_seconds=self.overhead_seconds + depth * step_seconds,
-        )
-        if self.adapt_depth:
-            plan = choose_budget(
+        if self.adapt_depth:  # one pass over every depth cut: this cycle's size and the next cycle's depth
+            per_depth = budgets_by_depth(
                 self.curve,
                 values,
                 depths=depths,
@@ -164,7 +156,19 @@ class AdaptiveTreePolicy(TreePolicy):
                 fixed_seconds=self.overhead_seconds,
                 step_seconds=step_seconds,
             )
+            plan = best_budget(per_depth, self.curve, self.overhead_seconds)
             self.current_depth = max(1, min(self.depth, plan.depth + 1))
+        # This cycle: drafting is done (all `depth` levels); choose m for the best rate of the whole cycle.
+        if self.adapt_depth and len(per_depth) == depth and per_depth[-1] is not None:
+            budget = per_depth[-1]  # every node, with depth * step_seconds of drafting: the same choice
+        else:
+            budget = choose_budget(
+                self.curve,
+                values,
+                max_total=self.max_total,
+                min_total=self.min_total,
+                fixed_seconds=self.overhead_seconds + depth * step_seconds,
+            )
         self.last_budget = budget
         self._last_predicted = None if self._payload is not None else _predicted(host[0], budget.total_tokens)
         return self._policy(depth, budget.total_tokens).rerank(pool)

@@ -94,7 +94,8 @@ class DynamicTreePolicy(TreePolicy):
         parents = torch.where(old_parents >= 0, new_id[old_parents.clamp(min=0)], old_parents)
         if self.strict and bool((parents[1:] < 0).any()):
             raise AssertionError("dynamic tree rerank kept a node without its parent")
-        return DraftTree.from_parents(tree.tokens[nodes], parents, self.max_depth)
+        ancestors = tree.ancestors[nodes][:, nodes]  # the pool's rows cut to the kept nodes (parents are kept)
+        return DraftTree.from_parents(tree.tokens[nodes], parents, self.max_depth, ancestors=ancestors)
 
     def grow(
         self,
