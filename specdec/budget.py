@@ -333,7 +333,7 @@ def budgets_by_depth(
     node_depth = np.ones(n, dtype=np.int64) if depths is None else np.asarray(depths, dtype=np.int64).reshape(-1)
     if node_depth.shape[0] != n:
         raise ValueError(f"{n} values but {node_depth.shape[0]} depths")
-    if n == 0:
+    if n == 0 or hi < 1:  # nothing to keep (or no tree allowed): best_budget gives the root alone
         return []
     probs = np.exp(values)
     probs = np.where(probs == probs, np.minimum(probs, 1.0), 0.0)  # NaN -> 0 (as a probability it means nothing)

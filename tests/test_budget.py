@@ -317,10 +317,14 @@ def test_choice_equals_the_loop_over_depth_cuts(seed: int) -> None:
     depths = torch.randint(1, 6, (n,), generator=g).tolist()
     curve = linear_curve(base=float(torch.rand(1, generator=g)) + 0.1, per_token=float(torch.rand(1, generator=g)))
     step, fixed = float(torch.rand(1, generator=g)), float(torch.rand(1, generator=g))
-    max_total = int(torch.randint(1, 40, (1,), generator=g))
+    max_total = int(torch.randint(0, 40, (1,), generator=g))
+    min_total = 1 + seed % 3
+    if n and seed % 4 == 0:
+        values[0] = float("nan")  # a NaN value counts as probability 0
     for deps in (None, depths):
-        got = choose_budget(curve, values, depths=deps, max_total=max_total, fixed_seconds=fixed, step_seconds=step)
-        want = reference_choose_budget(curve, values, deps, max_total, fixed=fixed, step=step)
+        kw = dict(max_total=max_total, min_total=min_total, fixed_seconds=fixed)
+        got = choose_budget(curve, values, depths=deps, step_seconds=step, **kw)
+        want = reference_choose_budget(curve, values, deps, max_total, min_total, fixed=fixed, step=step)
         if want is None:
             assert got.total_tokens == 1
             continue
@@ -329,7 +333,9 @@ def test_choice_equals_the_loop_over_depth_cuts(seed: int) -> None:
         if deps is not None:
             assert got.depth == want[2]
     # the deepest cut with every level's drafting time is the choice over the whole pool
-    per_depth = budgets_by_depth(curve, values, depths, max_total, fixed_seconds=fixed, step_seconds=step)
-    if n and per_depth[-1] is not None:
-        whole = choose_budget(curve, values, max_total=max_total, fixed_seconds=fixed + max(depths) * step)
+    per_depth = budgets_by_depth(curve, values, depths, max_total, min_total, fixed_seconds=fixed, step_seconds=step)
+    if per_depth and per_depth[-1] is not None:
+        whole = choose_budget(
+            curve, values, max_total=max_total, min_total=min_total, fixed_seconds=fixed + max(depths) * step
+        )
         assert (per_depth[-1].total_tokens, per_depth[-1].expected_tau) == (whole.total_tokens, whole.expected_tau)

@@ -11,7 +11,8 @@ one. What is copied:
   target's ``input_layernorm``, ``o_proj``, the MLP, ``post_attention_layernorm``, and the final ``norm`` from the
   target's final norm (the draft lm_head already starts from the target's rows).
 
-Everything else (``fc``, biases the target lacks) keeps the fresh init.
+Everything else (``fc``) keeps the fresh init; q/k/v biases the head has and the target lacks start at zero, and a
+target with q/k/v biases needs a head built with them (refused otherwise).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def init_from_target_layer(head: Eagle1Head | Eagle3Head, target: Any) -> None:
             _copy(getattr(layer.self_attn, p).weight, getattr(t_attn, p).weight.float() * gain, p)
     for p in ("q_proj", "k_proj", "v_proj"):
         mine, theirs = getattr(layer.self_attn, p).bias, getattr(t_attn, p).bias
+        if mine is None and theirs is not None:
+            raise ValueError(f"the target's {p} has a bias but the head has none; build the head with qkv_bias=True")
         if mine is not None and theirs is None:
             mine.zero_()
         elif mine is not None:

@@ -160,7 +160,7 @@ class AdaptiveTreePolicy(TreePolicy):
             self.current_depth = max(1, min(self.depth, plan.depth + 1))
         # This cycle: drafting is done (all `depth` levels); choose m for the best rate of the whole cycle.
         if self.adapt_depth and len(per_depth) == depth and per_depth[-1] is not None:
-            budget = per_depth[-1]  # every node, with depth * step_seconds of drafting: the same choice
+            budget = per_depth[-1]  # every node, with depth * step_seconds of drafting: the same size and rate
         else:
             budget = choose_budget(
                 self.curve,
