@@ -13,6 +13,7 @@ specdec train eagle3 $SD $COMMON --draft-vocab-size 8192 --set train_sequences=3
 # twice the data
 specdec train eagle3 $SD $COMMON --draft-vocab-size 16384 --set train_sequences=768 --set steps=3 --out e3-ttt3-768
 specdec train eagle3 $SD $COMMON --draft-vocab-size 16384 --set train_sequences=768 --out e3-ttt7-768
+specdec train eagle3 $SD $COMMON --draft-vocab-size 16384 --set steps=3 --save-every 256 --out e3-ttt3-1728  # the whole cache
 # coverage of draft vocabularies
 python scripts/draft_vocab_coverage.py --data data/self-distilled/smollm2-135m-instruct \
     --mtbench docs/results/2026-11-25-cpu-1m-compiled/zen5-t0/results.jsonl --out docs/results/2026-11-25-cpu-recipes
