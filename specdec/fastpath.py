@@ -335,7 +335,7 @@ def packed_copy(
 
     Args:
         transform: applied to the copy before packing (e.g. fusing projections,
-            :func:`specdec.drafters.eagle_modules.fuse_projections`); weights it creates are packed and their
+            :func:`specdec.drafters.eagle_modules.fuse_for_inference`); weights it creates are packed and their
             plain copies released.
     """
     import copy

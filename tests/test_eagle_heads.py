@@ -493,13 +493,13 @@ def test_eagle1_drafter_uses_own_embedding_when_present(target):
 @pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
 @pytest.mark.parametrize("qkv_bias", [False, True])
 def test_fused_inference_copy_computes_the_same_outputs(kind: str, qkv_bias: bool) -> None:
-    """fuse_projections: one qkv and one gate/up GEMM, torch's rms_norm; same outputs; the original is untouched."""
-    from specdec.drafters.eagle_modules import FusedRMSNorm, fuse_projections
+    """fuse_for_inference: one qkv and one gate/up GEMM, torch's rms_norm; same outputs; the original is untouched."""
+    from specdec.drafters.eagle_modules import FusedRMSNorm, fuse_for_inference
     from specdec.fastpath import packed_copy
 
     head = eagle1_head(qkv_bias=qkv_bias) if kind == "eagle1" else eagle3_head(qkv_bias=qkv_bias)
     keys = list(head.state_dict())
-    fused = packed_copy(head, transform=fuse_projections)
+    fused = packed_copy(head, transform=fuse_for_inference)
     attn = fused.layers[0].self_attn if kind == "eagle1" else fused.midlayer.self_attn
     assert isinstance(attn.qkv_proj, PackedLinear) and not hasattr(attn, "q_proj")
     assert any(isinstance(m, FusedRMSNorm) for m in fused.modules())
@@ -516,7 +516,7 @@ def test_fused_inference_copy_computes_the_same_outputs(kind: str, qkv_bias: boo
         out_p, kv_p = plain(emb, feat, pos, bias)
     torch.testing.assert_close(out_f, out_p, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(kv_f[0], kv_p[0], atol=1e-5, rtol=1e-5)
-    int8 = packed_copy(head, int8=True, transform=fuse_projections)
+    int8 = packed_copy(head, int8=True, transform=fuse_for_inference)
     attn8 = int8.layers[0].self_attn if kind == "eagle1" else int8.midlayer.self_attn
     assert isinstance(attn8.qkv_proj, Int8Linear) and attn8.qkv_proj._weight is None  # made for the copy: released
 

@@ -361,3 +361,14 @@ def test_init_from_target_refuses_mismatch(target) -> None:
         init_from_target_layer(head, target)
     with pytest.raises(ValueError, match="init_head"):
         TrainConfig(recipe="eagle1", out="x", init_from_target=True, init_head="some/head")
+
+
+def test_init_from_target_refuses_biases_the_head_cannot_hold() -> None:
+    from specdec.train.head_init import init_from_target_layer
+
+    biased = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2)
+    q_proj = biased.model.layers[-1].self_attn.q_proj
+    q_proj.bias = torch.nn.Parameter(torch.ones(q_proj.out_features))
+    head = build_head("eagle1", biased.config, (), 24)  # built without q/k/v biases
+    with pytest.raises(ValueError, match="q_proj has a bias"):
+        init_from_target_layer(head, biased)

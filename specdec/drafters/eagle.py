@@ -47,7 +47,7 @@ from specdec.drafters.eagle_modules import (
     additive_bias,
     check_draft_vocab,
     check_head_target,
-    fuse_projections,
+    fuse_for_inference,
     scatter_vocab,
 )
 from specdec.fastpath import Int8Linear, PackedLinear, packed_copy, resolve_backend
@@ -93,8 +93,8 @@ class EagleDrafterBase(Drafter):
         self.static = backend == "compile"
         self.backend = "compile" if self.static else resolve_backend(head, backend, draft=True)[0]
         plain = self.backend in ("stock", "compile")
-        fused = fuse_projections  # one q/k/v and one gate/up GEMM per step in the copy (same values)
-        self.head = head if plain else packed_copy(head, int8=self.backend == "cpu-int8", transform=fused)
+        int8 = self.backend == "cpu-int8"  # the copy fuses q/k/v, gate/up and the norms (same values, fewer ops)
+        self.head = head if plain else packed_copy(head, int8=int8, transform=fuse_for_inference)
         self._head_step = compile_forward(self.head) if self.static else self.head
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
@@ -347,8 +347,10 @@ class EagleDrafter(EagleDrafterBase):
             rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
             if kind == "cpu-int8":
                 self.lm_head = Int8Linear(rows, keep_weight=False)  # the float rows are not needed (no copy kept)
+            elif kind == "stock":
+                self.lm_head = rows
             else:
-                self.lm_head = PackedLinear(rows) if kind != "stock" else rows
+                self.lm_head = PackedLinear(rows)
             self.draft_vocab = None if ids is None else ids.to(lm_head.weight.device)
         super().__init__(head, target, max_len, feature_size=head.config.hidden_size, backend=backend)
 

@@ -43,7 +43,7 @@ __all__ = [
     "additive_bias",
     "causal_bias",
     "default_aux_layers",
-    "fuse_projections",
+    "fuse_for_inference",
     "MissingEmbeddingError",
     "check_draft_vocab",
     "check_head_target",
@@ -324,7 +324,7 @@ class EagleAttention(nn.Module):
         self.v_proj = nn.Linear(input_size, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
         self.rotary = EagleRotary(config)
-        self.qkv_proj: nn.Linear | None = None  # set by fuse_projections (inference copies only)
+        self.qkv_proj: nn.Linear | None = None  # set by fuse_for_inference (inference copies only)
 
     def fuse_projections(self) -> None:
         """Replace ``q/k/v_proj`` by one ``qkv_proj`` over their stacked rows (same values: one GEMM, not three).
@@ -397,7 +397,7 @@ class EagleMLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act = ACT2FN[config.hidden_act]
-        self.gate_up_proj: nn.Linear | None = None  # set by fuse_projections (inference copies only)
+        self.gate_up_proj: nn.Linear | None = None  # set by fuse_for_inference (inference copies only)
 
     def fuse_projections(self) -> None:
         """Replace ``gate/up_proj`` by one ``gate_up_proj`` over their stacked rows (see EagleAttention's)."""
@@ -440,12 +440,12 @@ class FusedRMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def fuse_projections(module: nn.Module) -> nn.Module:
+def fuse_for_inference(module: nn.Module) -> nn.Module:
     """Fuse ``q/k/v`` and ``gate/up`` of every EAGLE attention and MLP under ``module`` in place; returns it.
 
     Also swaps float32 ``LlamaRMSNorm`` s for :class:`FusedRMSNorm`. The outputs are the same values (each output
     row is computed from the same weight row; the norm's math is the same in float32); the state-dict keys change,
-    so this is for inference copies (``specdec.fastpath.packed_copy(..., transform=fuse_projections)``).
+    so this is for inference copies (``specdec.fastpath.packed_copy(..., transform=fuse_for_inference)``).
     """
     for sub in list(module.modules()):
         if isinstance(sub, EagleAttention | EagleMLP):

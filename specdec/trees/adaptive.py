@@ -146,22 +146,23 @@ class AdaptiveTreePolicy(TreePolicy):
         step_seconds = self._step_seconds or 0.0
         values, depths = host
         values = values + np.log(self.calibration)
-        if self.adapt_depth:  # one pass over every depth cut: this cycle's size and the next cycle's depth
-            per_depth = budgets_by_depth(
-                self.curve,
-                values,
-                depths=depths,
-                max_total=self.max_total,
-                min_total=self.min_total,
-                fixed_seconds=self.overhead_seconds,
-                step_seconds=step_seconds,
-            )
+        # One pass over every depth cut: the next cycle's depth, and this cycle's size (the deepest cut: every node,
+        # with all `depth` levels of drafting paid).
+        per_depth = budgets_by_depth(
+            self.curve,
+            values,
+            depths=depths,
+            max_total=self.max_total,
+            min_total=self.min_total,
+            fixed_seconds=self.overhead_seconds,
+            step_seconds=step_seconds,
+        )
+        if self.adapt_depth:
             plan = best_budget(per_depth, self.curve, self.overhead_seconds)
             self.current_depth = max(1, min(self.depth, plan.depth + 1))
-        # This cycle: drafting is done (all `depth` levels); choose m for the best rate of the whole cycle.
-        if self.adapt_depth and len(per_depth) == depth and per_depth[-1] is not None:
-            budget = per_depth[-1]  # every node, with depth * step_seconds of drafting: the same size and rate
-        else:
+        if len(per_depth) == depth and per_depth[-1] is not None:
+            budget = per_depth[-1]
+        else:  # deferred values from a pool of another depth (or too few nodes): this cycle's drafting, every node
             budget = choose_budget(
                 self.curve,
                 values,
