@@ -234,6 +234,8 @@ class VerifyCase:
         def q_row(prefix: tuple[int, ...]) -> list[float]:
             if prefix not in rows:
                 rows[prefix] = self.draft_row(prefix).tolist()
+                if abs(math.fsum(rows[prefix]) - 1.0) > 1e-9:
+                    raise AssertionError(f"draft row {prefix} sums to {math.fsum(rows[prefix])}, not 1")
             return rows[prefix]
 
         def visit(u: int, tokens: list[int], weight: float) -> None:
@@ -249,10 +251,10 @@ class VerifyCase:
             q = q_row(self.prefix(tokens, u))
             support = [x for x in range(self.vocab_size) if q[x] > 0]
             for draw in itertools.permutations(support, len(kids)):
-                prob, used = 1.0, 0.0
-                for x in draw:
-                    prob *= q[x] / (1.0 - used)
-                    used += q[x]
+                prob, left = 1.0, list(support)
+                for x in draw:  # without replacement: x's share of the mass not drawn yet (summed, not 1 - used,
+                    prob *= q[x] / math.fsum(q[y] for y in left)  # which cancels badly next to a q of nearly 1)
+                    left.remove(x)
                 for c, x in zip(kids, draw, strict=True):
                     tokens[c] = x
                 visit(u + 1, tokens, weight * prob)
