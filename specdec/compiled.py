@@ -24,11 +24,13 @@ skips most of the compile time.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs"]
+__all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs", "run_compiled"]
 
 #: Forward sizes compiled by default: the 1-token step and tree sizes up to the adaptive budget's largest (64,
 #: ``MethodOptions.max_total_tokens``).
@@ -71,3 +73,30 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def run_compiled(
+    compiled: Callable[..., Any], eager: Callable[..., Any], retry: Callable[[], None], inputs: dict[str, Any]
+) -> tuple[Any, bool]:
+    """``compiled(**inputs)``; where torch.compile cannot serve the model, one warning and ``eager(**inputs)``
+    (``compiled is eager``: a plain call, errors raised as they come).
+
+    The fast path's fallback contract (never a crash, never a silent wrong answer): the same static-shape forward
+    runs eagerly. ``retry`` restores any state the failed attempt may have changed (e.g. the cache's write position)
+    before the eager call. Returns the output and whether it fell back (the caller then stops compiling).
+    """
+    from specdec.fastpath import FastPathWarning
+
+    if compiled is eager:
+        return eager(**inputs), False
+    try:
+        return compiled(**inputs), False
+    except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+        warnings.warn(
+            f"torch.compile cannot serve this model ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
+            "running the static-shape path eagerly",
+            FastPathWarning,
+            stacklevel=4,  # the caller of the forward that tried to compile
+        )
+        retry()
+        return eager(**inputs), True

@@ -137,7 +137,9 @@ def _small_lm(target, sampling, o):
     from specdec.drafters import SmallLMDrafter
 
     layers = o.small_lm_layers or max(1, target.num_layers // 5)
-    drafter = SmallLMDrafter.from_target_layers(target.model, layers, target.max_len, backend=o.backend)
+    drafter = SmallLMDrafter.from_target_layers(
+        target.model, layers, target.max_len, backend=o.backend, buckets=target.buckets
+    )
     return _speculative(target, drafter, _dynamic(target, o), sampling)
 
 

@@ -12,14 +12,13 @@ mask over the whole capacity, and trees padded to a bucket of sizes.
 from __future__ import annotations
 
 import time
-import warnings
 
 import torch
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout, UnsupportedModelError
-from specdec.compiled import BUCKETS, bucket, compile_forward
-from specdec.fastpath import FastPathWarning, apply_backend
+from specdec.compiled import BUCKETS, bucket, compile_forward, run_compiled
+from specdec.fastpath import apply_backend
 from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.tree import DraftTree
@@ -140,21 +139,9 @@ class HFTarget(Target):
             output_hidden_states=want.any or self.static,
             logits_to_keep=logits_to_keep,
         )
-        try:
-            out = run(**inputs)
-        except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
-            if run is self.model:
-                raise
-            # Fallback contract of the fast path: one warning, then the same static forward, eagerly
-            warnings.warn(
-                f"torch.compile cannot serve this model ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
-                "running the static-shape path eagerly",
-                FastPathWarning,
-                stacklevel=3,
-            )
+        out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(self.length), inputs)
+        if fell_back:
             self._run = self.model
-            self.cache.set_write_pos(self.length)
-            out = self.model(**inputs)
         hidden = TargetHidden()
         rows = slice(0, n if logits_to_keep == 0 else None)  # drop a bucket's dummy rows
         if want.any:

@@ -7,7 +7,8 @@ What is shown here, on a tiny random Llama (inductor on the CPU, ``fullgraph=Tru
 * no recompilation per step: after one warm-up generation, further generations (other prompts, other tree sizes
   in the same buckets) compile no new graph, and the graphs compiled are at most one per bucket;
 * distribution (``heavy``: about 4 minutes on 2 busy cores): the sampled loop on the compiled target passes the
-  end-to-end G-test of :mod:`specdec.testing.e2e` (false-positive rate ``ALPHA = 1e-3``, one check, fixed seeds),
+  end-to-end G-test of :mod:`specdec.testing.e2e` (family-wise false-positive rate ``ALPHA = 1e-3`` over the two
+  drafters' checks, fixed seeds),
   and a verifier that ignores q, through the same compiled target, fails it (the negative control);
 * a CUDA test, skipped without a GPU, that runs the same greedy check with CUDA graphs.
 
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.filterwarnings("error::specdec.fastpath.FastPathWarning
 GREEDY = SamplingParams(temperature=0.0)
 MAX_LEN = 96
 BUCKETS_HERE = (1, 4, 8)  # trees of up to 8 nodes: three graphs to compile
-ALPHA, FAMILY = 1e-3, 1  # one positive end-to-end check; the negative control is outside the family
+ALPHA, FAMILY = 1e-3, 2  # two positive end-to-end checks (one per drafter); the negative controls are outside it
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +98,12 @@ def test_greedy_exact_and_no_recompiles(model) -> None:
     assert accepted > 0  # and commits moved accepted entries, not only bonus tokens
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "eagle1-shortlist"])
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1-shortlist", "small-lm"])
 def test_compiled_drafter_steps_greedy_exact_and_no_recompiles(model, kind: str) -> None:
-    """EAGLE drafters on the compile backend (root step padded to a bucket, node steps over the whole buffer,
-    both compiled with fullgraph=True) beside the compiled target: the eager stock loop's tokens; the first pass
-    compiles a graph per root bucket and frontier width, a second pass none."""
+    """Drafters on the compile backend beside the compiled target: EAGLE (root step padded to a bucket, node steps
+    over the whole buffer) and the small LM (catch-up and tree steps padded to buckets over a static cache), all
+    compiled with fullgraph=True. The eager stock loop's tokens; the first pass compiles a graph per bucket and
+    frontier width, a second pass none."""
     stop = StopCondition(max_new_tokens=24, eos_token_ids=())
     prompts = [torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)) for s in range(3)]
     eager_target = HFTarget(model, max_len=MAX_LEN, backend="stock")
@@ -139,6 +141,29 @@ def test_a_model_that_cannot_compile_falls_back_with_one_warning() -> None:
     with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
         assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
     assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
+
+
+def test_a_small_lm_drafter_that_cannot_compile_falls_back_with_one_warning(model) -> None:
+    """The same contract for the small-LM drafter: a forced graph break in its layer gives one FastPathWarning,
+    then its static forwards run eagerly, and the speculative tokens stay the eager loop's."""
+    small = tiny_llama(vocab_size=6, hidden_size=16, num_layers=3, logit_scale=1.5)
+    small.load_state_dict(model.state_dict())
+    stop = StopCondition(max_new_tokens=12, eos_token_ids=())
+    prompt = torch.arange(5) % 6
+    policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
+    eager = SpeculativeGenerator(
+        HFTarget(small, max_len=MAX_LEN, backend="stock"),
+        make_drafter("small-lm", small, MAX_LEN + 8, backend="stock"),
+        policy,
+        GreedyVerifier(),
+    ).generate(prompt, GREEDY, stop)
+    drafter = make_drafter("small-lm", small, MAX_LEN + 8, backend="compile")
+    drafter.model.model.layers[0].register_forward_pre_hook(lambda *_: torch._dynamo.graph_break())
+    loop = SpeculativeGenerator(HFTarget(small, max_len=MAX_LEN, backend="stock"), drafter, policy, GreedyVerifier())
+    with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
+        assert loop.generate(prompt, GREEDY, stop).tokens == eager.tokens
+    assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
+    assert drafter._run is drafter.model
 
 
 def test_host_sync_counter_sees_every_value_read() -> None:
@@ -192,13 +217,14 @@ def test_one_host_sync_per_compiled_eagle3_cycle_with_the_deferred_budget(model)
 
 
 @pytest.mark.heavy
-def test_sampled_distribution_and_negative_control(model) -> None:
+@pytest.mark.parametrize("kind", ["eagle3", "small-lm"])
+def test_sampled_distribution_and_negative_control(model, kind: str) -> None:
     """The sampled loop on the compiled target emits the target's distribution; a verifier that ignores q does not
     (the configuration of ``tests/test_statistical_e2e.py::test_detects_q_ignored``, here on the compiled target
-    with compiled EAGLE-3 drafter steps)."""
+    with compiled EAGLE-3 or small-LM drafter steps)."""
     prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
     policy = StochasticTreePolicy(SMALL_PATHS)  # 7 nodes: bucket 8
-    drafter = make_drafter("eagle3", model, MAX_LEN + 8, backend="compile")  # compiled drafter steps too
+    drafter = make_drafter(kind, model, MAX_LEN + 8, backend="compile")  # compiled drafter steps too
 
     def loop(verifier) -> SpeculativeGenerator:
         return SpeculativeGenerator(compiled_target(model), drafter, policy, verifier)
@@ -237,6 +263,8 @@ def test_cuda_graphs_greedy_exact() -> None:
     eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
     target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=BUCKETS_HERE)
     assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
-    drafter = make_drafter("eagle3", model, MAX_LEN + 8, backend="compile")  # CUDA-graph drafter steps too
-    spec = SpeculativeGenerator(target, drafter, DynamicTreePolicy(topk=2, depth=3, total_tokens=8), GreedyVerifier())
-    assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens
+    for kind in ("eagle3", "small-lm"):  # CUDA-graph drafter steps too
+        drafter = make_drafter(kind, model, MAX_LEN + 8, backend="compile")
+        policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
+        spec = SpeculativeGenerator(target, drafter, policy, GreedyVerifier())
+        assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens, kind

@@ -14,6 +14,14 @@ Any Hugging Face causal LM that shares the target's tokenizer works. The drafter
 Tree slots are scratch: the next tree overwrites them. The tokens a cycle commits are ``[root, accepted...]``;
 they are recomputed by the next catch-up forward, which starts exactly where the root's scratch entry was, so
 nothing is counted twice. Recomputing costs ``accepted + 1`` extra tokens in a forward that runs anyway.
+
+Static steps (``backend="compile"``, for ``torch.compile(fullgraph=True)`` and CUDA graphs; see
+:mod:`specdec.compiled`): the cache holds transformers' ``StaticLayer`` s (write position on the device, attention
+over the whole capacity), every forward's ``n`` rows are padded to ``bucket(n)`` and its mask spans the whole
+capacity, so the model's forward compiles once per bucket. Padding rows are written after the real ones and see
+only themselves; no real row ever sees their slots, and later forwards overwrite them before a real row can. A
+catch-up longer than the largest bucket (the prompt) runs the same static forward eagerly, like the target's
+prefill. Slots, positions and masks are built from host ints the drafter already holds (no device read).
 """
 
 from __future__ import annotations
@@ -25,9 +33,10 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout
+from specdec.compiled import BUCKETS, bucket, compile_forward, run_compiled
 from specdec.fastpath import apply_backend
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
-from specdec.kvcache import PositionCache
+from specdec.kvcache import CacheFullError, PositionCache
 from specdec.tree import PartialTree
 
 __all__ = ["SmallLMDrafter"]
@@ -41,7 +50,9 @@ class SmallLMDrafter(Drafter):
         max_len: cache capacity in positions: committed context plus one tree's expanded nodes.
         target_vocab_size: if given, the drafter's output vocabulary must have exactly this size.
         backend: how the model's forward executes (:mod:`specdec.fastpath`); transforms ``model`` in place. A drafter
-            cut from the target's layers shares the target's (already transformed) modules.
+            cut from the target's layers shares the target's (already transformed) modules. ``"compile"``: fixed-shape
+            forwards compiled once per bucket (the module docstring's "Static steps").
+        buckets: forward sizes of the ``"compile"`` backend (rows are padded to the next one).
 
     Attributes:
         vocab_size: rows of the model's output embedding (lm_head).
@@ -53,7 +64,12 @@ class SmallLMDrafter(Drafter):
     """
 
     def __init__(
-        self, model: PreTrainedModel, max_len: int, target_vocab_size: int | None = None, backend: str = "auto"
+        self,
+        model: PreTrainedModel,
+        max_len: int,
+        target_vocab_size: int | None = None,
+        backend: str = "auto",
+        buckets: tuple[int, ...] = BUCKETS,
     ) -> None:
         head = model.get_output_embeddings()
         vocab = getattr(head, "out_features", None) or model.config.get_text_config().vocab_size
@@ -63,20 +79,27 @@ class SmallLMDrafter(Drafter):
             raise ValueError(f"max_len must be at least 2, got {max_len}")
         self.model = model.eval()
         self.backend = apply_backend(model, backend).backend
-        if self.backend == "compile":  # its layers (perhaps the target's own) stay plain, and it runs them eagerly
-            self.backend = "stock"
+        self.static = self.backend == "compile"
+        self.buckets = tuple(buckets)
+        self._run = compile_forward(model) if self.static else model
         self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
         self.num_layers = model.config.get_text_config().num_hidden_layers
-        self.cache = PositionCache(self.num_layers, max_len)
+        # static: room after max_len for the padding rows of a forward padded to its bucket
+        self.cache = PositionCache(self.num_layers, max_len + max(self.buckets) * self.static, self.static)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.reset()
 
     @classmethod
     def from_target_layers(
-        cls, target_model: PreTrainedModel, num_layers: int, max_len: int, backend: str = "auto"
+        cls,
+        target_model: PreTrainedModel,
+        num_layers: int,
+        max_len: int,
+        backend: str = "auto",
+        buckets: tuple[int, ...] = BUCKETS,
     ) -> SmallLMDrafter:
         """A drafter made of the target's first ``num_layers`` decoder layers, final norm and lm_head.
 
@@ -105,7 +128,7 @@ class SmallLMDrafter(Drafter):
             raise ValueError(f"{type(target_model).__name__} has a layout this constructor does not know: {left}")
         head = target_model.get_output_embeddings()
         vocab = None if head is None else getattr(head, "out_features", None)
-        return cls(small.eval(), max_len, target_vocab_size=vocab, backend=backend)
+        return cls(small.eval(), max_len, target_vocab_size=vocab, backend=backend, buckets=buckets)
 
     def reset(self) -> None:
         """Forget all context; the cache buffers are kept and overwritten."""
@@ -129,17 +152,49 @@ class SmallLMDrafter(Drafter):
         self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, keep: int
     ) -> torch.Tensor:
         """Run ``tokens [n]`` (at sequence ``positions [n]``) written at slot ``allowed.shape[1] - n``; ``keys [kv]``
-        are the sequence positions of the slots. Returns float32 logits of the last ``keep``."""
-        self.cache.set_write_pos(allowed.shape[1] - tokens.shape[0])
-        out = self.model(
+        are the sequence positions of the slots. Returns float32 logits of the last ``keep`` (0: all ``n``)."""
+        n, start = tokens.shape[0], allowed.shape[1] - tokens.shape[0]
+        run, keep_rows = self.model, keep
+        if self.static:
+            if start + n > self.max_len:
+                raise CacheFullError(f"cache of {self.max_len} positions cannot hold position {start + n - 1}")
+            compiled = n <= max(self.buckets)
+            tokens, positions, allowed, keys = self._static_inputs(tokens, positions, allowed, keys, compiled)
+            run, keep_rows = (self._run, 0) if compiled else (self.model, keep)  # a compiled graph keeps every row
+        self.cache.set_write_pos(start)
+        inputs = dict(
             input_ids=tokens[None],
             attention_mask=self.layout.mask(allowed, keys, positions),
             position_ids=positions[None],
             past_key_values=self.cache,
             use_cache=True,
-            logits_to_keep=keep,
+            logits_to_keep=keep_rows,
         )
-        return out.logits[0].float()
+        out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(start), inputs)
+        if fell_back:
+            self._run = self.model
+        logits = out.logits[0, :n] if keep_rows == 0 else out.logits[0]  # drop a bucket's padding rows
+        logits = logits[n - keep :] if keep and keep_rows == 0 else logits
+        return logits.float().clone() if self.static and logits.device.type == "cuda" else logits.float()
+
+    def _static_inputs(
+        self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, compiled: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Fixed-shape inputs: ``n`` rows padded to ``b = bucket(n)`` (``n`` when not ``compiled``), ``allowed
+        [b, capacity]`` and ``keys [capacity]`` over the whole cache; padding rows sit after the real ones at the
+        last real position and see only their own slot."""
+        n, start, device = tokens.shape[0], allowed.shape[1] - tokens.shape[0], tokens.device
+        b = bucket(n, self.buckets) if compiled else n
+        capacity = self.cache.max_len
+        full = torch.zeros(b, capacity, dtype=torch.bool, device=device)
+        full[:n, : start + n] = allowed
+        full[n:, start + n : start + b] = torch.eye(b - n, dtype=torch.bool, device=device)
+        pad_positions = positions.new_full((b - n,), 0) + positions[-1:]
+        positions = torch.cat([positions, pad_positions])
+        all_keys = torch.arange(capacity, device=device)
+        all_keys[: start + n] = keys
+        all_keys[start + n : start + b] = pad_positions
+        return torch.cat([tokens, tokens.new_zeros(b - n)]), positions, full, all_keys
 
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """Draft logits for the children of ``frontier [F]``; returns ``[F, V]`` float32.
