@@ -15,7 +15,9 @@ from specdec.train.cli import _config_from_args, add_train_parser
 from specdec.train.data import TokenDataset
 from specdec.train.evaluate import chain_acceptance
 from specdec.train.features import FeatureStore, eagle3_layers
+from specdec.train.tau import dynamic_tree_tau, heldout_prompts, tree_tau_counts
 from specdec.train.trainer import TrainConfig, build_head, lr_lambda, read_log, train
+from specdec.trees import DynamicTreePolicy
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +120,28 @@ def test_trained_head_accepts_more_than_random(target, tmp_path, recipe: str, ep
     assert report["tau"] is not None and report["tau"] >= 1.0
 
 
+def test_tree_tau_counts_per_prompt(target) -> None:
+    """Per-prompt (tokens, forwards) of held-out τ: every forward emits at least the bonus token, each prompt gets
+    its new tokens, and dynamic_tree_tau is the ratio of the sums (so paired comparisons add up to it)."""
+    torch.manual_seed(0)
+    head = build_head("eagle3", target.config, eagle3_layers(4), 24)
+    head.attach_target_embedding(target.get_input_embeddings().weight)
+    prompts = [torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6, 7, 8]), torch.tensor([9])]
+    policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=6)
+    counts = tree_tau_counts(head.eval(), target, prompts, max_new_tokens=10, policy=policy)
+    assert len(counts) == 3
+    # the prefill emits the first new token; the cycles emit the other 9 (or more, the last cycle may overshoot)
+    assert all(tokens >= max(forwards, 9) and forwards >= 1 for tokens, forwards in counts), counts
+    tau = dynamic_tree_tau(head, target, prompts, max_new_tokens=10, policy=policy)
+    assert tau == sum(t for t, _ in counts) / sum(f for _, f in counts)
+    rows = [
+        {"input_ids": torch.arange(5), "loss_mask": torch.arange(5) >= 2},
+        {"input_ids": torch.arange(3), "loss_mask": torch.zeros(3, dtype=torch.bool)},  # no assistant token: skipped
+    ]
+    got = heldout_prompts(rows, 5)
+    assert len(got) == 1 and torch.equal(got[0], torch.arange(2))
+
+
 def test_warmup_then_linear_decay() -> None:
     f = lr_lambda(4, 10)
     assert [round(f(s), 3) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 1.0, 0.833, 0.667, 0.5, 0.333, 0.167, 0.0]
@@ -146,7 +170,7 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     run = tmp_path / "run"
     data, heldout = greedy_data(target, 8), greedy_data(target, 2, seed=1)
     # train on a prefix of 6 of the 8 cached sequences: 2 steps of batch 4
-    cfg = config(run, "eagle1", eval_steps=(1,), train_sequences=6)
+    cfg = config(run, "eagle1", eval_steps=(1,), train_sequences=6, eval_tau_prompts=2)
     train(cfg, target=target, train_data=data, heldout_data=heldout)
     dest = ship_head(run, tmp_path / "shipped", hardware="test cpu", title="tiny head", notes="a note")
     facts = json.loads((dest / "training.json").read_text())
@@ -158,6 +182,7 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     card = (dest / "README.md").read_text()
     assert "# tiny head" in card and "test cpu" in card and "a note" in card
     assert f"{facts['evaluation']['chain_tau']:.3f}" in card
+    assert "over the first 2 held-out prompts" in card  # the run's own eval_tau_prompts
     copied = load_eagle_head(dest, target_model=target)  # the copied head still loads
     small = load_eagle_head(ship_head(run, tmp_path / "bf16", "cpu", "t", dtype=torch.bfloat16), target_model=target)
     assert small.fc.weight.dtype == torch.bfloat16

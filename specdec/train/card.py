@@ -88,6 +88,7 @@ def run_facts(
         "wall_source": wall_source,
         "hardware": hardware,
         "evaluation": evaluation,
+        "eval_tau_prompts": config.get("eval_tau_prompts", 8),
         "curve": curve_points(run)[:-1] if evaluation else curve_points(run),  # eval.json is the last point
         "notes": notes,
     }
@@ -188,7 +189,7 @@ def model_card(facts: dict[str, Any], title: str) -> str:
             + " |",
             "",
             "Dynamic-tree τ: tokens per target forward (bonus included), greedy EAGLE-2 tree (top-k 8, depth 6, "
-            "32 nodes) over the first 8 held-out prompts, 48 new tokens each.",
+            f"32 nodes) over the first {facts.get('eval_tau_prompts', 8)} held-out prompts, 48 new tokens each.",
         ]
     if facts["curve"]:
         lines += ["", "## τ against training tokens (same run, evaluated mid-training)", ""]
