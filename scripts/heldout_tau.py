@@ -38,7 +38,9 @@ def paired_difference(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tup
     tau_a, tau_b = ta / fa, tb / fb
     d = [(t2 - tau_b * f2) / (fb / n) - (t1 - tau_a * f1) / (fa / n) for (t1, f1), (t2, f2) in zip(a, b, strict=True)]
     mean = sum(d) / n
-    var = sum((x - mean) ** 2 for x in d) / max(1, n - 1)
+    if n < 2:
+        return tau_b - tau_a, math.nan
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
     return tau_b - tau_a, math.sqrt(var / n)
 
 

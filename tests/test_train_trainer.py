@@ -170,7 +170,7 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     run = tmp_path / "run"
     data, heldout = greedy_data(target, 8), greedy_data(target, 2, seed=1)
     # train on a prefix of 6 of the 8 cached sequences: 2 steps of batch 4
-    cfg = config(run, "eagle1", eval_steps=(1,), train_sequences=6, eval_tau_prompts=2)
+    cfg = config(run, "eagle1", eval_steps=(1,), train_sequences=6, eval_tau_prompts=5)
     train(cfg, target=target, train_data=data, heldout_data=heldout)
     dest = ship_head(run, tmp_path / "shipped", hardware="test cpu", title="tiny head", notes="a note")
     facts = json.loads((dest / "training.json").read_text())
@@ -182,7 +182,7 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     card = (dest / "README.md").read_text()
     assert "# tiny head" in card and "test cpu" in card and "a note" in card
     assert f"{facts['evaluation']['chain_tau']:.3f}" in card
-    assert "over the first 2 held-out prompts" in card  # the run's own eval_tau_prompts
+    assert "over the first 2 held-out prompts" in card  # eval_tau_prompts=5, but only 2 held-out rows exist
     copied = load_eagle_head(dest, target_model=target)  # the copied head still loads
     small = load_eagle_head(ship_head(run, tmp_path / "bf16", "cpu", "t", dtype=torch.bfloat16), target_model=target)
     assert small.fc.weight.dtype == torch.bfloat16

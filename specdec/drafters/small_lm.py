@@ -20,8 +20,9 @@ Static steps (``backend="compile"``, for ``torch.compile(fullgraph=True)`` and C
 over the whole capacity), every forward's ``n`` rows are padded to ``bucket(n)`` and its mask spans the whole
 capacity, so the model's forward compiles once per bucket. Padding rows are written after the real ones and see
 only themselves; no real row ever sees their slots, and later forwards overwrite them before a real row can. A
-catch-up longer than the largest bucket (the prompt) runs the same static forward eagerly, like the target's
-prefill. Slots, positions and masks are built from host ints the drafter already holds (no device read).
+generation's first catch-up (the prompt, which allocates the static cache) and any catch-up longer than the largest
+bucket run the same static forward eagerly, like the target's prefill. Slots, positions and masks are built from
+host ints the drafter already holds (no device read).
 """
 
 from __future__ import annotations
@@ -158,7 +159,9 @@ class SmallLMDrafter(Drafter):
         if self.static:
             if start + n > self.max_len:
                 raise CacheFullError(f"cache of {self.max_len} positions cannot hold position {start + n - 1}")
-            compiled = n <= max(self.buckets)
+            # the first forward (the prompt's catch-up) runs eagerly: it allocates the static cache, whose tensors
+            # must be marked as fixed addresses outside any trace (CUDA graphs mutate them in place)
+            compiled = n <= max(self.buckets) and self.cache.layers[0].is_initialized
             tokens, positions, allowed, keys = self._static_inputs(tokens, positions, allowed, keys, compiled)
             run, keep_rows = (self._run, 0) if compiled else (self.model, keep)  # a compiled graph keeps every row
         self.cache.set_write_pos(start)

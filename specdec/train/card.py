@@ -187,10 +187,14 @@ def model_card(facts: dict[str, Any], title: str) -> str:
             f"| {_alpha_row(ev['alpha'])} | {ev['chain_tau']:.3f} | "
             + (f"{ev['tau']:.3f}" if ev.get("tau") is not None else "n/a")
             + " |",
-            "",
-            "Dynamic-tree τ: tokens per target forward (bonus included), greedy EAGLE-2 tree (top-k 8, depth 6, "
-            f"32 nodes) over the first {facts.get('eval_tau_prompts', 8)} held-out prompts, 48 new tokens each.",
         ]
+        if ev.get("tau") is not None:  # the τ hook decodes the first eval_tau_prompts held-out prompts that exist
+            prompts = min(facts.get("eval_tau_prompts", 8), ev.get("heldout_sequences") or 0)
+            lines += [
+                "",
+                "Dynamic-tree τ: tokens per target forward (bonus included), greedy EAGLE-2 tree (top-k 8, depth 6, "
+                f"32 nodes) over the first {prompts} held-out prompts, 48 new tokens each.",
+            ]
     if facts["curve"]:
         lines += ["", "## τ against training tokens (same run, evaluated mid-training)", ""]
         lines += ["| step | scored slots seen | α₁ | chain τ | dynamic-tree τ |", "|---|---|---|---|---|"]
