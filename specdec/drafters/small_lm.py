@@ -176,8 +176,9 @@ class SmallLMDrafter(Drafter):
         out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(start), inputs)
         if fell_back:
             self._run = self.model
-        logits = out.logits[0, :n] if keep_rows == 0 else out.logits[0]  # drop a bucket's padding rows
-        logits = logits[n - keep :] if keep and keep_rows == 0 else logits
+        logits = out.logits[0, :n]  # drops a bucket's padding rows (a kept tail of `keep` rows is shorter than n)
+        if keep:
+            logits = logits[-keep:]
         return logits.float().clone() if self.static and logits.device.type == "cuda" else logits.float()
 
     def _static_inputs(
@@ -192,7 +193,7 @@ class SmallLMDrafter(Drafter):
         full = torch.zeros(b, capacity, dtype=torch.bool, device=device)
         full[:n, : start + n] = allowed
         full[n:, start + n : start + b] = torch.eye(b - n, dtype=torch.bool, device=device)
-        pad_positions = positions.new_full((b - n,), 0) + positions[-1:]
+        pad_positions = positions[-1:].expand(b - n)
         positions = torch.cat([positions, pad_positions])
         all_keys = torch.arange(capacity, device=device)
         all_keys[: start + n] = keys
