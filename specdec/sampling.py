@@ -13,7 +13,7 @@ import math
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["SamplingParams", "warp", "sample", "check_finite", "logits_ok", "NonFiniteLogitsError"]
+__all__ = ["SamplingParams", "warp", "greedy_tokens", "sample", "check_finite", "logits_ok", "NonFiniteLogitsError"]
 
 
 class NonFiniteLogitsError(ValueError):
@@ -75,7 +75,7 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
     """
     x = logits.to(dtype)
     if params.greedy:
-        return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
+        return torch.zeros_like(x).scatter_(-1, greedy_tokens(x, dtype)[..., None], 1.0)
     x = x / params.temperature
     if params.top_k and params.top_k < x.shape[-1]:
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
@@ -88,6 +88,16 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         x = x.masked_fill(drop, -math.inf)
     return torch.softmax(x, dim=-1)
+
+
+def greedy_tokens(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[..., V]`` logits -> ``[...]`` long: the token ``warp``'s temperature-0 one-hot marks.
+
+    The argmax of ``logits.to(dtype)``, first index on ties (what ``warp`` computes, without the ``[..., V]``
+    one-hot rows). The cast matters only where it rounds (a wider input in a narrower ``dtype``); for the same or
+    a wider ``dtype`` it is exact and order-preserving, so the argmax is that of the logits as given.
+    """
+    return logits.to(dtype).argmax(-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.interfaces import Verdict
-from specdec.sampling import SamplingParams, warp
+from specdec.sampling import SamplingParams, greedy_tokens, warp
 from specdec.testing import assert_same_distribution, stop_probabilities
 from specdec.tree import DraftTree
 from specdec.verify import (
@@ -271,15 +271,37 @@ def test_greedy_takes_the_longest_matching_path() -> None:
     assert len(seen_lengths) >= 3
 
 
+def test_plan_without_residual_needs_point_mass_bonus_and_vocab() -> None:
+    """A plan must name the bonus law: ``[N, V]`` rows, or point masses with the vocabulary size."""
+    accept = torch.ones(3)
+    with pytest.raises(ValueError, match="residual"):
+        VerifyPlan(accept_prob=accept)
+    with pytest.raises(ValueError, match="vocab_size"):
+        VerifyPlan(accept_prob=accept, bonus=torch.tensor([0, 2, 1]))
+    plan = VerifyPlan(accept_prob=accept, bonus=torch.tensor([0, 2, 1]), vocab_size=4)
+    assert plan.vocab == 4
+    assert torch.equal(plan.residual_rows(), torch.eye(4)[[0, 2, 1]])
+
+
+def test_warp_at_temperature_zero_is_the_one_hot_of_greedy_tokens() -> None:
+    """warp's T=0 rows (scatter) equal one_hot(argmax), ties to the first index, in float32 and float64."""
+    logits = torch.randint(0, 3, (5, 7), generator=torch.Generator().manual_seed(2)).float()  # many ties
+    for dtype in (torch.float32, torch.float64):
+        p = warp(logits, GREEDY, dtype)
+        assert p.dtype == dtype
+        assert torch.equal(p, torch.nn.functional.one_hot(logits.argmax(-1), 7).to(dtype))
+        assert torch.equal(greedy_tokens(logits, dtype), logits.argmax(-1))
+
+
 def test_greedy_plan_bonus_is_the_point_mass_of_its_residual() -> None:
     """The contract the walk relies on to read the bonus instead of drawing it; the walk draws only the coins."""
     gen = torch.Generator().manual_seed(11)
     tree = _tree(PARENTS, TOKENS)
     logits = torch.randint(0, 3, (len(PARENTS), V), generator=gen).float()  # ties: first index, as warp's argmax
     plan = GreedyVerifier().plan(tree, logits, GREEDY)
-    assert plan.bonus is not None
-    assert torch.equal(plan.residual.argmax(-1), plan.bonus)
-    assert torch.equal(plan.residual[torch.arange(len(PARENTS)), plan.bonus], torch.ones(len(PARENTS)))
+    assert plan.bonus is not None and plan.residual is None  # no [N, V] rows built
+    rows = plan.residual_rows()
+    assert torch.equal(rows, warp(logits, GREEDY))  # the one-hots of the bonus are p itself
     assert torch.equal(plan.bonus, logits.argmax(-1))
     coins = torch.Generator().manual_seed(3)
     verdict = walk(tree, plan, coins)

@@ -62,8 +62,8 @@ class GreedyBonusOffByOneVerifier(GreedyVerifier):
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
         """The correct greedy plan with ``bonus = (argmax + 1) mod V``."""
         correct = super().plan(tree, target_logits, sampling)
-        wrong = (correct.bonus + 1) % correct.residual.shape[-1]
-        return VerifyPlan(accept_prob=correct.accept_prob, residual=correct.residual, bonus=wrong)
+        wrong = (correct.bonus + 1) % correct.vocab
+        return VerifyPlan(accept_prob=correct.accept_prob, residual=correct.residual_rows(), bonus=wrong)
 
 
 class OnlyZeroRejectedResidualVerifier(StochasticMultiRoundVerifier):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.sampling import SamplingParams, warp
+from specdec.sampling import SamplingParams, greedy_tokens
 from specdec.tree import DraftTree
 from specdec.verify.plan import PlanVerifier, VerifyPlan, parent_index
 
@@ -26,7 +26,8 @@ class GreedyVerifier(PlanVerifier):
     """
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """``accept_prob [N]`` = ``[token == argmax p_parent]``; ``residual [N, V]`` = one-hot argmax (``bonus``).
+        """``accept_prob [N]`` = ``[token == argmax p_parent]``; the residual rows are the one-hots of ``bonus [N]``
+        (the argmax at each node), named by ``bonus`` and never built as ``[N, V]``.
 
         Raises:
             ValueError: if ``sampling.temperature != 0``.
@@ -36,7 +37,7 @@ class GreedyVerifier(PlanVerifier):
                 f"GreedyVerifier needs temperature 0 (got {sampling.temperature}); use MultiRoundVerifier or "
                 "StochasticMultiRoundVerifier (see specdec.verify.default_verifier)"
             )
-        p = warp(target_logits, sampling, self.dtype)  # [N, V] one-hot rows
-        accept_prob = p[parent_index(tree), tree.tokens]
+        top = greedy_tokens(target_logits, self.dtype)  # [N]: p_u is the one-hot of top[u] (warp at T=0)
+        accept_prob = (tree.tokens == top[parent_index(tree)]).to(self.dtype)
         accept_prob = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, accept_prob)
-        return VerifyPlan(accept_prob=accept_prob, residual=p, bonus=p.argmax(-1))  # rows of p are one-hot
+        return VerifyPlan(accept_prob=accept_prob, bonus=top, vocab_size=target_logits.shape[-1])

@@ -44,15 +44,36 @@ class VerifyPlan:
             was reached and every earlier sibling (same parent, lower index) was rejected. The root entry is
             unused (set to 1).
         residual: ``[N, V]`` float. Row ``u`` is the distribution of the bonus token when the walk stops at
-            ``u`` (all of ``u``'s children rejected, or ``u`` a leaf). Rows sum to 1.
-        bonus: optional ``[N]`` long, for plans whose every residual row is a point mass (greedy): ``residual[u]``
-            is the one-hot of ``bonus[u]``. The walk then reads the bonus token instead of drawing it (the same
-            law; drawing from a ``V``-wide row costs ~0.7 ms on a CPU for ``V = 49152``).
+            ``u`` (all of ``u``'s children rejected, or ``u`` a leaf). Rows sum to 1. May be None for a plan that
+            gives ``bonus`` (its rows are then the one-hots of ``bonus``, see :meth:`residual_rows`).
+        bonus: optional ``[N]`` long, for plans whose every residual row is a point mass (greedy): row ``u`` is
+            the one-hot of ``bonus[u]``. The walk then reads the bonus token instead of drawing it (the same
+            law; drawing from a ``V``-wide row costs ~0.7 ms on a CPU for ``V = 49152``), and the plan need not
+            build the ``[N, V]`` rows at all.
+        vocab_size: ``V``, required when ``residual`` is None.
     """
 
     accept_prob: torch.Tensor
-    residual: torch.Tensor
+    residual: torch.Tensor | None = None
     bonus: torch.Tensor | None = None
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.residual is None and (self.bonus is None or self.vocab_size is None):
+            raise ValueError("a VerifyPlan needs residual [N, V], or point-mass bonus [N] together with vocab_size")
+
+    @property
+    def vocab(self) -> int:
+        """``V``, the width of the residual rows."""
+        return self.residual.shape[-1] if self.residual is not None else int(self.vocab_size)
+
+    def residual_rows(self) -> torch.Tensor:
+        """``[N, V]``: ``residual`` as given, or the one-hots of ``bonus`` (built here, for checks and tools; the
+        walk never needs them)."""
+        if self.residual is not None:
+            return self.residual
+        rows = torch.zeros(self.bonus.shape[0], self.vocab, dtype=self.accept_prob.dtype, device=self.bonus.device)
+        return rows.scatter_(-1, self.bonus[:, None], 1.0)
 
     @classmethod
     def from_stop_probs(cls, tree: DraftTree, stop_prob: torch.Tensor, residual: torch.Tensor) -> VerifyPlan:

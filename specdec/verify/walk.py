@@ -30,7 +30,7 @@ def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -
 
     Args:
         tree: ``N`` nodes, ``tree.max_depth`` bounds the walk (one tensor step per level).
-        plan: ``accept_prob [N]`` and ``residual [N, V]``.
+        plan: ``accept_prob [N]`` and ``residual [N, V]`` (or point-mass ``bonus [N]``).
         generator: the only source of randomness (``N`` uniforms, then one residual sample unless the plan gives
             point-mass ``bonus`` tokens).
 
