@@ -236,6 +236,10 @@ class HFTarget(Target):
 
     def commit(self, accepted: torch.Tensor, count: int) -> None:
         """Keep nodes ``accepted[:count]`` (root first, so ``accepted[0] == 0``) after the committed prefix."""
-        # static: the whole fixed-size path (entries after ``count`` land past the prefix, see PositionCache.compact)
-        self.cache.compact(self.length, accepted.clamp(min=0) if self.static else accepted[:count])
+        # static: the whole fixed-size path (entries after ``count`` land past the prefix, see PositionCache.compact).
+        # Eager, root alone (no draft token accepted): the root's entries already sit at ``length``, nothing moves.
+        if self.static:
+            self.cache.compact(self.length, accepted.clamp(min=0))
+        elif count > 1:
+            self.cache.compact(self.length, accepted[:count])
         self.length += count
