@@ -76,7 +76,8 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
     x = logits.to(dtype)
     if params.greedy:
         return torch.zeros_like(x).scatter_(-1, greedy_tokens(x, dtype)[..., None], 1.0)
-    x = x / params.temperature
+    if params.temperature != 1.0:  # x / 1.0 == x exactly: skip the [..., V] copy
+        x = x / params.temperature
     if params.top_k and params.top_k < x.shape[-1]:
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, -math.inf)
@@ -101,14 +102,24 @@ def greedy_tokens(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> t
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one index per row of ``probs [..., V]`` without a host sync (exponential race).
+    """Draw one index per row of ``probs [..., V]`` without a host sync (inverse CDF, float64).
 
-    ``argmax_i p_i / E_i`` with ``E_i ~ Exp(1)`` i.i.d. equals ``i`` with probability ``p_i / sum(p)``,
-    because ``E_i / p_i`` is exponential with rate ``p_i`` and the minimum of independent exponentials is
-    attained at ``i`` with probability proportional to its rate. Zero-probability entries never win.
+    Contract: index ``i`` comes out with probability ``max(p_i, 0) / sum_j max(p_j, 0)``, up to float64 rounding
+    (the exact suite models this sampler as "clamped at 0 and normalised"). The row's CDF ``c`` is summed in
+    float64, one uniform ``r`` per row scales it, ``u = r * c[-1]``, and the index is the first ``i`` with
+    ``c_i > u``; then ``c_{i-1} <= u < c_i``, so ``p_i > 0``: a zero-probability entry is never drawn. ``u`` is held
+    strictly below ``c[-1]`` (the product may round up to it), so some ``c_i`` always exceeds it. Rounding moves
+    each boundary by about ``V * 2^-53`` of the row's mass (~5e-12 for ``V = 49152``). A row with no positive
+    entry gives index ``V - 1`` (a broken plan; the exact suite reports its missing mass).
+
+    Cost: one uniform and one pass over the row. (The exponential race ``argmax p_i / E_i`` draws ``V``
+    exponentials: 0.94 ms against 0.08 ms for ``V = 49152`` on a 2-core CPU.)
 
     Returns:
         ``[...]`` long indices.
     """
-    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
-    return (probs / race).argmax(-1)
+    cdf = probs.to(torch.float64).clamp(min=0.0).cumsum(-1)  # [..., V]
+    total = cdf[..., -1:]  # [..., 1]
+    u = torch.rand(total.shape, dtype=torch.float64, device=probs.device, generator=generator) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # u < total
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)

@@ -84,27 +84,36 @@ CASES = [
     ("drafter", "policy", "sampling"), CASES, ids=[f"{d}-{p}-T{s.temperature}" for d, p, s in CASES]
 )
 def test_state_after_every_cycle_equals_a_fresh_start(model, drafter, policy, sampling):
-    decoder = SpeculativeGenerator(
-        HFTarget(model, max_len=MAX_LEN),
-        make_drafter(drafter, model, MAX_LEN, backend=EXACT_BACKEND),
-        policy_for(policy),
-        verifier_for(policy, sampling),
-    )
-    report = check_cycle_invariants(
-        decoder,
-        lambda: HFTarget(model, max_len=MAX_LEN),
-        lambda: make_drafter(drafter, model, MAX_LEN, backend=EXACT_BACKEND),
-        PROMPT,
-        sampling,
-        STOP,
-        seed=3,
-    )
-    assert len(report.result.tokens) == STOP.max_new_tokens
-    assert report.target_checks == report.result.metrics.cycles >= 3
-    assert report.draft_checks >= report.target_checks
-    assert report.cycles_after_acceptance >= 2, report.result.metrics.accept_lengths
+    """Every run's state equals a fresh start after every cycle; seeds are added (3, 4, ...) until at least two
+    cycles followed an acceptance (the random tiny models accept rarely, and which seed gets there depends on the
+    sampler's random stream)."""
+    after_acceptance, accept_lengths = 0, []
+    for seed in range(3, 11):
+        decoder = SpeculativeGenerator(
+            HFTarget(model, max_len=MAX_LEN),
+            make_drafter(drafter, model, MAX_LEN, backend=EXACT_BACKEND),
+            policy_for(policy),
+            verifier_for(policy, sampling),
+        )
+        report = check_cycle_invariants(
+            decoder,
+            lambda: HFTarget(model, max_len=MAX_LEN),
+            lambda: make_drafter(drafter, model, MAX_LEN, backend=EXACT_BACKEND),
+            PROMPT,
+            sampling,
+            STOP,
+            seed=seed,
+        )
+        assert len(report.result.tokens) == STOP.max_new_tokens
+        assert report.target_checks == report.result.metrics.cycles >= 3
+        assert report.draft_checks >= report.target_checks
+        after_acceptance += report.cycles_after_acceptance
+        accept_lengths += report.result.metrics.accept_lengths
+        if after_acceptance >= 2:
+            break
+    assert after_acceptance >= 2, accept_lengths
     # The checks consume no randomness: the same seed without them emits the same tokens.
-    plain = decoder.generate(PROMPT, sampling, STOP, torch.Generator().manual_seed(3))
+    plain = decoder.generate(PROMPT, sampling, STOP, torch.Generator().manual_seed(seed))
     assert plain.tokens == report.result.tokens
 
 
@@ -117,16 +126,22 @@ def test_a_compaction_bug_is_caught(model):
         make_policy("stochastic"),
         StochasticMultiRoundVerifier(),
     )
-    with pytest.raises(CycleInvariantError, match="differ"):
-        check_cycle_invariants(
-            decoder,
-            lambda: HFTarget(model, max_len=MAX_LEN),
-            lambda: make_drafter("eagle1", model, MAX_LEN, backend=EXACT_BACKEND),
-            PROMPT,
-            T1,
-            STOP,
-            seed=3,
-        )
+    caught = []
+    for seed in range(3, 11):  # the first seeds whose accepted paths leave index order (seed-dependent)
+        try:
+            check_cycle_invariants(
+                decoder,
+                lambda: HFTarget(model, max_len=MAX_LEN),
+                lambda: make_drafter("eagle1", model, MAX_LEN, backend=EXACT_BACKEND),
+                PROMPT,
+                T1,
+                STOP,
+                seed=seed,
+            )
+        except CycleInvariantError as err:
+            caught.append(str(err))
+            break
+    assert caught and "differ" in caught[0], "the compaction bug went unnoticed for seeds 3..10"
 
 
 class _ForgetsTheRoot(NGramDrafter):

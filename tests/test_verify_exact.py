@@ -318,7 +318,7 @@ def test_a_plan_from_its_own_stop_law_drives_the_same_walk(case: VerifyCase) -> 
         tree, logits = case.build_tree(tokens)
         plan = verifier.plan(tree, logits, case.sampling)
         stop = stop_probabilities(tree, plan)
-        again = stop_probabilities(tree, VerifyPlan.from_stop_probs(tree, stop, plan.residual))
+        again = stop_probabilities(tree, VerifyPlan.from_stop_probs(tree, stop, plan.residual_rows()))
         assert torch.allclose(again, stop, atol=1e-12, rtol=0)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.interfaces import Verdict
-from specdec.sampling import SamplingParams, greedy_tokens, warp
+from specdec.sampling import SamplingParams, greedy_tokens, sample, warp
 from specdec.testing import assert_same_distribution, stop_probabilities
 from specdec.tree import DraftTree
 from specdec.verify import (
@@ -83,6 +83,26 @@ def test_verdicts_have_fixed_shapes_and_valid_paths() -> None:
     assert lengths == {0, 1, 2, 3}  # the random logits exercise every path length
 
 
+def test_sample_draws_the_clamped_normalised_row() -> None:
+    """``sample`` follows ``max(p, 0) / sum``: G-test at level 1e-3 (the false-positive rate), fixed seed; zero,
+    negative and trailing-zero entries are never drawn. Negative control: the same draws fail against a row with
+    0.03 of mass moved, and draws from that row fail against the original."""
+    probs = torch.tensor([0.3, 0.0, 0.25, 1e-3, -0.2, 0.249, 0.2, 0.0, 0.0])  # sums to 1 after the clamp
+    exact = probs.clamp(min=0) / probs.clamp(min=0).sum()
+    draws = sample(probs.expand(40000, -1), torch.Generator().manual_seed(0))
+    assert draws.shape == (40000,) and draws.dtype == torch.long
+    assert not bool(torch.isin(draws, torch.tensor([1, 4, 7, 8])).any())
+    assert_same_distribution(draws, exact, alpha=1e-3)
+    moved = exact.clone()
+    moved[0] -= 0.03
+    moved[6] += 0.03
+    with pytest.raises(AssertionError, match="G-test"):
+        assert_same_distribution(draws, moved, alpha=1e-3)
+    with pytest.raises(AssertionError, match="G-test"):
+        assert_same_distribution(sample(moved.expand(40000, -1), torch.Generator().manual_seed(1)), exact, alpha=1e-3)
+    assert int(sample(torch.tensor([0.0, 0.0, 1.0, 0.0]), torch.Generator().manual_seed(2))) == 2  # 0-dim for [V]
+
+
 def test_root_only_tree_samples_the_bonus_from_p() -> None:
     tree = DraftTree.single(torch.tensor(2))
     logits = torch.tensor([[0.0, -math.inf, 1.0]])
@@ -151,8 +171,37 @@ def test_multiround_plan_values() -> None:
     logits = _logits_from_probs(p_root).expand(4, 3)
     plan = MultiRoundVerifier(F64).plan(tree, logits, T1)
     assert torch.allclose(plan.accept_prob, torch.tensor([1.0, 0.5, 0.0, 0.6], dtype=F64))
-    assert torch.allclose(plan.residual[0], torch.tensor([0.0, 0.0, 1.0], dtype=F64))
-    assert torch.allclose(plan.residual[1], p_root)  # leaves: p itself
+    rows = plan.residual_rows()
+    assert torch.allclose(rows[0], torch.tensor([0.0, 0.0, 1.0], dtype=F64))
+    assert torch.allclose(rows[1], p_root)  # leaves: p itself
+
+
+def test_multiround_mass_left_does_not_cancel() -> None:
+    """Earlier siblings holding nearly all of p: the later sibling's accept probability keeps full precision.
+
+    p = (1 - 3e-10, 1e-10, 2e-10), children tokens (0, 1): token 1 is tried with probability 3e-10 and accepted with
+    1e-10 / 3e-10 = 1/3. Computing the mass left as ``1 - p(0)`` would lose ~7 digits to cancellation.
+    """
+    p_root = torch.tensor([1 - 3e-10, 1e-10, 2e-10], dtype=F64)
+    tree = _tree([-1, 0, 0], [0, 0, 1])
+    plan = MultiRoundVerifier(F64).plan(tree, _logits_from_probs(p_root).expand(3, 3), T1)
+    assert abs(float(plan.accept_prob[2]) - 1 / 3) < 1e-12
+    assert torch.allclose(plan.residual_rows()[0], torch.tensor([0.0, 0.0, 1.0], dtype=F64), atol=0, rtol=1e-12)
+
+
+def test_walk_with_lazy_rows_equals_walk_with_dense_rows() -> None:
+    """The multi-round plan builds the one residual row the walk samples from; same coins, same verdict as the
+    plan with every row built (``residual_rows``)."""
+    gen = torch.Generator().manual_seed(8)
+    tree = _tree(PARENTS, TOKENS)
+    logits = torch.randn(len(PARENTS), V, generator=gen)
+    plan = MultiRoundVerifier().plan(tree, logits, T1)
+    assert plan.residual is None and plan.residual_at is not None
+    dense = VerifyPlan(plan.accept_prob, plan.residual_rows())
+    for seed in range(20):
+        a = walk(tree, plan, torch.Generator().manual_seed(seed))
+        b = walk(tree, dense, torch.Generator().manual_seed(seed))
+        assert torch.equal(a.accepted, b.accepted) and int(a.bonus_token) == int(b.bonus_token)
 
 
 def test_stochastic_plan_values() -> None:
@@ -190,7 +239,7 @@ def test_float32_plan_matches_float64() -> None:
         b = verifier_cls(F64).plan(tree, logits, T1)
         assert a.accept_prob.dtype == torch.float32 and b.accept_prob.dtype == F64
         assert torch.allclose(a.accept_prob.double(), b.accept_prob, atol=1e-6)
-        assert torch.allclose(a.residual.double(), b.residual, atol=1e-6)
+        assert torch.allclose(a.residual_rows().double(), b.residual_rows(), atol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------- errors

@@ -49,7 +49,7 @@ class ResidualNotRenormalisedVerifier(PlanVerifier):
         repeated = (earlier_siblings(tree) & (tree.tokens[:, None] == tree.tokens[None, :])).any(-1)
         raw = p[parent_index(tree), tree.tokens].masked_fill(repeated, 0.0)
         accept_prob = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, raw)
-        return VerifyPlan(accept_prob=accept_prob, residual=correct.residual)
+        return VerifyPlan(accept_prob=accept_prob, residual_at=correct.residual_at)
 
 
 class GreedyBonusOffByOneVerifier(GreedyVerifier):
@@ -125,7 +125,7 @@ class OneSidedWarpVerifier(MultiRoundVerifier):
         warped = warp(target_logits, sampling, self.dtype)
         return VerifyPlan(
             accept_prob=multiround_plan(tree, raw).accept_prob,
-            residual=multiround_plan(tree, warped).residual,
+            residual_at=multiround_plan(tree, warped).residual_at,
         )
 
 

@@ -88,7 +88,7 @@ def _effective_residual(plan: VerifyPlan) -> torch.Tensor:
     """
     if plan.bonus is not None:
         return torch.nn.functional.one_hot(plan.bonus.cpu(), plan.vocab).to(torch.float64)
-    r = plan.residual.detach().to("cpu", torch.float64)
+    r = plan.residual_rows().detach().to("cpu", torch.float64)
     r = torch.where(r < 0, 0.0, r)
     s = r.sum(-1, keepdim=True)
     return torch.where(s > 0, r / torch.where(s > 0, s, 1.0), torch.where(torch.isnan(s), s, 0.0))

@@ -9,11 +9,8 @@ from specdec.tree import DraftTree
 from specdec.verify.plan import (
     PlanVerifier,
     VerifyPlan,
-    children_token_mask,
-    earlier_siblings,
     parent_index,
     safe_div,
-    token_mask,
 )
 
 __all__ = ["MultiRoundVerifier", "multiround_plan"]
@@ -25,25 +22,41 @@ def multiround_plan(tree: DraftTree, p: torch.Tensor) -> VerifyPlan:
     Returns:
         ``accept_prob [N]``: ``p_u(x_k) / (1 - sum of p_u over the distinct earlier sibling tokens)``, 0 for a
         token an earlier sibling already carries (and 0 when nothing is left, 0/0 -> 0);
-        ``residual [N, V]``: ``p_u`` with every child token zeroed and renormalised (``p_u`` for leaves, and as
-        a fallback when the children cover all of ``p_u``, a state reached with probability 0).
+        residual rows (``residual_at``, built for the nodes asked for): ``p_u`` with every child token zeroed and
+        renormalised (``p_u`` for leaves, and as a fallback when the children cover all of ``p_u``, a state
+        reached with probability 0).
+
+    Cost: two passes over ``[N, V]`` (a copy of ``p`` with the child tokens zeroed, and its row sums); the rest
+    works on ``[N, N]`` gathers, and the walk builds the one residual row it samples from.
+
+    Precision: the mass left when ``x_k`` is tried is summed from non-negative terms (the mass no child carries,
+    plus the first occurrences of the sibling tokens from ``x_k`` on), never as ``1 - tried``, which cancels when
+    the earlier siblings hold nearly all of ``p_u``.
     """
-    n, vocab = p.shape
+    n = p.shape[0]
     parent = parent_index(tree)
-    earlier = earlier_siblings(tree)  # [N, N]
-    # tried[c, x]: some earlier sibling of c carries x, so x was already zeroed when c is tried.
     idx = torch.arange(n, device=tree.device)
-    pair_rows = idx[:, None].expand(n, n).reshape(-1)
-    pair_tokens = tree.tokens[None, :].expand(n, n).reshape(-1)
-    tried = token_mask(pair_rows, pair_tokens, earlier.reshape(-1), n, vocab)  # [N, V]
-    p_res = p[parent].masked_fill(tried, 0.0)  # [N, V] the parent's residual when c is tried (unnormalised)
-    left = p_res.sum(-1)  # [N]
-    accept_prob = safe_div(p_res.gather(-1, tree.tokens[:, None]).squeeze(-1), left).clamp(max=1.0)
+    non_root = idx > 0
+    siblings = (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]  # [N, N]
+    # first[j]: no earlier sibling of j carries j's token (j is the first occurrence of its token among siblings)
+    first = ~(siblings & (tree.tokens[:, None] == tree.tokens[None, :]) & (idx[None, :] < idx[:, None])).any(-1)
+    # rest[u]: p_u with every child token of u zeroed; rest_sum[u]: the mass no child of u carries
+    zero = torch.zeros((), dtype=p.dtype, device=p.device).expand(n - 1)
+    rest = p.index_put((tree.parents[1:], tree.tokens[1:]), zero)  # a copy; duplicate pairs write the same 0
+    rest_sum = rest.sum(-1)  # [N]
+    p_sib = p[parent[:, None], tree.tokens[None, :]]  # [c, j] = p_{parent(c)}(x_j)
+    # still in play when c is tried: the mass no child carries + first occurrences of sibling tokens at or after c
+    untried = siblings & first[None, :] & (idx[None, :] >= idx[:, None])  # [c, j]
+    left = rest_sum[parent] + torch.where(untried, p_sib, 0.0).sum(-1)  # [N]
+    own = torch.where(first, p_sib.diagonal(), 0.0)  # p_u(x_c), 0 for a token an earlier sibling carries
+    accept_prob = safe_div(own, left).clamp(max=1.0)
     accept_prob = torch.where(idx == 0, 1.0, accept_prob)
-    rest = p.masked_fill(children_token_mask(tree, vocab), 0.0)
-    rest_sum = rest.sum(-1, keepdim=True)
-    residual = torch.where(rest_sum > 0, safe_div(rest, rest_sum), p)
-    return VerifyPlan(accept_prob=accept_prob, residual=residual)
+
+    def residual_at(nodes: torch.Tensor) -> torch.Tensor:
+        r, s = rest[nodes], rest_sum[nodes][..., None]
+        return torch.where(s > 0, safe_div(r, s), p[nodes])
+
+    return VerifyPlan(accept_prob=accept_prob, residual_at=residual_at)
 
 
 class MultiRoundVerifier(PlanVerifier):
@@ -73,7 +86,7 @@ class MultiRoundVerifier(PlanVerifier):
     """
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """``accept_prob [N]`` and ``residual [N, V]`` from p = ``warp(target_logits, sampling)``.
+        """``accept_prob [N]`` and the residual rows from p = ``warp(target_logits, sampling)``.
 
         Raises:
             ValueError: if ``tree.q_dist`` is set (stochastic candidates).

@@ -14,6 +14,7 @@ plan into the exact distribution of the emitted tokens, so a wrong plan cannot h
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,36 +45,55 @@ class VerifyPlan:
             was reached and every earlier sibling (same parent, lower index) was rejected. The root entry is
             unused (set to 1).
         residual: ``[N, V]`` float. Row ``u`` is the distribution of the bonus token when the walk stops at
-            ``u`` (all of ``u``'s children rejected, or ``u`` a leaf). Rows sum to 1. May be None for a plan that
-            gives ``bonus`` (its rows are then the one-hots of ``bonus``, see :meth:`residual_rows`).
+            ``u`` (all of ``u``'s children rejected, or ``u`` a leaf). Rows sum to 1. Optional: a plan may give
+            the same rows as ``residual_at`` or ``bonus`` instead (see :meth:`rows`).
         bonus: optional ``[N]`` long, for plans whose every residual row is a point mass (greedy): row ``u`` is
             the one-hot of ``bonus[u]``. The walk then reads the bonus token instead of drawing it (the same
             law; drawing from a ``V``-wide row costs ~0.7 ms on a CPU for ``V = 49152``), and the plan need not
             build the ``[N, V]`` rows at all.
-        vocab_size: ``V``, required when ``residual`` is None.
+        residual_at: optional function ``nodes [...] long -> [..., V]`` giving those nodes' residual rows on
+            demand. The walk stops at one node and needs one row: a plan that would spend several ``[N, V]``
+            passes on rows nobody reads builds that one (the multi-round plan does).
+        vocab_size: ``V``, required with ``bonus`` alone.
+
+    Contract: ``rows(nodes)`` is the same function of ``nodes`` whichever field defines it, and :meth:`residual_rows`
+    (every node, what the exact suite checks) uses the same code as the walk's one row.
     """
 
     accept_prob: torch.Tensor
     residual: torch.Tensor | None = None
     bonus: torch.Tensor | None = None
+    residual_at: Callable[[torch.Tensor], torch.Tensor] | None = None
     vocab_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.residual is None and (self.bonus is None or self.vocab_size is None):
-            raise ValueError("a VerifyPlan needs residual [N, V], or point-mass bonus [N] together with vocab_size")
+        if self.residual is None and self.residual_at is None and (self.bonus is None or self.vocab_size is None):
+            raise ValueError(
+                "a VerifyPlan needs residual [N, V], residual_at, or point-mass bonus [N] together with vocab_size"
+            )
 
     @property
     def vocab(self) -> int:
         """``V``, the width of the residual rows."""
-        return self.residual.shape[-1] if self.residual is not None else int(self.vocab_size)
+        if self.residual is not None:
+            return self.residual.shape[-1]
+        if self.vocab_size is not None:
+            return int(self.vocab_size)
+        return self.rows(torch.zeros(1, dtype=torch.long, device=self.accept_prob.device)).shape[-1]
+
+    def rows(self, nodes: torch.Tensor) -> torch.Tensor:
+        """``[..., V]`` residual rows of ``nodes [...]`` (long): from ``residual``, ``residual_at``, or the one-hots
+        of ``bonus`` (in that order of preference)."""
+        if self.residual is not None:
+            return self.residual[nodes]
+        if self.residual_at is not None:
+            return self.residual_at(nodes)
+        out = torch.zeros(*nodes.shape, self.vocab, dtype=self.accept_prob.dtype, device=self.bonus.device)
+        return out.scatter_(-1, self.bonus[nodes][..., None], 1.0)
 
     def residual_rows(self) -> torch.Tensor:
-        """``[N, V]``: ``residual`` as given, or the one-hots of ``bonus`` (built here, for checks and tools; the
-        walk never needs them)."""
-        if self.residual is not None:
-            return self.residual
-        rows = torch.zeros(self.bonus.shape[0], self.vocab, dtype=self.accept_prob.dtype, device=self.bonus.device)
-        return rows.scatter_(-1, self.bonus[:, None], 1.0)
+        """``[N, V]``: every node's residual row (for checks and tools; the walk reads one row, or ``bonus``)."""
+        return self.rows(torch.arange(self.accept_prob.shape[0], device=self.accept_prob.device))
 
     @classmethod
     def from_stop_probs(cls, tree: DraftTree, stop_prob: torch.Tensor, residual: torch.Tensor) -> VerifyPlan:

@@ -30,7 +30,7 @@ def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -
 
     Args:
         tree: ``N`` nodes, ``tree.max_depth`` bounds the walk (one tensor step per level).
-        plan: ``accept_prob [N]`` and ``residual [N, V]`` (or point-mass ``bonus [N]``).
+        plan: ``accept_prob [N]`` and the residual rows (:meth:`VerifyPlan.rows`), or point-mass ``bonus [N]``.
         generator: the only source of randomness (``N`` uniforms, then one residual sample unless the plan gives
             point-mass ``bonus`` tokens).
 
@@ -43,7 +43,7 @@ def walk(tree: DraftTree, plan: VerifyPlan, generator: torch.Generator | None) -
     return Verdict(
         accepted=tree.paths[final],
         accept_length=tree.depth[final],
-        bonus_token=sample(plan.residual[final], generator) if plan.bonus is None else plan.bonus[final],
+        bonus_token=sample(plan.rows(final), generator) if plan.bonus is None else plan.bonus[final],
     )
 
 
