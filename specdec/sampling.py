@@ -110,7 +110,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     ``c_i > u``; then ``c_{i-1} <= u < c_i``, so ``p_i > 0``: a zero-probability entry is never drawn. ``u`` is held
     strictly below ``c[-1]`` (the product may round up to it), so some ``c_i`` always exceeds it. Rounding moves
     each boundary by about ``V * 2^-53`` of the row's mass (~5e-12 for ``V = 49152``). A row with no positive
-    entry gives index ``V - 1`` (a broken plan; the exact suite reports its missing mass).
+    entry gives index ``V - 1`` (a broken plan; the exact suite reports its missing mass), and so does a row with a
+    NaN (the decoding loops check the logits for NaN in the same cycle and raise).
 
     Cost: one uniform and one pass over the row. (The exponential race ``argmax p_i / E_i`` draws ``V``
     exponentials: 0.94 ms against 0.08 ms for ``V = 49152`` on a 2-core CPU.)

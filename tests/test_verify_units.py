@@ -180,7 +180,8 @@ def test_multiround_mass_left_does_not_cancel() -> None:
     """Earlier siblings holding nearly all of p: the later sibling's accept probability keeps full precision.
 
     p = (1 - 3e-10, 1e-10, 2e-10), children tokens (0, 1): token 1 is tried with probability 3e-10 and accepted with
-    1e-10 / 3e-10 = 1/3. Computing the mass left as ``1 - p(0)`` would lose ~7 digits to cancellation.
+    1e-10 / 3e-10 = 1/3. Computing the mass left as ``1 - p(0)`` would lose ~7 digits to cancellation (a precision
+    pin for the sparse plan: the dense form summed the masked row, which was exact too).
     """
     p_root = torch.tensor([1 - 3e-10, 1e-10, 2e-10], dtype=F64)
     tree = _tree([-1, 0, 0], [0, 0, 1])

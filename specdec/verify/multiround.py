@@ -29,9 +29,9 @@ def multiround_plan(tree: DraftTree, p: torch.Tensor) -> VerifyPlan:
     Cost: two passes over ``[N, V]`` (a copy of ``p`` with the child tokens zeroed, and its row sums); the rest
     works on ``[N, N]`` gathers, and the walk builds the one residual row it samples from.
 
-    Precision: the mass left when ``x_k`` is tried is summed from non-negative terms (the mass no child carries,
-    plus the first occurrences of the sibling tokens from ``x_k`` on), never as ``1 - tried``, which cancels when
-    the earlier siblings hold nearly all of ``p_u``.
+    Precision: as in the dense form, the mass left when ``x_k`` is tried is a sum of non-negative terms (the mass no
+    child carries, plus the first occurrences of the sibling tokens from ``x_k`` on); a ``1 - tried`` shortcut
+    would cancel when the earlier siblings hold nearly all of ``p_u`` (a test pins this).
     """
     n = p.shape[0]
     parent = parent_index(tree)
@@ -39,10 +39,10 @@ def multiround_plan(tree: DraftTree, p: torch.Tensor) -> VerifyPlan:
     non_root = idx > 0
     siblings = (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]  # [N, N]
     # first[j]: no earlier sibling of j carries j's token (j is the first occurrence of its token among siblings)
-    first = ~(siblings & (tree.tokens[:, None] == tree.tokens[None, :]) & (idx[None, :] < idx[:, None])).any(-1)
+    first = ~(siblings & (tree.tokens[:, None] == tree.tokens[None, :]) & (idx[None, :] < idx[:, None])).any(-1)  # [N]
     # rest[u]: p_u with every child token of u zeroed; rest_sum[u]: the mass no child of u carries
     zero = torch.zeros((), dtype=p.dtype, device=p.device).expand(n - 1)
-    rest = p.index_put((tree.parents[1:], tree.tokens[1:]), zero)  # a copy; duplicate pairs write the same 0
+    rest = p.index_put((tree.parents[1:], tree.tokens[1:]), zero)  # [N, V], a copy; duplicate pairs write the same 0
     rest_sum = rest.sum(-1)  # [N]
     p_sib = p[parent[:, None], tree.tokens[None, :]]  # [c, j] = p_{parent(c)}(x_j)
     # still in play when c is tried: the mass no child carries + first occurrences of sibling tokens at or after c
@@ -53,6 +53,7 @@ def multiround_plan(tree: DraftTree, p: torch.Tensor) -> VerifyPlan:
     accept_prob = torch.where(idx == 0, 1.0, accept_prob)
 
     def residual_at(nodes: torch.Tensor) -> torch.Tensor:
+        """``nodes [...]`` -> ``[..., V]``: ``rest`` renormalised, or ``p`` where no mass is left."""
         r, s = rest[nodes], rest_sum[nodes][..., None]
         return torch.where(s > 0, safe_div(r, s), p[nodes])
 

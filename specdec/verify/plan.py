@@ -56,8 +56,8 @@ class VerifyPlan:
             passes on rows nobody reads builds that one (the multi-round plan does).
         vocab_size: ``V``, required with ``bonus`` alone.
 
-    Contract: ``rows(nodes)`` is the same function of ``nodes`` whichever field defines it, and :meth:`residual_rows`
-    (every node, what the exact suite checks) uses the same code as the walk's one row.
+    Contract: :meth:`rows` reads the fields in the walk's order (``bonus`` first), and :meth:`residual_rows` (every
+    node, what the exact suite checks) runs the same code as the walk's one row.
     """
 
     accept_prob: torch.Tensor
@@ -82,14 +82,14 @@ class VerifyPlan:
         return self.rows(torch.zeros(1, dtype=torch.long, device=self.accept_prob.device)).shape[-1]
 
     def rows(self, nodes: torch.Tensor) -> torch.Tensor:
-        """``[..., V]`` residual rows of ``nodes [...]`` (long): from ``residual``, ``residual_at``, or the one-hots
-        of ``bonus`` (in that order of preference)."""
-        if self.residual is not None:
-            return self.residual[nodes]
+        """``[..., V]`` the bonus law at ``nodes [...]`` (long), read as the walk reads it: the one-hots of ``bonus``
+        when it is given (whatever ``residual`` says), else ``residual_at``, else ``residual``."""
+        if self.bonus is not None:
+            out = torch.zeros(*nodes.shape, self.vocab, dtype=self.accept_prob.dtype, device=self.bonus.device)
+            return out.scatter_(-1, self.bonus[nodes][..., None], 1.0)
         if self.residual_at is not None:
             return self.residual_at(nodes)
-        out = torch.zeros(*nodes.shape, self.vocab, dtype=self.accept_prob.dtype, device=self.bonus.device)
-        return out.scatter_(-1, self.bonus[nodes][..., None], 1.0)
+        return self.residual[nodes]
 
     def residual_rows(self) -> torch.Tensor:
         """``[N, V]``: every node's residual row (for checks and tools; the walk reads one row, or ``bonus``)."""
