@@ -82,12 +82,10 @@ def stop_probabilities(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
 def _effective_residual(plan: VerifyPlan) -> torch.Tensor:
     """``[N, V]``: the bonus law the walk uses at each node.
 
-    A plan with point-mass ``bonus`` tokens: the one-hot of ``bonus`` (the walk reads it and ignores any
-    ``residual``, so a ``bonus`` that disagrees with ``residual`` is caught here). Otherwise what
-    :func:`~specdec.sampling.sample` draws from: ``residual`` clamped at 0 and normalised (NaN propagates).
+    :meth:`VerifyPlan.residual_rows` reads the plan as the walk does: the one-hots of point-mass ``bonus`` tokens
+    when the plan has them (whatever its ``residual`` says, so a ``bonus`` that disagrees is caught here), else the
+    rows :func:`~specdec.sampling.sample` draws from, clamped at 0 and normalised (NaN propagates).
     """
-    if plan.bonus is not None:
-        return torch.nn.functional.one_hot(plan.bonus.cpu(), plan.vocab).to(torch.float64)
     r = plan.residual_rows().detach().to("cpu", torch.float64)
     r = torch.where(r < 0, 0.0, r)
     s = r.sum(-1, keepdim=True)

@@ -67,19 +67,15 @@ class VerifyPlan:
     vocab_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.residual is None and self.residual_at is None and (self.bonus is None or self.vocab_size is None):
-            raise ValueError(
-                "a VerifyPlan needs residual [N, V], residual_at, or point-mass bonus [N] together with vocab_size"
-            )
+        if self.residual is None and self.residual_at is None and self.bonus is None:
+            raise ValueError("a VerifyPlan needs residual [N, V], residual_at, or point-mass bonus [N]")
+        if self.bonus is not None and self.residual is None and self.vocab_size is None:
+            raise ValueError("a VerifyPlan with point-mass bonus [N] and no residual [N, V] needs vocab_size")
 
     @property
     def vocab(self) -> int:
-        """``V``, the width of the residual rows."""
-        if self.residual is not None:
-            return self.residual.shape[-1]
-        if self.vocab_size is not None:
-            return int(self.vocab_size)
-        return self.rows(torch.zeros(1, dtype=torch.long, device=self.accept_prob.device)).shape[-1]
+        """``V`` of a plan with ``bonus`` (from ``residual`` or ``vocab_size``, which such a plan has)."""
+        return self.residual.shape[-1] if self.residual is not None else int(self.vocab_size)
 
     def rows(self, nodes: torch.Tensor) -> torch.Tensor:
         """``[..., V]`` the bonus law at ``nodes [...]`` (long), read as the walk reads it: the one-hots of ``bonus``
