@@ -79,14 +79,14 @@ def one_token_steps(fast: HFTarget, stock_model, context: int, repeats: int) -> 
     prompt = torch.randint(0, fast.vocab_size, (context,), generator=g)
     fast.prefill(prompt)
     cache = DynamicCache(config=stock_model.config)
-    stock_model(input_ids=prompt[None], past_key_values=cache, use_cache=True)
+    stock_model(input_ids=prompt[None], use_cache=True, **{fast.layout.cache_kwarg: cache})
     token = torch.tensor([[5]])
     ours, hf = [], []
     for round_ in range(3 * repeats + 1):
         t0 = time.perf_counter()
         fast.decode_one(token[0, 0])
         t1 = time.perf_counter()
-        stock_model(input_ids=token, past_key_values=cache, use_cache=True)
+        stock_model(input_ids=token, use_cache=True, **{fast.layout.cache_kwarg: cache})
         t2 = time.perf_counter()
         fast.length = context  # the next step overwrites the same slot
         cache.crop(-1)  # drop the step just taken

@@ -16,6 +16,7 @@ types with other patterns (chunked, linear or recurrent attention), attention im
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass
 
@@ -45,6 +46,18 @@ class UntestedModelWarning(UserWarning):
     """A model family outside :data:`TESTED_FAMILIES`: its layout looks servable, but no test proves it."""
 
 
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword ``model.forward`` takes its KV cache by (the signature behind transformers' deprecation shims)."""
+    params = inspect.signature(model.forward).parameters  # follows __wrapped__ through deprecate_kwarg
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise UnsupportedModelError(
+        f"{type(model).__name__}.forward takes no KV cache argument ('cache' or 'past_key_values'); "
+        "specdec needs one to run tree forwards over a committed prefix"
+    )
+
+
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``[n, kv]`` bool (True = attend) -> ``[1, 1, n, kv]`` additive mask for an HF model (0 or dtype min).
 
@@ -62,22 +75,27 @@ class AttentionLayout:
         layer_types: ``FULL`` or ``SLIDING`` per layer.
         sliding_window: ``W`` of the sliding layers (None if there are none).
         dtype: the dtype of the attention scores, which an additive mask must have.
+        cache_kwarg: the keyword the model's ``forward`` takes its KV cache by: ``"cache"`` in newer transformers
+            releases, ``"past_key_values"`` before (a removed name would land in ``**kwargs`` and be ignored, so the
+            forward would silently run without the cache: the name is read from the signature, never assumed).
     """
 
     layer_types: tuple[str, ...]
     sliding_window: int | None
     dtype: torch.dtype
+    cache_kwarg: str = "past_key_values"
 
     @classmethod
     def of(cls, model: torch.nn.Module, warn: bool = True) -> AttentionLayout:
         """Read and check ``model``'s layout (after any backend switch of its attention implementation).
 
         Raises:
-            UnsupportedModelError: encoder-decoder, an attention implementation without 4-D masks, or a layer type
-                other than full or sliding-window attention.
+            UnsupportedModelError: encoder-decoder, an attention implementation without 4-D masks, a layer type
+                other than full or sliding-window attention, or a ``forward`` that takes no KV cache argument.
         """
         config = model.config.get_text_config()
         name = type(model).__name__
+        cache_kwarg = _cache_kwarg(model)
         if getattr(model.config, "is_encoder_decoder", False):
             raise UnsupportedModelError(f"{name} is an encoder-decoder model; only decoder-only causal LMs are served")
         impl = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -112,7 +130,7 @@ class AttentionLayout:
             dtype = model.get_input_embeddings().weight.dtype
         if not dtype.is_floating_point:
             dtype = torch.float32
-        return cls(types, int(window) if SLIDING in types else None, dtype)
+        return cls(types, int(window) if SLIDING in types else None, dtype, cache_kwarg)
 
     @property
     def hybrid(self) -> bool:

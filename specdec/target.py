@@ -133,7 +133,7 @@ class HFTarget(Target):
             input_ids=ids[None],
             attention_mask=mask,
             position_ids=positions[None],
-            past_key_values=self.cache,
+            **{self.layout.cache_kwarg: self.cache},
             use_cache=True,
             # static: the compiled graph always returns them, so a drafter's request never adds a graph
             output_hidden_states=want.any or self.static,

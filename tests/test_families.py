@@ -9,6 +9,7 @@ sliding layers diverges from ``generate``.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import pytest
@@ -120,3 +121,23 @@ def test_an_untested_family_is_served_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UntestedModelWarning)
         HFTarget(tiny_family("gemma3"), max_len=MAX_LEN, backend="stock")
+
+
+def test_the_cache_goes_by_the_name_the_forward_takes():
+    model = tiny_family("llama")
+    name = AttentionLayout.of(model).cache_kwarg
+    assert name in inspect.signature(model.forward).parameters
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # a deprecated keyword would warn here
+        target = HFTarget(model, max_len=MAX_LEN, backend="stock")
+        target.prefill(prompt_of(4))
+    assert target.cache.layers[0].is_initialized  # the forward wrote into our cache, not into one of its own
+
+    def legacy(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
+        return None
+
+    model.forward = legacy  # as in transformers releases before the rename
+    assert AttentionLayout.of(model).cache_kwarg == "past_key_values"
+    model.forward = lambda input_ids=None, **kwargs: None  # a cache passed here would be ignored: refused
+    with pytest.raises(UnsupportedModelError, match="no KV cache argument"):
+        HFTarget(model, max_len=MAX_LEN, backend="stock")

@@ -47,7 +47,8 @@ class SmallLMDrafter(Drafter):
     """Drafts with a small causal LM that has its own KV cache.
 
     Args:
-        model: a Hugging Face causal LM (``model(input_ids, attention_mask=4-D, position_ids, past_key_values)``).
+        model: a Hugging Face causal LM (``model(input_ids, attention_mask=4-D, position_ids, cache)``; the cache
+            keyword is read from the signature).
         max_len: cache capacity in positions: committed context plus one tree's expanded nodes.
         target_vocab_size: if given, the drafter's output vocabulary must have exactly this size.
         backend: how the model's forward executes (:mod:`specdec.fastpath`); transforms ``model`` in place. A drafter
@@ -169,7 +170,7 @@ class SmallLMDrafter(Drafter):
             input_ids=tokens[None],
             attention_mask=self.layout.mask(allowed, keys, positions),
             position_ids=positions[None],
-            past_key_values=self.cache,
+            **{self.layout.cache_kwarg: self.cache},
             use_cache=True,
             logits_to_keep=keep_rows,
         )
