@@ -192,6 +192,22 @@ class Drafter(ABC):
         logits = self.expand(tree, frontier).float()  # [F, V]
         return top_children(logits, k)
 
+    def expand_draft(self, tree: PartialTree, frontier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One :meth:`expand` step over the tokens this drafter can propose: ``(logits [F, V_d], ids [V_d] | None)``.
+
+        Args:
+            tree, frontier: as for :meth:`expand` (the same call contract and the same drafter state change).
+
+        Returns:
+            float logits over the draft vocabulary and the target id of each of its columns (``None``: the draft
+            vocabulary is the target's, ``V_d = V``).
+
+        Contract: the :meth:`expand` row is these logits placed at ``ids`` with ``-inf`` everywhere else, so
+        ``softmax`` of it is the same q (zero off the draft vocabulary). A sampled tree draws from ``V_d`` columns
+        instead of ``V`` (:class:`~specdec.trees.stochastic.StochasticTreePolicy`).
+        """
+        return self.expand(tree, frontier), None
+
     @abstractmethod
     def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
         """Tokens that entered the target's cache this cycle.

@@ -378,6 +378,37 @@ def test_eagle1_drafter_shortlist_matches_full_forward(target):
 
 
 @pytest.mark.parametrize("kind", ["eagle1", "eagle1-shortlist", "eagle3"])
+def test_expand_draft_placed_at_its_ids_is_expand(target, kind):
+    """``expand_draft``'s ``[F, V_d]`` logits put at their target ids (``-inf`` elsewhere) are the ``expand`` row."""
+
+    def make():
+        if kind == "eagle3":
+            return Eagle3Drafter(eagle3_head(40, draft_vocab=10), target, max_len=64, backend="stock")
+        ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15]) if kind == "eagle1-shortlist" else None
+        return EagleDrafter(eagle1_head(41), target, max_len=64, draft_vocab=ids, backend="stock")
+
+    full, draft = make(), make()
+    prompt = torch.tensor([1, 4, 2, 7, 3])
+    hs = target_hidden(target, prompt.tolist())
+    hidden = TargetHidden(final=hs[-1], layers=dict(enumerate(hs)))
+    for d in (full, draft):
+        d.prefill(prompt, hidden)
+    trees = [PartialTree(torch.tensor(6), 128) for _ in range(2)]
+    frontier = torch.tensor([0])
+    for _ in range(3):
+        row = full.expand(trees[0], frontier)
+        logits, ids = draft.expand_draft(trees[1], frontier)
+        assert (ids is None) == (kind == "eagle1")
+        assert logits.shape[-1] == {"eagle3": 10, "eagle1-shortlist": 8}.get(kind, V)
+        placed = logits if ids is None else torch.full_like(row, float("-inf")).index_copy(-1, ids, logits)
+        torch.testing.assert_close(placed, row)
+        tokens = torch.topk(row, 3, dim=-1).indices
+        for tree in trees:
+            new = tree.add(frontier.repeat_interleave(3), tokens.reshape(-1), torch.zeros(tokens.numel()))
+        frontier = new[:3]
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle1-shortlist", "eagle3"])
 @pytest.mark.parametrize("k", [3, 12])  # 12 > V_d = 10 (EAGLE-3) and 8 (shortlist): clamped to what can be proposed
 def test_expand_topk_equals_topk_of_expand(target, kind, k):
     """The draft-vocabulary top-k equals the top-k of the full ``[F, V]`` row (same log q, same target tokens)."""

@@ -31,6 +31,7 @@ from specdec.testing.broken import (
     TraversalStaleQVerifier,
     TraversalStaleWeightVerifier,
 )
+from specdec.testing.reference import RoundByRoundStochasticVerifier
 from specdec.verify import (
     BlockVerifier,
     ChainVerifier,
@@ -241,6 +242,28 @@ def test_multiround_is_exactly_lossless(case: VerifyCase) -> None:
 @given(case=sto_cases())
 def test_stochastic_multiround_is_exactly_lossless(case: VerifyCase) -> None:
     assert_lossless_exact(StochasticMultiRoundVerifier(F64), [case])
+
+
+@EXACT
+@given(case=sto_cases(), width=st.sampled_from([None, 1, 2]))
+def test_the_closed_form_is_the_round_by_round_rule(case: VerifyCase, width: int | None) -> None:
+    """The library's closed-form plan against the rule as written (one ``[N, V]`` state per round), both float64:
+    the same law of where the walk stops and the same bonus row wherever it can stop (unreachable states may
+    differ), for the real width and for bounds below it. The reference is itself proven lossless below."""
+    for tokens, _ in case.enumerate_trees()[:8]:
+        tree, logits = case.build_tree(tokens)
+        fast = StochasticMultiRoundVerifier(F64, max_children=width).plan(tree, logits, case.sampling)
+        slow = RoundByRoundStochasticVerifier(F64, max_children=width).plan(tree, logits, case.sampling)
+        stop = stop_probabilities(tree, fast)
+        torch.testing.assert_close(stop, stop_probabilities(tree, slow), rtol=0, atol=1e-12)
+        reached = stop > 1e-12
+        torch.testing.assert_close(fast.residual_rows()[reached], slow.residual_rows()[reached], rtol=0, atol=1e-10)
+
+
+@settings(EXACT, max_examples=40)
+@given(case=sto_cases())
+def test_the_round_by_round_reference_is_exactly_lossless(case: VerifyCase) -> None:
+    assert_lossless_exact(RoundByRoundStochasticVerifier(F64), [case])
 
 
 @settings(EXACT, max_examples=40)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.interfaces import Verdict
-from specdec.sampling import SamplingParams, greedy_tokens, sample, warp
+from specdec.sampling import SamplingParams, greedy_tokens, sample, sample_distinct, warp
 from specdec.testing import assert_same_distribution, stop_probabilities
 from specdec.tree import DraftTree
 from specdec.verify import (
@@ -101,6 +101,42 @@ def test_sample_draws_the_clamped_normalised_row() -> None:
     with pytest.raises(AssertionError, match="G-test"):
         assert_same_distribution(sample(moved.expand(40000, -1), torch.Generator().manual_seed(1)), exact, alpha=1e-3)
     assert int(sample(torch.tensor([0.0, 0.0, 1.0, 0.0]), torch.Generator().manual_seed(2))) == 2  # 0-dim for [V]
+
+
+def _ordered_triples(q: torch.Tensor) -> torch.Tensor:
+    """``[V, V, V]``: the law of three draws without replacement from ``q`` (zero where an index repeats)."""
+    v = q.shape[0]
+    law = torch.zeros(v, v, v, dtype=torch.float64)
+    for a in range(v):
+        for b in range(v):
+            for c in range(v):
+                if len({a, b, c}) == 3:
+                    law[a, b, c] = q[a] * q[b] / (1 - q[a]) * q[c] / (1 - q[a] - q[b])
+    return law
+
+
+def test_sample_distinct_draws_without_replacement_in_order() -> None:
+    """The ordered triple of ``sample_distinct`` follows sequential draws without replacement from the clamped row:
+    G-test at level 1e-3 (the false-positive rate) over all ordered triples, fixed seed; zero and negative entries are
+    never drawn. Negative controls: the same draws fail against a wrong reweighting (each next index drawn in
+    proportion to ``q^2``, still without replacement), and draws with replacement fail (they repeat indices, which
+    the exact law gives probability 0)."""
+    row = torch.tensor([0.34, 0.0, 0.22, 0.16, -0.3, 0.13, 0.09, 0.06])  # sums to 1 after the clamp
+    q = row.clamp(min=0).double()
+    draws = sample_distinct(row.expand(30000, -1), 3, torch.Generator().manual_seed(0))
+    assert draws.shape == (30000, 3) and draws.dtype == torch.long
+    assert not bool(torch.isin(draws, torch.tensor([1, 4])).any())
+    v = row.shape[0]
+    flat = (draws[:, 0] * v + draws[:, 1]) * v + draws[:, 2]
+    assert_same_distribution(flat, _ordered_triples(q), alpha=1e-3)
+    squared = q**2 / (q**2).sum()
+    with pytest.raises(AssertionError, match="G-test"):
+        assert_same_distribution(flat, _ordered_triples(squared), alpha=1e-3)
+    with_replacement = sample(row.expand(30000, 3, -1), torch.Generator().manual_seed(1))
+    repeats = (with_replacement[:, 0] * v + with_replacement[:, 1]) * v + with_replacement[:, 2]
+    with pytest.raises(AssertionError, match="G-test"):
+        assert_same_distribution(repeats, _ordered_triples(q), alpha=1e-3)
+    assert sample_distinct(row[None], 0).shape == (1, 0)
 
 
 def test_root_only_tree_samples_the_bonus_from_p() -> None:
@@ -214,8 +250,8 @@ def test_stochastic_plan_values() -> None:
     # round 1: x=0, min(1, .1/.5) = .2; p1 = norm(max(0, p - q)) = (0, .5, .5); q1 = (0, .6, .4)
     # round 2: x=1, min(1, .5/.6); p2 = norm(max(0, p1 - q1)) = (0, 0, 1)
     assert torch.allclose(plan.accept_prob, torch.tensor([1.0, 0.2, 0.5 / 0.6], dtype=F64))
-    assert torch.allclose(plan.residual[0], torch.tensor([0.0, 0.0, 1.0], dtype=F64))
-    assert torch.allclose(plan.residual[1], p)
+    assert torch.allclose(plan.residual_rows()[0], torch.tensor([0.0, 0.0, 1.0], dtype=F64))
+    assert torch.allclose(plan.residual_rows()[1], p)
 
 
 def test_max_children_bound_gives_the_same_plan() -> None:
@@ -225,7 +261,8 @@ def test_max_children_bound_gives_the_same_plan() -> None:
     tree = _tree(PARENTS, TOKENS, q)
     full = StochasticMultiRoundVerifier(F64).plan(tree, logits, T1)
     bounded = StochasticMultiRoundVerifier(F64, max_children=2).plan(tree, logits, T1)
-    assert torch.equal(full.accept_prob, bounded.accept_prob) and torch.equal(full.residual, bounded.residual)
+    assert torch.equal(full.accept_prob, bounded.accept_prob)
+    assert torch.equal(full.residual_rows(), bounded.residual_rows())
 
 
 def test_float32_plan_matches_float64() -> None:

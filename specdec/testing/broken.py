@@ -10,12 +10,12 @@ import torch
 
 from specdec.sampling import SamplingParams, warp
 from specdec.target import HFTarget
+from specdec.testing.reference import RoundByRoundStochasticVerifier
 from specdec.tree import DraftTree
 from specdec.verify.block import BlockVerifier
 from specdec.verify.greedy import GreedyVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index
-from specdec.verify.stochastic import StochasticMultiRoundVerifier
 from specdec.verify.traversal import TraversalVerifier
 
 __all__ = [
@@ -66,7 +66,7 @@ class GreedyBonusOffByOneVerifier(GreedyVerifier):
         return VerifyPlan(accept_prob=correct.accept_prob, residual=correct.residual_rows(), bonus=wrong)
 
 
-class OnlyZeroRejectedResidualVerifier(StochasticMultiRoundVerifier):
+class OnlyZeroRejectedResidualVerifier(RoundByRoundStochasticVerifier):
     """WRONG stochastic multi-round: after rejecting ``x`` the residual only zeroes ``x`` (the historical EAGLE bug).
 
     The correct update is ``p <- norm(max(0, p - q))``; zeroing only the rejected token and renormalising
@@ -80,7 +80,7 @@ class OnlyZeroRejectedResidualVerifier(StochasticMultiRoundVerifier):
         return torch.where(r_sum > 0, r / torch.where(r_sum > 0, r_sum, 1.0), p_k)
 
 
-class IgnoresQVerifier(StochasticMultiRoundVerifier):
+class IgnoresQVerifier(RoundByRoundStochasticVerifier):
     """WRONG stochastic multi-round: accepts sampled candidates as if q were one-hot, yet keeps the q residual.
 
     Acceptance is ``p_k(x_k)`` (the deterministic-candidate rule, "q one-hot") instead of
@@ -97,7 +97,7 @@ class IgnoresQVerifier(StochasticMultiRoundVerifier):
         return p_k.gather(-1, x[:, None]).squeeze(-1)
 
 
-class StaleQVerifier(StochasticMultiRoundVerifier):
+class StaleQVerifier(RoundByRoundStochasticVerifier):
     """WRONG stochastic multi-round: forgets that siblings were drawn without replacement.
 
     Every sibling is judged against the parent's original ``q`` (minus nothing): the q update

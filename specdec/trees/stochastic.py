@@ -1,10 +1,10 @@
 """Stochastic static trees (EAGLE-1 at T > 0): a fixed shape whose children are sampled, not ranked.
 
 The shape is a :class:`~specdec.trees.static.StaticTreePolicy` path list, but the child of rank ``r`` is the
-``r``-th draw *without replacement* from the draft distribution ``q = softmax(logits / T)``. The draws use the
-ordered Gumbel-top-k trick: with ``G_i`` i.i.d. Gumbel(0, 1), the tokens sorted by ``log q_i + G_i`` (descending)
-are distributed exactly like sequential sampling without replacement, so one ``topk`` per level draws every
-child at once.
+``r``-th draw *without replacement* from the draft distribution ``q = softmax(logits / T)``. The draws are
+sequential inverse-CDF draws over the drafter's own vocabulary (:func:`~specdec.sampling.sample_distinct` on the
+``[F, V_d]`` rows of :meth:`~specdec.interfaces.Drafter.expand_draft`): one float64 CDF per row and one uniform per
+child, instead of ``V`` Gumbel keys per row (EAGLE-3's 16k draft vocabulary instead of the target's 49k).
 
 What the tree records for the stochastic verifiers (see :class:`~specdec.tree.DraftTree`):
 
@@ -14,10 +14,13 @@ What the tree records for the stochastic verifiers (see :class:`~specdec.tree.Dr
 Siblings are consecutive draws, so a stochastic shape must give each node children of ranks ``0 .. c-1``
 with no gaps (a gap would hide a draw from the verifier and break losslessness); the constructor checks this.
 
-Full support: logits are floored at ``max - 60`` (after the temperature) before the softmax, so every token has
-``q > 0`` in float32 and every draw is a genuine draw from the recorded ``q_dist`` (the change to q is below
-``V * e^-60``). At ``T = 0`` the policy falls back to deterministic top-k and returns a deterministic tree
-(``q_dist is None``), identical to the static policy's.
+Full support: logits are floored at ``max - 60`` (after the temperature) before the softmax, so every token of the
+draft vocabulary has ``q > 0`` in float32 and a row always has as many candidates as the shape's widest level asks
+for (the change to q is below ``V_d * e^-60``). Tokens off the draft vocabulary have ``q = 0`` exactly in
+``q_dist``: they are never drawn, and the verifiers' residual ``max(0, p - q)`` keeps their target mass.
+
+At ``T = 0`` the policy falls back to deterministic top-k and returns a deterministic tree (``q_dist is None``),
+identical to the static policy's.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec.interfaces import Drafter, TreePolicy
-from specdec.sampling import SamplingParams
+from specdec.sampling import SamplingParams, sample_distinct
 from specdec.tree import DraftTree, PartialTree
 from specdec.trees.static import StaticTreePolicy
 
@@ -81,10 +84,10 @@ class StochasticTreePolicy(TreePolicy):
         """Grow the shape under ``root``, one ``expand`` per level, sampling children with ``generator``.
 
         Args:
-            drafter: proposes ``[F, V]`` logits per level.
+            drafter: proposes ``[F, V_d]`` logits per level (:meth:`~specdec.interfaces.Drafter.expand_draft`).
             root: 0-dim long, the last emitted token.
             sampling: only ``temperature`` is used (T of the draft distribution; 0 = deterministic top-k).
-            generator: the source of the Gumbel noise.
+            generator: the source of the draws.
 
         Returns:
             A :class:`DraftTree` of ``max_nodes`` nodes with ``q_dist [N, V]`` float32 and ``q_cond [N]`` float32
@@ -98,27 +101,29 @@ class StochasticTreePolicy(TreePolicy):
         q_dist: torch.Tensor | None = None
         q_cond = torch.ones(n, dtype=torch.float32, device=root.device)
         for level in levels:
-            logits = drafter.expand(tree, level.frontier).float() / sampling.temperature  # [F, V]
-            vocab = logits.shape[-1]
-            if level.width > vocab:
-                raise ValueError(f"cannot draw {level.width} distinct children from a vocabulary of {vocab}")
+            logits, ids = drafter.expand_draft(tree, level.frontier)  # [F, V_d], target ids [V_d] (None: V_d = V)
+            logits = logits.float() / sampling.temperature
+            if level.width > logits.shape[-1]:
+                raise ValueError(f"cannot draw {level.width} distinct children from a vocabulary of {logits.shape[-1]}")
             logits = torch.maximum(logits, logits.amax(-1, keepdim=True) - LOGIT_FLOOR)
-            q = torch.softmax(logits, dim=-1)  # [F, V]
+            q = torch.softmax(logits, dim=-1)  # [F, V_d]
             if q_dist is None:
+                vocab = logits.shape[-1] if ids is None else drafter.vocab_size
                 q_dist = torch.zeros(n, vocab, dtype=torch.float32, device=root.device)
-            # Ordered Gumbel-top-k: keys log q - log E with E ~ Exp(1).
-            race = torch.empty_like(q).exponential_(1.0, generator=generator)
-            keys = torch.log(q) - torch.log(race.clamp_min(torch.finfo(race.dtype).tiny))
-            drawn = torch.topk(keys, level.width, dim=-1).indices  # [F, width], draw order
+            drawn = sample_distinct(q, level.width, generator)  # [F, width] draft-vocabulary columns, draw order
             q_drawn = q.gather(-1, drawn).double()  # [F, width]
             mass_before = q_drawn.cumsum(-1) - q_drawn
             remaining = q.double().sum(-1, keepdim=True) - mass_before
             cond = (q_drawn / remaining.clamp_min(torch.finfo(torch.float64).tiny)).float()  # [F, width]
             row, rank = level.child_row, level.child_rank
             value = tree.logq[level.frontier][row] + torch.log(q_drawn[row, rank]).float()
-            ids = tree.add(level.frontier[row], drawn[row, rank], value)
-            q_dist[level.frontier] = q
-            q_cond[ids] = cond[row, rank]
+            tokens = drawn if ids is None else ids[drawn]
+            added = tree.add(level.frontier[row], tokens[row, rank], value)
+            if ids is None:
+                q_dist[level.frontier] = q
+            else:
+                q_dist[level.frontier[:, None], ids[None, :]] = q
+            q_cond[added] = cond[row, rank]
         return DraftTree.from_parents(tree.tokens[:n].clone(), parents.clone(), self.max_depth, q_dist, q_cond)
 
     def __repr__(self) -> str:

@@ -6,9 +6,9 @@ import torch
 
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
-from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index, safe_div
+from specdec.verify.plan import PlanVerifier, VerifyPlan, parent_index, safe_div
 
-__all__ = ["StochasticMultiRoundVerifier"]
+__all__ = ["StochasticMultiRoundVerifier", "stochastic_multiround_plan"]
 
 
 class StochasticMultiRoundVerifier(PlanVerifier):
@@ -40,38 +40,39 @@ class StochasticMultiRoundVerifier(PlanVerifier):
     Given the accepted child, the walk continues in its subtree with that child's own ``(p, q)``, so by induction
     over depth the emitted sequence follows the target process.
 
+    How it runs (closed form; :class:`~specdec.testing.reference.RoundByRoundStochasticVerifier` is the rounds
+    above, one ``[N, V]`` state per round, kept as the oracle the tests compare against). After rejections at rounds
+    ``1 .. k``, in every state reached with positive probability,
+
+    ``p_k = max(0, p - t_k q) / R_k``,  ``R_k = sum_y max(0, p(y) - t_k q(y))``,  ``t_0 = 0``,
+    ``t_{k+1} = t_k + R_k / Z_k``,  ``Z_k = 1 - q(x_1) - .. - q(x_k)`` (the mass of q not drawn yet).
+
+    Induction: ``p_k - q_k = (max(0, p - t_k q) / R_k) - q / Z_k`` on the tokens not drawn; where ``p > t_k q`` that
+    is ``(p - t_{k+1} q) / R_k``, elsewhere it is negative, and ``p - t_{k+1} q < 0`` there too, so its positive
+    part is ``max(0, p - t_{k+1} q) / R_k``. A drawn token ``x_j`` was rejected with positive probability only if
+    ``p_{j-1}(x_j) < q_{j-1}(x_j)``, i.e. ``p(x_j) < t_j q(x_j) <= t_k q(x_j)``: its term is 0 on both sides.
+    So a node's plan is one number ``t`` per round: the accept probability of the ``(k+1)``-th child is
+    ``min(1, max(0, p(x) - t_k q(x)) Z_k / (R_k q(x)))`` and the bonus row ``max(0, p - t_K q) / R_K``. Cost: one
+    pass over ``[N, V]`` per round after the first (``R``), two for the masses ``Z`` (kept as sums of non-negative
+    terms: the mass no child carries plus the untried siblings', which cannot cancel), and the walk builds the one
+    bonus row it samples from (``residual_at``). Rows whose ``R`` is 0 (``p = q`` on the tried set: the candidate
+    before was accepted with probability 1, so the state is never reached) keep ``p`` as their bonus row.
+
     Args:
         dtype: dtype of the plan's probabilities.
         max_children: an upper bound on the number of children of any node (the number of rounds, one tensor step
-            each). ``None`` uses ``N - 1``, always safe but slower for large trees. A bound below the true
-            maximum drops the later candidates (never accepted; still lossless, but acceptance is wasted), so pass the
-            policy's real width.
+            each). ``None`` reads the widest sibling group from the tree (one host read). A bound below the true
+            maximum drops the later candidates (never accepted; still lossless, but acceptance is wasted), so pass
+            the policy's real width.
     """
 
     def __init__(self, dtype: torch.dtype = torch.float32, max_children: int | None = None) -> None:
         super().__init__(dtype)
         self.max_children = max_children
 
-    # The three update rules, separate so that the negative controls in specdec.testing.broken can override one.
-    def _accept(self, p_k: torch.Tensor, q_k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``[M]`` ``min(1, p_k(x)/q_k(x))`` (0 where ``q_k(x) = 0``: such a candidate cannot have been drawn)."""
-        p_x = p_k.gather(-1, x[:, None]).squeeze(-1)
-        q_x = q_k.gather(-1, x[:, None]).squeeze(-1)
-        return safe_div(p_x, q_x).clamp(max=1.0)
-
-    def _next_p(self, p_k: torch.Tensor, q_k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``[M, V]`` ``norm(max(0, p_k - q_k))``, or ``p_k`` where that is all zero."""
-        r = (p_k - q_k).clamp(min=0.0)
-        r_sum = r.sum(-1, keepdim=True)
-        return torch.where(r_sum > 0, safe_div(r, r_sum), p_k)
-
-    def _next_q(self, q_k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``[M, V]`` ``q_k`` with ``x`` removed and renormalised (all zero once q is exhausted)."""
-        q = q_k.scatter(-1, x[:, None], 0.0)
-        return safe_div(q, q.sum(-1, keepdim=True))
-
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """``accept_prob [N]`` and ``residual [N, V]`` from p = ``warp(target_logits)`` and ``q = tree.q_dist``.
+        """``accept_prob [N]`` and the residual rows (``residual_at``) from p = ``warp(target_logits)`` and
+        ``q = tree.q_dist``.
 
         Raises:
             ValueError: if ``tree.q_dist`` is None (deterministic candidates).
@@ -83,27 +84,62 @@ class StochasticMultiRoundVerifier(PlanVerifier):
             )
         p = warp(target_logits, sampling, self.dtype)  # [N, V] p_target at each node (as a parent)
         q = tree.q_dist.to(device=p.device, dtype=self.dtype)  # [N, V] q_draft at each node (as a parent)
-        n = tree.num_nodes
-        rounds = n - 1 if self.max_children is None else min(self.max_children, n - 1)
-        idx = torch.arange(n, device=tree.device)
-        rank = earlier_siblings(tree).sum(-1)  # [N] position of each node among its siblings
-        # child_at[u, k] = the k-th child of u, -1 if none; column `rounds` absorbs the root and overflow.
-        child_at = torch.full((n, rounds + 1), -1, dtype=torch.long, device=tree.device)
-        col = torch.where((idx > 0) & (rank < rounds), rank, rounds)
-        child_at[parent_index(tree), col] = idx
-        # Siblings past `rounds` are never accepted (probability 0), so they are dropped, not half-used: the
-        # bonus then comes from p_rounds, which keeps the output lossless (fewer candidates, same distribution).
-        accept_prob = torch.zeros(n, dtype=self.dtype, device=tree.device)
-        p_k, q_k = p, q
-        for k in range(rounds):
-            child = child_at[:, k]  # [N] the k-th child of every node (as a parent), -1 if none
-            valid = child >= 0
-            child = child.clamp(min=0)
-            x = tree.tokens[child]
-            a = self._accept(p_k, q_k, x)
-            # Invalid rows write to the root's entry, which is reset below.
-            accept_prob = accept_prob.scatter(0, torch.where(valid, child, 0), a)
-            p_k = torch.where(valid[:, None], self._next_p(p_k, q_k, x), p_k)
-            q_k = torch.where(valid[:, None], self._next_q(q_k, x), q_k)
-        accept_prob = torch.where(idx == 0, 1.0, accept_prob)
-        return VerifyPlan(accept_prob=accept_prob, residual=p_k)
+        return stochastic_multiround_plan(tree, p, q, self.max_children)
+
+
+def stochastic_multiround_plan(
+    tree: DraftTree, p: torch.Tensor, q: torch.Tensor, max_children: int | None = None
+) -> VerifyPlan:
+    """The multi-round plan for sampled candidates, in closed form (see :class:`StochasticMultiRoundVerifier`).
+
+    Args:
+        tree: ``N`` nodes; each node's children are draws without replacement from its ``q`` row, in index order.
+        p: ``[N, V]`` target distributions, row ``u`` for the children of ``u``.
+        q: ``[N, V]`` draft distributions, row ``u`` for the children of ``u``.
+        max_children: rounds to run (``None``: the widest sibling group, read from the tree).
+    """
+    n = tree.num_nodes
+    idx = torch.arange(n, device=tree.device)
+    parent = parent_index(tree)
+    non_root = idx > 0
+    siblings = (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]  # [N, N]
+    rank = (siblings & (idx[None, :] < idx[:, None])).sum(-1)  # [N] draw order among the siblings
+    widest = int(rank.max()) + 1 if n > 1 else 0
+    rounds = widest if max_children is None else min(max_children, n - 1)
+    # child_at[u, k] = the k-th child of u, -1 if none; column `rounds` absorbs the root and overflow.
+    child_at = torch.full((n, rounds + 1), -1, dtype=torch.long, device=tree.device)
+    child_at[parent, torch.where(non_root & (rank < rounds), rank, rounds)] = idx
+    # Z before each child: the q mass no child carries + the q of the siblings from this one on (no cancellation).
+    zero = torch.zeros((), dtype=q.dtype, device=q.device).expand(n - 1)
+    rest_sum = q.index_put((tree.parents[1:], tree.tokens[1:]), zero).sum(-1)  # [N]
+    q_sib = q[parent[:, None], tree.tokens[None, :]]  # [c, j] = q_{parent(c)}(x_j)
+    untried = torch.where(siblings & (idx[None, :] >= idx[:, None]), q_sib, 0.0).sum(-1)  # [N]
+    z_before = rest_sum[parent] + untried  # [N], indexed by child
+    q_own = q_sib.diagonal()  # [N] q_{parent(c)}(x_c)
+    t = torch.zeros(n, dtype=p.dtype, device=p.device)  # per node as a parent
+    r = torch.ones_like(t)  # R_k, per node as a parent
+    z = torch.ones_like(t)  # Z_0 = 1: round 1 judges against q as given, as the rule does
+    rows = p  # max(0, p - t q) per node as a parent: the candidate's numerator is read from the row R sums
+    accept_prob = torch.zeros_like(t)
+    for k in range(rounds):
+        child = child_at[:, k]  # [N] the k-th child of every node (as a parent), -1 if none
+        valid = child >= 0
+        c = child.clamp(min=0)
+        if k:
+            z = z_before[c]
+        a = safe_div(rows.gather(-1, tree.tokens[c][:, None]).squeeze(-1) * z, r * q_own[c]).clamp(max=1.0)
+        # Invalid rows write to the root's entry, which is reset below.
+        accept_prob = accept_prob.scatter(0, torch.where(valid, c, 0), a)
+        t = torch.where(valid, t + safe_div(r, z), t)
+        if k + 1 < rounds:  # R for the next round's candidates (the last one's R is built with the bonus rows)
+            rows = torch.addcmul(p, t[:, None], q, value=-1.0).clamp_(min=0.0)
+            r = torch.where(valid, rows.sum(-1), r)
+    accept_prob = torch.where(idx == 0, 1.0, accept_prob)
+
+    def residual_at(nodes: torch.Tensor) -> torch.Tensor:
+        """``nodes [...]`` -> ``[..., V]``: ``max(0, p - t q)`` renormalised, or ``p`` where it is all zero."""
+        rows = torch.addcmul(p[nodes], t[nodes][..., None], q[nodes], value=-1.0).clamp_(min=0.0)
+        total = rows.sum(-1, keepdim=True)
+        return torch.where(total > 0, safe_div(rows, total), p[nodes])
+
+    return VerifyPlan(accept_prob=accept_prob, residual_at=residual_at)
