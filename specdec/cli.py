@@ -1,9 +1,10 @@
 """The specdec command: generate, bench, train, budget.
 
     specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat] [--backend B]
-                     (text streams to stdout, the stats line to stderr)
+                     [--sampled-tree SHAPE|off]  (text streams to stdout, the stats line to stderr)
     specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
                   [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
+                  [--sampled-tree SHAPE|off] [--dynamic-rows] [--deferred-rows]
     specdec train {eagle1,hass,eagle3} --out DIR ...
     specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7]
                             [--batch-size 32] [--loop-window 64]
@@ -58,7 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specdec.assets import Prompt, chat_ids
     from specdec.demo import default_method
     from specdec.generate import GenerationMetrics, StopCondition
-    from specdec.methods import MethodOptions, build_method, method_names
+    from specdec.methods import build_method, method_names
     from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
@@ -69,6 +70,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    options = _method_options(args)
     _check_head(args, [method])
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -80,7 +82,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
     target = HFTarget(model, max_len=min(limit, ids.shape[0] + args.max_new_tokens + 128), backend=args.backend)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    options = MethodOptions(backend=args.backend, head_dir=args.head)
     generator = build_method(method, target, sampling, options)
     eos = sorted({*target.eos_token_ids, tokenizer.eos_token_id} - {None})
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
@@ -130,8 +131,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     from specdec.bench import run_bench, write_report
     from specdec.bench.runner import plan_variants
-    from specdec.methods import MethodOptions
 
+    options = _method_options(args)
     try:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
     except ValueError as e:
@@ -153,11 +154,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         command=command,
         progress=not args.no_progress,
-        options=MethodOptions(backend=args.backend, head_dir=args.head),
+        options=options,
         model=model,
         tokenizer=tokenizer,
         backend=args.backend,
         deferred_rows=args.deferred_rows,
+        dynamic_rows=args.dynamic_rows,
     )
     report = write_report(args.out)
     print(report.read_text())
@@ -250,7 +252,31 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _method_options(args: argparse.Namespace) -> Any:
+    """The :class:`~specdec.methods.MethodOptions` of ``--backend``, ``--head`` and ``--sampled-tree``."""
+    from specdec.methods import MethodOptions
+
+    extra = {}
+    if args.sampled_tree is not None:
+        extra["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
+    try:
+        return MethodOptions(backend=args.backend, head_dir=args.head, **extra)
+    except ValueError as e:
+        raise UsageError(f"--sampled-tree: {e}") from None
+
+
 # ----------------------------------------------------------------------------------------------- parser
+def _sampled_tree_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sampled-tree",
+        default=None,
+        metavar="SHAPE",
+        help="at temperature > 0 the EAGLE and small-lm methods draw a static tree with sampled children, of this "
+        "shape (a name in specdec.methods.SAMPLED_SHAPES; default: MethodOptions.sampled_tree); off keeps the "
+        "dynamic top-k tree",
+    )
+
+
 def _backend_option(parser: argparse.ArgumentParser) -> None:
     from specdec.fastpath import BACKENDS
 
@@ -318,6 +344,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         help="wrap the prompt in the chat template (default when the tokenizer has one); --no-chat continues raw text",
     )
     g.add_argument("--seed", type=int, default=0)
+    _sampled_tree_option(g)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     _backend_option(g)
     _model_options(g)
@@ -342,6 +369,12 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         help="also run each adaptive method with the deferred tree budget (rows M+deferred: the tree size rides on "
         "the loop's one host sync per cycle)",
     )
+    b.add_argument(
+        "--dynamic-rows",
+        action="store_true",
+        help="also run each method that samples its tree at T > 0 with its dynamic tree (rows M+dynamic, T > 0 only)",
+    )
+    _sampled_tree_option(b)
     _backend_option(b)
     _model_options(b)
     b.set_defaults(func=cmd_bench)

@@ -21,14 +21,26 @@ from specdec.verify import default_verifier
 __all__ = [
     "DYNAMIC_TREE_METHODS",
     "METHODS",
+    "SAMPLED_SHAPES",
+    "SAMPLED_TREE_METHODS",
     "MethodOptions",
     "build_method",
     "eagle_drafter",
     "shipped_head_dir",
     "method_names",
+    "sampled_tree_of",
 ]
 
 HEADS_DIR = Path(__file__).parent / "heads" / "smollm2-135m-instruct"
+
+#: Shapes of sampled trees (``MethodOptions.sampled_tree``): rank paths whose children are draws without replacement
+#: from the draft distribution (:class:`~specdec.trees.stochastic.StochasticTreePolicy`).
+SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "chain2": ((0,), (0, 0)),
+    "r3": ((0,), (1,), (2,)),
+    "r3d": ((0,), (1,), (2,), (0, 0), (1, 0)),
+    "t6": ((0,), (1,), (0, 0), (1, 0), (0, 0, 0)),
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,11 @@ class MethodOptions:
         head_dir: the EAGLE head folder of the eagle methods (default: the head shipped for SmolLM2).
         draft_shortlist: EAGLE-1/HASS heads draft over the shortlist shipped beside the head
             (``draft_vocab.safetensors``) when there is one, instead of the full vocabulary.
+        sampled_tree: at temperature > 0, the methods of :data:`SAMPLED_TREE_METHODS` draw a static tree of this
+            :data:`SAMPLED_SHAPES` shape with children sampled from the draft distribution, verified by stochastic
+            multi-round verification, instead of the dynamic tree of top-k children (measured: more tokens per
+            target forward at T = 1, see the results page). None keeps the dynamic tree at every temperature.
+            Temperature 0, and a fixed ``total_tokens``, always use the dynamic tree.
     """
 
     topk: int = 8
@@ -67,6 +84,11 @@ class MethodOptions:
     head_dir: Path | None = None
     backend: str = "auto"
     draft_shortlist: bool = True
+    sampled_tree: str | None = "r3d"
+
+    def __post_init__(self) -> None:
+        if self.sampled_tree is not None and self.sampled_tree not in SAMPLED_SHAPES:
+            raise ValueError(f"unknown sampled tree {self.sampled_tree!r}; choose from {', '.join(SAMPLED_SHAPES)}")
 
 
 FIXED_TOTAL_TOKENS = 24
@@ -80,7 +102,19 @@ def shipped_head_dir(kind: str) -> Path:
     return path
 
 
-def _dynamic(target: HFTarget, o: MethodOptions) -> TreePolicy:
+def sampled_tree_of(method: str, sampling: SamplingParams, options: MethodOptions) -> str | None:
+    """The :data:`SAMPLED_SHAPES` name ``method`` draws at ``sampling`` (None: its dynamic tree, or not a tree
+    method): a method of :data:`SAMPLED_TREE_METHODS` at T > 0 with ``options.sampled_tree`` and no fixed size."""
+    sampled = method in SAMPLED_TREE_METHODS and options.total_tokens is None and not sampling.greedy
+    return options.sampled_tree if sampled else None
+
+
+def _dynamic(target: HFTarget, o: MethodOptions, sampling: SamplingParams, method: str) -> TreePolicy:
+    """The tree policy of a dynamic-tree ``method``: the sampled static tree where :func:`sampled_tree_of` names
+    one, else the dynamic tree of ``o`` (adaptive or fixed)."""
+    shape = sampled_tree_of(method, sampling, o)
+    if shape is not None:
+        return StochasticTreePolicy(SAMPLED_SHAPES[shape])
     if o.total_tokens is not None or not o.adaptive:
         return DynamicTreePolicy(topk=o.topk, depth=o.depth, total_tokens=o.total_tokens or FIXED_TOTAL_TOKENS)
     from specdec.budget import forward_cost_curve
@@ -130,7 +164,7 @@ def _vanilla(target, sampling, o):
 def _ngram(target, sampling, o):
     from specdec.drafters import NGramDrafter
 
-    return _speculative(target, NGramDrafter(target.vocab_size), _dynamic(target, o), sampling)
+    return _speculative(target, NGramDrafter(target.vocab_size), _dynamic(target, o, sampling, "ngram"), sampling)
 
 
 def _small_lm(target, sampling, o):
@@ -140,7 +174,7 @@ def _small_lm(target, sampling, o):
     drafter = SmallLMDrafter.from_target_layers(
         target.model, layers, target.max_len, backend=o.backend, buckets=target.buckets
     )
-    return _speculative(target, drafter, _dynamic(target, o), sampling)
+    return _speculative(target, drafter, _dynamic(target, o, sampling, "small-lm"), sampling)
 
 
 def _eagle1_static(target, sampling, o):
@@ -148,15 +182,15 @@ def _eagle1_static(target, sampling, o):
 
 
 def _eagle2(target, sampling, o):
-    return _speculative(target, eagle_drafter(target, "eagle1", o), _dynamic(target, o), sampling)
+    return _speculative(target, eagle_drafter(target, "eagle1", o), _dynamic(target, o, sampling, "eagle2"), sampling)
 
 
 def _hass(target, sampling, o):
-    return _speculative(target, eagle_drafter(target, "hass", o), _dynamic(target, o), sampling)
+    return _speculative(target, eagle_drafter(target, "hass", o), _dynamic(target, o, sampling, "hass"), sampling)
 
 
 def _eagle3(target, sampling, o):
-    return _speculative(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o), sampling)
+    return _speculative(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o, sampling, "eagle3"), sampling)
 
 
 METHODS: dict[str, Callable] = {
@@ -172,6 +206,9 @@ METHODS: dict[str, Callable] = {
 
 #: Methods whose tree is the dynamic (EAGLE-2) tree, so ``MethodOptions`` tree sizes apply to them.
 DYNAMIC_TREE_METHODS = ("ngram", "small-lm", "eagle2", "hass", "eagle3")
+#: Methods that draw ``MethodOptions.sampled_tree`` at temperature > 0: drafters with a real draft distribution (an
+#: n-gram's q is a point mass, so sampling from it would only draw its top candidate).
+SAMPLED_TREE_METHODS = ("small-lm", "eagle2", "hass", "eagle3")
 
 
 def method_names() -> list[str]:

@@ -62,6 +62,11 @@ def test_plan_variants():
     rows = plan_variants(["ngram", "small-lm"], [8], deferred_rows=True)
     assert [x.name for x in rows] == ["vanilla", "ngram", "small-lm", "ngram@8", "ngram+deferred", "small-lm+deferred"]
     assert rows[-1].options.deferred_budget and not rows[1].options.deferred_budget
+    rows = plan_variants(["ngram", "small-lm", "eagle3"], dynamic_rows=True)
+    assert [x.name for x in rows][-2:] == ["small-lm+dynamic", "eagle3+dynamic"]  # ngram never samples its tree
+    assert rows[-1].sampling_only and rows[-1].options.sampled_tree is None and rows[-1].tree_size == "adaptive"
+    unsampled = MethodOptions(sampled_tree=None)
+    assert not plan_variants(["small-lm"], dynamic_rows=True, options=unsampled)[-1].sampling_only
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         plan_variants(["nope"])
     with pytest.raises(ValueError, match="dynamic-tree"):
@@ -131,6 +136,24 @@ def test_sampling_rows_and_sweep(tiny, tmp_path):
     assert "Tree-size sweep, ngram, T=0" in text and "adaptive (mean" in text and "Adaptive vs best fixed" in text
     for png in ("speedup.png", "acceptance_per_depth.png", "tau_vs_tree_size.png", "tokps_vs_tree_size.png"):
         assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_sampled_tree_rows_and_their_dynamic_twins(tiny, tmp_path):
+    """At T = 1 ``small-lm`` draws its sampled tree (row label ``sampled r3d``) and ``small-lm+dynamic`` its adaptive
+    tree; the ``+dynamic`` row is not run at T = 0, where it would repeat ``small-lm``."""
+    bench(tiny, tmp_path, methods=("small-lm",), temperatures=[0.0, 1.0], limit=2, dynamic_rows=True)
+    rows = load_rows(tmp_path)
+    seen = {(r["method"], r["temperature"]): r["tree_size"] for r in rows}
+    assert seen == {
+        ("vanilla", 0.0): None,
+        ("small-lm", 0.0): "adaptive",
+        ("vanilla", 1.0): None,
+        ("small-lm", 1.0): "sampled r3d",
+        ("small-lm+dynamic", 1.0): "adaptive",
+    }
+    assert len(rows) == 2 * 5 and all(r["status"] == "ok" for r in rows)
+    assert all(set(r["tree_sizes"]) == {6} for r in rows if r["tree_size"] == "sampled r3d")
+    assert "small-lm (sampled r3d)" in write_report(tmp_path).read_text()
 
 
 # ----------------------------------------------------------------------------------------------- near-ties

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -17,13 +18,13 @@ from specdec.budget import (
     measure_forward_cost,
 )
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
-from specdec.methods import MethodOptions, build_method
+from specdec.methods import SAMPLED_SHAPES, MethodOptions, build_method
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
-from specdec.trees import DynamicTreePolicy
+from specdec.trees import DynamicTreePolicy, StochasticTreePolicy
 from specdec.trees.adaptive import AdaptiveTreePolicy
-from specdec.verify import GreedyVerifier, MultiRoundVerifier
+from specdec.verify import GreedyVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier
 from tests.factories import make_drafter
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -283,6 +284,30 @@ def test_methods_default_to_adaptive_and_can_force_a_size(tiny):
     assert isinstance(fixed.policy, DynamicTreePolicy) and fixed.policy.total_tokens == 12
     off = build_method("ngram", target, GREEDY, MethodOptions(adaptive=False))
     assert isinstance(off.policy, DynamicTreePolicy)
+
+
+def test_methods_sample_their_tree_at_temperature_above_zero(tiny):
+    """At T > 0 a drafter with a real q draws the sampled tree of ``MethodOptions.sampled_tree``, verified by the
+    stochastic multi-round rule; T = 0, an n-gram drafter, a fixed size or ``sampled_tree=None`` keep the dynamic
+    tree; an unknown shape is refused by name."""
+    target = HFTarget(tiny, max_len=256)
+    hot = SamplingParams(temperature=1.0, seed=0)
+    options = MethodOptions(small_lm_layers=1)
+    sampled = build_method("small-lm", target, hot, options)
+    assert isinstance(sampled.policy, StochasticTreePolicy)
+    assert isinstance(sampled.verifier, StochasticMultiRoundVerifier)
+    assert sampled.policy.shape.paths == [tuple(p) for p in SAMPLED_SHAPES[options.sampled_tree]]
+    assert sampled.verifier.max_children == 3  # r3d: three children at the root
+    result = sampled.generate(torch.tensor([1, 2, 3, 4]), hot, StopCondition(max_new_tokens=12))
+    assert len(result.tokens) == 12 and set(result.metrics.tree_sizes) == {sampled.policy.max_nodes}
+    assert isinstance(build_method("small-lm", target, GREEDY, options).policy, AdaptiveTreePolicy)
+    assert isinstance(build_method("ngram", target, hot).policy, AdaptiveTreePolicy)
+    unsampled = dataclasses.replace(options, sampled_tree=None)
+    assert isinstance(build_method("small-lm", target, hot, unsampled).policy, AdaptiveTreePolicy)
+    fixed = build_method("small-lm", target, hot, dataclasses.replace(options, total_tokens=8))
+    assert isinstance(fixed.policy, DynamicTreePolicy) and isinstance(fixed.verifier, MultiRoundVerifier)
+    with pytest.raises(ValueError, match="unknown sampled tree 'nope'; choose from chain2"):
+        MethodOptions(sampled_tree="nope")
 
 
 def reference_choose_budget(curve, values, depths=None, max_total=None, min_total=2, fixed=0.0, step=0.0):

@@ -32,6 +32,13 @@ def test_unknown_method(argv, capsys):
     assert "unknown method 'nope'" in err and "ngram" in err
 
 
+@pytest.mark.parametrize("command", [["generate", "hi"], ["bench", "--methods", "vanilla"]])
+def test_unknown_sampled_tree(command, capsys):
+    assert main([*command, "--sampled-tree", "nope"]) == 2
+    err = one_line_error(capsys)
+    assert "--sampled-tree: unknown sampled tree 'nope'; choose from" in err and "r3d" in err
+
+
 def test_unknown_dataset(capsys):
     assert main(["bench", "--dataset", "no-such-set"]) == 2
     err = one_line_error(capsys)

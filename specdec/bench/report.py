@@ -193,7 +193,7 @@ def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
         if s.greedy_near_ties:
             greedy += f" (+{s.greedy_near_ties} near-tie)"
         split = " / ".join(f"{s.time_split[k]:.0%}" for k in PHASES) if s.time_split else "–"  # other = bookkeeping
-        label = f"{s.method} (adaptive)" if s.tree_size == "adaptive" else s.method
+        label = f"{s.method} ({s.tree_size})" if isinstance(s.tree_size, str) else s.method
         lines.append(
             f"| {label} | {s.temperature:g} | {s.prompts} | {_fmt(s.tau)} | {s.tokens_per_second:.1f} "
             f"| {_fmt(s.speedup_vs_vanilla, '.2f', '×')} | {_fmt(s.speedup_vs_hf, '.2f', '×')} | {greedy} "

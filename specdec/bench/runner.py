@@ -14,7 +14,8 @@ Besides the named methods of :mod:`specdec.methods`:
 * ``hf-prompt-lookup``: the same with ``prompt_lookup_num_tokens`` (HF's n-gram assisted decoding).
 
 Row fields (``status == "ok"``): ``prompt_id``, ``method`` (the row label), ``base_method``, ``tree_size``
-(fixed size, ``"adaptive"`` or null), ``temperature``, ``max_new_tokens``, ``seed``, ``prompt_tokens``,
+(fixed size, ``"adaptive"``, ``"sampled SHAPE"`` for a sampled tree at T > 0, or null), ``temperature``,
+``max_new_tokens``, ``seed``, ``prompt_tokens``,
 ``new_tokens``, ``tokens``, ``finish_reason``, ``time_total`` (prefill included), ``time_prefill``,
 ``tokens_per_second``, ``tau`` (null for HF methods), ``cycles``, ``accept_lengths``, ``tree_depths``,
 ``tree_sizes``, ``acceptance_per_depth``, ``time_phases`` (seconds) and ``time_split`` (fractions of decode time),
@@ -41,7 +42,14 @@ import torch
 from specdec.assets import Prompt, chat_ids, load_prompts
 from specdec.fastpath import apply_backend
 from specdec.generate import GenerationMetrics, GenerationResult, StopCondition
-from specdec.methods import DYNAMIC_TREE_METHODS, MethodOptions, build_method, method_names
+from specdec.methods import (
+    DYNAMIC_TREE_METHODS,
+    SAMPLED_TREE_METHODS,
+    MethodOptions,
+    build_method,
+    method_names,
+    sampled_tree_of,
+)
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -76,8 +84,11 @@ class Variant:
 
     name: str
     method: str
-    tree_size: int | str | None = None  # fixed size, "adaptive" or None (no dynamic tree)
+    tree_size: int | str | None = (
+        None  # fixed size, "adaptive" or None (no dynamic tree); rows say "sampled S" at T > 0
+    )
     options: MethodOptions = field(default_factory=MethodOptions)
+    sampling_only: bool = False  # differs from its base row only at T > 0 (not run at T = 0)
 
 
 def plan_variants(
@@ -86,10 +97,12 @@ def plan_variants(
     sweep_method: str | None = None,
     options: MethodOptions | None = None,
     deferred_rows: bool = False,
+    dynamic_rows: bool = False,
 ) -> list[Variant]:
     """Row labels to run: vanilla first, then ``methods``, then ``sweep_method@m`` for each fixed size ``m``, then
     (``deferred_rows``) ``M+deferred`` for each adaptive dynamic-tree method ``M``: the same method with
-    ``MethodOptions.deferred_budget`` on, for a side-by-side comparison.
+    ``MethodOptions.deferred_budget`` on, for a side-by-side comparison, then (``dynamic_rows``) ``M+dynamic`` for
+    each method that draws a sampled tree at T > 0: the same method with its dynamic tree (run at T > 0 only).
 
     The default options make dynamic-tree methods adaptive, so ``ngram`` itself is the sweep's adaptive row.
     """
@@ -114,6 +127,10 @@ def plan_variants(
         deferred = dataclasses.replace(options, deferred_budget=True)
         dynamic = [v.method for v in variants if v.tree_size == "adaptive"]
         variants += [Variant(f"{m}+deferred", m, "adaptive", deferred) for m in dynamic]
+    if dynamic_rows and options.sampled_tree is not None:
+        unsampled = dataclasses.replace(options, sampled_tree=None)
+        sampled = [v.method for v in variants if v.name == v.method and v.method in SAMPLED_TREE_METHODS]
+        variants += [Variant(f"{m}+dynamic", m, adaptive, unsampled, sampling_only=True) for m in sampled]
     return variants
 
 
@@ -267,6 +284,12 @@ def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: 
 
 
 # ----------------------------------------------------------------------------------------------- rows
+def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
+    """The row's tree: the variant's (fixed size, ``"adaptive"``, None) or ``"sampled SHAPE"`` where it samples."""
+    shape = sampled_tree_of(variant.method, sampling, variant.options)
+    return variant.tree_size if shape is None else f"sampled {shape}"
+
+
 def result_row(
     variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
 ) -> dict:
@@ -284,7 +307,7 @@ def result_row(
         "prompt_id": prompt.id,
         "method": variant.name,
         "base_method": variant.method,
-        "tree_size": variant.tree_size,
+        "tree_size": _tree_label(variant, sampling),
         "temperature": float(sampling.temperature),
         "max_new_tokens": stop.max_new_tokens,
         "seed": sampling.seed,
@@ -314,7 +337,7 @@ def _status_row(variant: Variant, temperature: float, max_new_tokens: int, statu
         "prompt_id": None,
         "method": variant.name,
         "base_method": variant.method,
-        "tree_size": variant.tree_size,
+        "tree_size": _tree_label(variant, SamplingParams(temperature=temperature)),
         "temperature": float(temperature),
         "max_new_tokens": max_new_tokens,
         "reason": reason,
@@ -356,6 +379,7 @@ def run_bench(
     tokenizer=None,
     backend: str = "auto",
     deferred_rows: bool = False,
+    dynamic_rows: bool = False,
 ) -> Path:
     """Measure ``methods`` (vanilla always included) on ``dataset`` at each temperature; returns the results file.
 
@@ -379,10 +403,12 @@ def run_bench(
         backend: execution backend of our target (:mod:`specdec.fastpath`). The HF baselines always run a stock copy
             of the model, as a user of ``generate`` would: the fast path is ours to be measured against it.
         deferred_rows: also run each adaptive method with the deferred tree budget (rows ``M+deferred``).
+        dynamic_rows: also run each method that samples its tree at T > 0 with its dynamic tree (rows
+            ``M+dynamic``, at T > 0 only).
     """
     from tqdm.auto import tqdm
 
-    variants = plan_variants(methods, tree_sizes, sweep_method, options, deferred_rows)
+    variants = plan_variants(methods, tree_sizes, sweep_method, options, deferred_rows, dynamic_rows)
     prompts = list(load_prompts(dataset) if isinstance(dataset, str) else dataset)[:limit]
     if not prompts:
         raise ValueError("no prompts to run")
@@ -433,14 +459,16 @@ def run_bench(
         and float(r["temperature"]) == 0.0
         and int(r["max_new_tokens"]) == max_new_tokens
     }
-    total = len(prompts) * len(temperatures) * len(variants)
+    rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
+    total = len(prompts) * sum(len(rows) for rows in rows_at.values())
     bar = tqdm(total=total, disable=not progress, unit="run", desc="bench")
-    bar.update(sum(1 for p in prompts for t in temperatures for v in variants
-                   if (p.id, v.name, float(t), max_new_tokens) in done))  # fmt: skip
+    bar.update(sum(1 for p in prompts for t, rows in rows_at.items() for v in rows
+                   if (p.id, v.name, t, max_new_tokens) in done))  # fmt: skip
     for temperature in temperatures:
         temperature = float(temperature)
         base = SamplingParams(temperature=temperature, seed=seed)
-        todo = [v for v in variants if any((p.id, v.name, temperature, max_new_tokens) not in done for p in prompts)]
+        key = (temperature, max_new_tokens)
+        todo = [v for v in rows_at[temperature] if any((p.id, v.name, *key) not in done for p in prompts)]
         built = {}
         for v in todo:
             try:
