@@ -83,7 +83,7 @@ class AttentionLayout:
     layer_types: tuple[str, ...]
     sliding_window: int | None
     dtype: torch.dtype
-    cache_kwarg: str = "past_key_values"
+    cache_kwarg: str
 
     @classmethod
     def of(cls, model: torch.nn.Module, warn: bool = True) -> AttentionLayout:
@@ -95,9 +95,9 @@ class AttentionLayout:
         """
         config = model.config.get_text_config()
         name = type(model).__name__
-        cache_kwarg = _cache_kwarg(model)
         if getattr(model.config, "is_encoder_decoder", False):
             raise UnsupportedModelError(f"{name} is an encoder-decoder model; only decoder-only causal LMs are served")
+        cache_kwarg = _cache_kwarg(model)
         impl = getattr(model.config, "_attn_implementation", None) or "eager"
         if impl not in MASKABLE:
             raise UnsupportedModelError(

@@ -140,27 +140,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _check_head(args, [*args.methods, *([args.sweep_method] if args.sweep_method else [])])
     model, tokenizer = _load_target_model(args)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
-    run_bench(
-        args.methods,
-        args.dataset,
-        temperatures=args.temperatures,
-        max_new_tokens=args.max_new_tokens,
-        limit=args.limit,
-        out_dir=args.out,
-        resume=not args.fresh,
-        threads=args.threads,
-        tree_sizes=args.tree_sizes or (),
-        sweep_method=args.sweep_method,
-        seed=args.seed,
-        command=command,
-        progress=not args.no_progress,
-        options=options,
-        model=model,
-        tokenizer=tokenizer,
-        backend=args.backend,
-        deferred_rows=args.deferred_rows,
-        dynamic_rows=args.dynamic_rows,
-    )
+    from specdec.bench.runner import ResumeMismatchError
+
+    try:
+        run_bench(
+            args.methods,
+            args.dataset,
+            temperatures=args.temperatures,
+            max_new_tokens=args.max_new_tokens,
+            limit=args.limit,
+            out_dir=args.out,
+            resume=not args.fresh,
+            threads=args.threads,
+            tree_sizes=args.tree_sizes or (),
+            sweep_method=args.sweep_method,
+            seed=args.seed,
+            command=command,
+            progress=not args.no_progress,
+            options=options,
+            model=model,
+            tokenizer=tokenizer,
+            backend=args.backend,
+            deferred_rows=args.deferred_rows,
+            dynamic_rows=args.dynamic_rows,
+        )
+    except ResumeMismatchError as e:
+        raise UsageError(str(e)) from None
     report = write_report(args.out)
     print(report.read_text())
     print(f"wrote {report} and plots in {args.out}/", file=sys.stderr)

@@ -70,7 +70,7 @@ class MethodOptions:
             :data:`SAMPLED_SHAPES` shape with children sampled from the draft distribution, verified by stochastic
             multi-round verification, instead of the dynamic tree of top-k children (measured: more tokens per
             target forward at T = 1, see the results page). None keeps the dynamic tree at every temperature.
-            Temperature 0, and a fixed ``total_tokens``, always use the dynamic tree.
+            Temperature 0, a fixed ``total_tokens`` and ``adaptive=False`` always use the dynamic tree.
     """
 
     topk: int = 8
@@ -104,8 +104,10 @@ def shipped_head_dir(kind: str) -> Path:
 
 def sampled_tree_of(method: str, sampling: SamplingParams, options: MethodOptions) -> str | None:
     """The :data:`SAMPLED_SHAPES` name ``method`` draws at ``sampling`` (None: its dynamic tree, or not a tree
-    method): a method of :data:`SAMPLED_TREE_METHODS` at T > 0 with ``options.sampled_tree`` and no fixed size."""
-    sampled = method in SAMPLED_TREE_METHODS and options.total_tokens is None and not sampling.greedy
+    method): a method of :data:`SAMPLED_TREE_METHODS` at T > 0 with ``options.sampled_tree``, unless the options fix
+    the dynamic tree's size (``total_tokens``, or ``adaptive=False``)."""
+    fixed = options.total_tokens is not None or not options.adaptive  # a dynamic tree of a size the caller chose
+    sampled = method in SAMPLED_TREE_METHODS and not fixed and not sampling.greedy
     return options.sampled_tree if sampled else None
 
 

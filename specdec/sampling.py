@@ -143,32 +143,21 @@ def sample_distinct(probs: torch.Tensor, k: int, generator: torch.Generator | No
     :class:`~specdec.verify.stochastic.StochasticMultiRoundVerifier` assumes of a node's children. Every row must
     have at least ``k`` positive entries (the caller's duty: a row with fewer repeats an index).
 
-    How: one float64 CDF per row (as :func:`sample`). Draw ``j`` takes ``u`` uniform on ``[0, mass left)`` and maps
-    it onto the full axis by stepping over the removed intervals in ascending order (``u >= start`` of a removed
-    interval moves ``u`` past it by its mass), then searches the CDF: ``u`` is uniform over the intervals still
-    present, so each remaining index comes out with its mass over the mass left. Cost: one pass over each row and
-    ``k`` searches; the Gumbel-top-k race draws ``V`` exponentials per row instead.
+    How: draw ``j`` is :func:`sample` of the row with the ``j`` drawn entries set to 0, its float64 CDF summed
+    afresh. Summing afresh matters: when one entry holds nearly all the mass, the others' intervals in the first
+    CDF are narrower than a float64 ulp near 1 and the mass left after drawing it cancels to noise, so reusing that
+    CDF would draw them with the wrong law (or repeat one); the fresh CDF of the rest has full relative precision.
+    Cost: ``k`` passes over each row and one uniform per draw; the Gumbel-top-k race draws ``V`` exponentials per
+    row instead.
 
     Returns:
         ``[F, k]`` long indices.
     """
-    cdf = probs.to(torch.float64).clamp(min=0.0).cumsum(-1)  # [F, V]
-    total = cdf[:, -1]  # [F]
-    start = torch.zeros(probs.shape[0], 0, dtype=torch.float64, device=probs.device)  # removed intervals [F, j]
-    mass = torch.zeros_like(start)
+    rest = probs.to(torch.float64).clamp(min=0.0)  # [F, V]; a fresh copy, safe to zero in place
     drawn = []
-    for _ in range(k):
-        left = total - mass.sum(-1)
-        u = torch.rand(left.shape, dtype=torch.float64, device=probs.device, generator=generator) * left
-        u = torch.minimum(u, torch.nextafter(left, torch.zeros_like(left)))  # u < mass left
-        order = start.argsort(-1)
-        for r in range(start.shape[1]):  # ascending starts: u steps over each removed interval it reaches
-            at = order[:, r : r + 1]
-            s, m = start.gather(-1, at).squeeze(-1), mass.gather(-1, at).squeeze(-1)
-            u = torch.where(u >= s, u + m, u)
-        idx = torch.searchsorted(cdf, u[:, None], right=True).clamp(max=probs.shape[-1] - 1)  # [F, 1]
-        end = cdf.gather(-1, idx)
-        begin = torch.where(idx > 0, cdf.gather(-1, (idx - 1).clamp(min=0)), 0.0)
-        start, mass = torch.cat([start, begin], -1), torch.cat([mass, end - begin], -1)
+    for j in range(k):
+        idx = sample(rest, generator)[:, None]  # [F, 1]
         drawn.append(idx)
+        if j + 1 < k:
+            rest.scatter_(-1, idx, 0.0)
     return torch.cat(drawn, -1) if drawn else torch.zeros(probs.shape[0], 0, dtype=torch.long, device=probs.device)

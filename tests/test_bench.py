@@ -10,7 +10,7 @@ import torch
 from specdec.assets import Prompt
 from specdec.bench import aggregate, load_rows, run_bench, write_report
 from specdec.bench.report import markdown, pooled_acceptance, sweep_table
-from specdec.bench.runner import NEAR_TIE, first_difference, plan_variants, row_key
+from specdec.bench.runner import NEAR_TIE, ResumeMismatchError, first_difference, plan_variants, row_key
 from specdec.methods import MethodOptions
 from specdec.models import tiny_llama
 
@@ -62,6 +62,7 @@ def test_plan_variants():
     rows = plan_variants(["ngram", "small-lm"], [8], deferred_rows=True)
     assert [x.name for x in rows] == ["vanilla", "ngram", "small-lm", "ngram@8", "ngram+deferred", "small-lm+deferred"]
     assert rows[-1].options.deferred_budget and not rows[1].options.deferred_budget
+    assert rows[-1].options.sampled_tree is None  # the deferred budget sizes the adaptive tree, at any temperature
     rows = plan_variants(["ngram", "small-lm", "eagle3"], dynamic_rows=True)
     assert [x.name for x in rows][-2:] == ["small-lm+dynamic", "eagle3+dynamic"]  # ngram never samples its tree
     assert rows[-1].sampling_only and rows[-1].options.sampled_tree is None and rows[-1].tree_size == "adaptive"
@@ -154,6 +155,10 @@ def test_sampled_tree_rows_and_their_dynamic_twins(tiny, tmp_path):
     assert len(rows) == 2 * 5 and all(r["status"] == "ok" for r in rows)
     assert all(set(r["tree_sizes"]) == {6} for r in rows if r["tree_size"] == "sampled r3d")
     assert "small-lm (sampled r3d)" in write_report(tmp_path).read_text()
+    # Resuming this folder with the dynamic tree for small-lm at T = 1 would pool two trees under one label.
+    unsampled = MethodOptions(small_lm_layers=1, topk=3, depth=3, max_total_tokens=16, sampled_tree=None)
+    with pytest.raises(ResumeMismatchError, match="small-lm at T=1 was measured with tree 'sampled r3d'.*--fresh"):
+        bench(tiny, tmp_path, methods=("small-lm",), temperatures=[0.0, 1.0], limit=2, options=unsampled)
 
 
 # ----------------------------------------------------------------------------------------------- near-ties

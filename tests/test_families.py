@@ -74,7 +74,7 @@ def test_layouts_are_read_from_the_config():
 
 
 def test_the_window_is_applied_in_positions_not_cache_slots():
-    layout = AttentionLayout(("sliding_attention",), 3, torch.float32)
+    layout = AttentionLayout(("sliding_attention",), 3, torch.float32, "cache")
     # prefix of 4 (positions 0..3), then a tree: node a (depth 0, pos 4), its children b, c (depth 1, pos 5)
     keys = torch.tensor([0, 1, 2, 3, 4, 5, 5])
     queries = torch.tensor([4, 5, 5])

@@ -139,6 +139,44 @@ def test_sample_distinct_draws_without_replacement_in_order() -> None:
     assert sample_distinct(row[None], 0).shape == (1, 0)
 
 
+def _two_draws_on_one_cdf(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Negative control: two draws without replacement on the row's first CDF, the second stepping over the first's
+    interval (exact in real arithmetic; in float64 it loses the rest of a row next to a dominant entry)."""
+    cdf = probs.double().cumsum(-1)
+    total = cdf[:, -1:]
+    first = torch.searchsorted(cdf, torch.rand(total.shape, dtype=torch.float64, generator=generator) * total)
+    begin = torch.where(first > 0, cdf.gather(-1, (first - 1).clamp(min=0)), 0.0)
+    mass = cdf.gather(-1, first) - begin
+    u = torch.rand(total.shape, dtype=torch.float64, generator=generator) * (total - mass)
+    second = torch.searchsorted(cdf, torch.where(u >= begin, u + mass, u), right=True).clamp(max=cdf.shape[-1] - 1)
+    return torch.cat([first, second], -1)
+
+
+@pytest.mark.parametrize("top", [0, 8000])
+def test_sample_distinct_next_to_a_dominant_entry(top: int) -> None:
+    """One entry holds all but ~1e-13 of the mass (a logit gap of 40 over 16,000 entries): it is drawn first, and
+    the next draws follow the rest of the row, whose entries are equal. G-test at level 1e-3 on which side of the
+    dominant entry the second draw lands (the false-positive rate), no repeats. Negative control: a second draw on
+    the first CDF lands on one side only, or on a handful of entries."""
+    v = 16000
+    logits = torch.zeros(v)
+    logits[top] = 40.0
+    probs = torch.softmax(logits, -1).expand(4000, -1)
+    below = torch.tensor([top / (v - 1), 1 - top / (v - 1)])
+    draws = sample_distinct(probs, 3, torch.Generator().manual_seed(0))
+    assert bool((draws[:, 0] == top).all()) and bool((draws[:, 1] != draws[:, 2]).all())
+    if top:
+        assert_same_distribution((draws[:, 1] > top).long(), below, alpha=1e-3)
+    else:
+        assert draws[:, 1].unique().numel() > 3000  # spread over the 15,999 others, not stuck on one
+    control = _two_draws_on_one_cdf(probs, torch.Generator().manual_seed(0))
+    if top:
+        with pytest.raises(AssertionError, match="G-test"):
+            assert_same_distribution((control[:, 1] > top).long(), below, alpha=1e-3)
+    else:
+        assert control[:, 1].unique().numel() < 10
+
+
 def test_root_only_tree_samples_the_bonus_from_p() -> None:
     tree = DraftTree.single(torch.tensor(2))
     logits = torch.tensor([[0.0, -math.inf, 1.0]])

@@ -124,7 +124,7 @@ def plan_variants(
                 raise ValueError(f"tree sizes count the root and must be at least 2, got {m}")
             variants.append(Variant(f"{sweep}@{m}", sweep, m, dataclasses.replace(options, total_tokens=m)))
     if deferred_rows and adaptive == "adaptive" and options.deferred_budget is not True:
-        deferred = dataclasses.replace(options, deferred_budget=True)
+        deferred = dataclasses.replace(options, deferred_budget=True, sampled_tree=None)  # the adaptive tree at any T
         dynamic = [v.method for v in variants if v.tree_size == "adaptive"]
         variants += [Variant(f"{m}+deferred", m, "adaptive", deferred) for m in dynamic]
     if dynamic_rows and options.sampled_tree is not None:
@@ -290,6 +290,26 @@ def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
     return variant.tree_size if shape is None else f"sampled {shape}"
 
 
+class ResumeMismatchError(ValueError):
+    """A results folder holds rows of a row label measured with another tree than this run would use."""
+
+
+def _check_resumed_trees(rows: list[dict], variants: Sequence[Variant], out: Path) -> None:
+    """Refuse to resume ``out`` where a row of this run's labels was measured with another tree (a sampled tree
+    against a dynamic one, after a change of ``--sampled-tree`` or of the default): the report would pool them."""
+    by_name = {v.name: v for v in variants}
+    for r in rows:
+        v = by_name.get(r.get("method"))
+        if r.get("status") != "ok" or v is None:
+            continue
+        want = _tree_label(v, SamplingParams(temperature=float(r["temperature"])))
+        if r.get("tree_size") != want:
+            raise ResumeMismatchError(
+                f"{out}: {r['method']} at T={float(r['temperature']):g} was measured with tree {r.get('tree_size')!r} "
+                f"and this run would use {want!r}; pass --fresh, or another --out"
+            )
+
+
 def result_row(
     variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
 ) -> dict:
@@ -423,6 +443,7 @@ def run_bench(
     results = ResultsFile(out / "results.jsonl")
     if not resume and results.path.exists():
         results.path.unlink()
+    _check_resumed_trees(results.rows(), variants, out)
     done = results.done()
     device = model.get_output_embeddings().weight.device
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]

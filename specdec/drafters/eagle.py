@@ -111,6 +111,7 @@ class EagleDrafterBase(Drafter):
         self._node_out: torch.Tensor | None = None
         self._tree_capacity = 0
         self._draft_ids: torch.Tensor | None = None  # target id of each draft-vocabulary column (expand_draft)
+        self._identity = False  # the draft vocabulary is the target's, in order
         self.reset()
 
     # ----------------------------------------------------------------------------------------- subclass hooks
@@ -186,11 +187,12 @@ class EagleDrafterBase(Drafter):
     def expand_draft(self, tree: PartialTree, frontier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`Drafter.expand_draft`: the ``[F, V_d]`` logits before the scatter to ``V``, and their target ids."""
         logits = self._draft_logits(self._run(tree, frontier))
-        if logits.shape[-1] == self.vocab_size:
-            return logits, None
         if self._draft_ids is None or self._draft_ids.shape[0] != logits.shape[-1]:
-            self._draft_ids = self._to_target_ids(torch.arange(logits.shape[-1], device=logits.device))
-        return logits, self._draft_ids
+            columns = torch.arange(logits.shape[-1], device=logits.device)
+            ids = self._to_target_ids(columns)
+            self._identity = logits.shape[-1] == self.vocab_size and bool(torch.equal(ids, columns))
+            self._draft_ids = ids
+        return logits, None if self._identity else self._draft_ids
 
     def _run(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """Head outputs ``[F, H]`` for the children of ``frontier`` (the state change of one expand step)."""

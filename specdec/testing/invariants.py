@@ -205,6 +205,21 @@ class _CheckedDrafter(Drafter):
         self.checker.report_counts[1] += 1
         return logits
 
+    def expand_draft(self, tree: PartialTree, frontier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The live drafter's own draft-vocabulary path (what an unchecked sampled tree executes), placed at its target
+        ids and checked against the fresh drafter's full row."""
+        fresh = self._fresh_for(frontier)
+        logits, ids = self.live.expand_draft(tree, frontier)
+        reference = fresh.expand(tree, frontier)
+        placed = (
+            logits
+            if ids is None
+            else torch.full_like(reference, float("-inf")).index_copy(-1, ids, logits.to(reference.dtype))
+        )
+        self.checker.compare("draft logits", placed, reference)
+        self.checker.report_counts[1] += 1
+        return logits, ids
+
     def expand_topk(self, tree: PartialTree, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The live drafter's own top-k path (what an unchecked run executes), checked against the fresh drafter's
         full distribution: the live tokens carry the fresh log q the live drafter claims, and their values are the

@@ -57,8 +57,8 @@ def default_verifier(
         tree_is_stochastic: the policy samples its candidates (fills ``q_dist``).
         temperature: the sampling temperature.
         max_children: for sampled candidates, the most children any node of the policy's trees has (the
-            stochastic verifier runs one round per sibling rank). ``None`` means ``N - 1`` rounds: always safe,
-            slower on large trees. Must not be below the true maximum (candidates past it would be dropped).
+            stochastic verifier runs one round per sibling rank). ``None`` reads the widest sibling group from each
+            tree (one host read per plan). Must not be below the true maximum (candidates past it would be dropped).
         chain: every tree of the policy is a chain (at most one child per node).
     """
     if temperature == 0:

@@ -104,8 +104,8 @@ def stochastic_multiround_plan(
     non_root = idx > 0
     siblings = (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]  # [N, N]
     rank = (siblings & (idx[None, :] < idx[:, None])).sum(-1)  # [N] draw order among the siblings
-    widest = int(rank.max()) + 1 if n > 1 else 0
-    rounds = widest if max_children is None else min(max_children, n - 1)
+    # the widest sibling group (one host read), unless the caller bounds the rounds
+    rounds = int(rank.max()) + 1 if max_children is None and n > 1 else min(max_children or 0, n - 1)
     # child_at[u, k] = the k-th child of u, -1 if none; column `rounds` absorbs the root and overflow.
     child_at = torch.full((n, rounds + 1), -1, dtype=torch.long, device=tree.device)
     child_at[parent, torch.where(non_root & (rank < rounds), rank, rounds)] = idx
