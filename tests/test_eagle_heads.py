@@ -377,9 +377,9 @@ def test_eagle1_drafter_shortlist_matches_full_forward(target):
     )
 
 
-@pytest.mark.parametrize("kind", ["eagle1", "eagle1-shortlist", "eagle3"])
-def test_expand_draft_placed_at_its_ids_is_expand(target, kind):
-    """``expand_draft``'s ``[F, V_d]`` logits put at their target ids (``-inf`` elsewhere) are the ``expand`` row."""
+def _prefilled_pair(target, kind: str) -> tuple[tuple, list[PartialTree]]:
+    """Two identical drafters of ``kind`` (EAGLE-3 with a 10-token draft vocabulary, EAGLE-1 with or without an
+    8-token shortlist) prefilled on the same prompt, and a fresh tree for each."""
 
     def make():
         if kind == "eagle3":
@@ -387,13 +387,19 @@ def test_expand_draft_placed_at_its_ids_is_expand(target, kind):
         ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15]) if kind == "eagle1-shortlist" else None
         return EagleDrafter(eagle1_head(41), target, max_len=64, draft_vocab=ids, backend="stock")
 
-    full, draft = make(), make()
+    pair = make(), make()
     prompt = torch.tensor([1, 4, 2, 7, 3])
     hs = target_hidden(target, prompt.tolist())
     hidden = TargetHidden(final=hs[-1], layers=dict(enumerate(hs)))
-    for d in (full, draft):
+    for d in pair:
         d.prefill(prompt, hidden)
-    trees = [PartialTree(torch.tensor(6), 128) for _ in range(2)]
+    return pair, [PartialTree(torch.tensor(6), 128) for _ in range(2)]
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle1-shortlist", "eagle3"])
+def test_expand_draft_placed_at_its_ids_is_expand(target, kind):
+    """``expand_draft``'s ``[F, V_d]`` logits put at their target ids (``-inf`` elsewhere) are the ``expand`` row."""
+    (full, draft), trees = _prefilled_pair(target, kind)
     frontier = torch.tensor([0])
     for _ in range(3):
         row = full.expand(trees[0], frontier)
@@ -412,20 +418,7 @@ def test_expand_draft_placed_at_its_ids_is_expand(target, kind):
 @pytest.mark.parametrize("k", [3, 12])  # 12 > V_d = 10 (EAGLE-3) and 8 (shortlist): clamped to what can be proposed
 def test_expand_topk_equals_topk_of_expand(target, kind, k):
     """The draft-vocabulary top-k equals the top-k of the full ``[F, V]`` row (same log q, same target tokens)."""
-
-    def make():
-        if kind == "eagle3":
-            return Eagle3Drafter(eagle3_head(40, draft_vocab=10), target, max_len=64, backend="stock")
-        ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15]) if kind == "eagle1-shortlist" else None
-        return EagleDrafter(eagle1_head(41), target, max_len=64, draft_vocab=ids, backend="stock")
-
-    full, fast = make(), make()
-    prompt = torch.tensor([1, 4, 2, 7, 3])
-    hs = target_hidden(target, prompt.tolist())
-    hidden = TargetHidden(final=hs[-1], layers=dict(enumerate(hs)))
-    for d in (full, fast):
-        d.prefill(prompt, hidden)
-    trees = [PartialTree(torch.tensor(6), 128) for _ in range(2)]
+    (full, fast), trees = _prefilled_pair(target, kind)
     frontier = torch.tensor([0])
     for _ in range(3):
         ref_logq, ref_tokens = torch.topk(torch.log_softmax(full.expand(trees[0], frontier), -1), k, dim=-1)

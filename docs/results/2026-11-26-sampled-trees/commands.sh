@@ -30,3 +30,7 @@ python docs/results/2026-11-26-sampled-trees/ship_part2.py
 # MT-bench tau on 16-node trees with the shipped part-2 heads (EAGLE-3 unchanged: its counts are in
 # ../2026-11-25-cpu-verify/tau16.json):
 python docs/results/2026-11-25-cpu-verify/tau16.py tau16_part2.json eagle2 hass
+
+# MT-bench, first 20 questions, T=0.7: the three heads with the default sampled tree and their dynamic twins
+specdec bench --methods vanilla eagle2 hass eagle3 --dynamic-rows --dataset mtbench --temperatures 0.7 --limit 20 \
+  --max-new-tokens 128 --threads 2 --no-progress --fresh --out docs/results/2026-11-26-sampled-trees/mtbench-t07
