@@ -130,7 +130,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     from specdec.bench import run_bench, write_report
-    from specdec.bench.runner import plan_variants
+    from specdec.bench.runner import ResumeMismatchError, plan_variants
 
     options = _method_options(args)
     try:
@@ -140,8 +140,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _check_head(args, [*args.methods, *([args.sweep_method] if args.sweep_method else [])])
     model, tokenizer = _load_target_model(args)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
-    from specdec.bench.runner import ResumeMismatchError
-
     try:
         run_bench(
             args.methods,

@@ -84,9 +84,8 @@ class Variant:
 
     name: str
     method: str
-    tree_size: int | str | None = (
-        None  # fixed size, "adaptive" or None (no dynamic tree); rows say "sampled S" at T > 0
-    )
+    # fixed size, "adaptive" or None (no dynamic tree); result rows say "sampled SHAPE" where the method samples
+    tree_size: int | str | None = None
     options: MethodOptions = field(default_factory=MethodOptions)
     sampling_only: bool = False  # differs from its base row only at T > 0 (not run at T = 0)
 

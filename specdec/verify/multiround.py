@@ -9,8 +9,11 @@ from specdec.tree import DraftTree
 from specdec.verify.plan import (
     PlanVerifier,
     VerifyPlan,
+    earlier_siblings,
     parent_index,
     safe_div,
+    sibling_pairs,
+    without_children,
 )
 
 __all__ = ["MultiRoundVerifier", "multiround_plan"]
@@ -36,17 +39,15 @@ def multiround_plan(tree: DraftTree, p: torch.Tensor) -> VerifyPlan:
     n = p.shape[0]
     parent = parent_index(tree)
     idx = torch.arange(n, device=tree.device)
-    non_root = idx > 0
-    siblings = (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]  # [N, N]
+    earlier = earlier_siblings(tree)  # [N, N]
     # first[j]: no earlier sibling of j carries j's token (j is the first occurrence of its token among siblings)
-    first = ~(siblings & (tree.tokens[:, None] == tree.tokens[None, :]) & (idx[None, :] < idx[:, None])).any(-1)  # [N]
+    first = ~(earlier & (tree.tokens[:, None] == tree.tokens[None, :])).any(-1)  # [N]
     # rest[u]: p_u with every child token of u zeroed; rest_sum[u]: the mass no child of u carries
-    zero = torch.zeros((), dtype=p.dtype, device=p.device).expand(n - 1)
-    rest = p.index_put((tree.parents[1:], tree.tokens[1:]), zero)  # [N, V], a copy; duplicate pairs write the same 0
+    rest = without_children(tree, p)  # [N, V], a copy
     rest_sum = rest.sum(-1)  # [N]
     p_sib = p[parent[:, None], tree.tokens[None, :]]  # [c, j] = p_{parent(c)}(x_j)
     # still in play when c is tried: the mass no child carries + first occurrences of sibling tokens at or after c
-    untried = siblings & first[None, :] & (idx[None, :] >= idx[:, None])  # [c, j]
+    untried = sibling_pairs(tree) & ~earlier & first[None, :]  # [c, j]: j is c or a later sibling
     left = rest_sum[parent] + torch.where(untried, p_sib, 0.0).sum(-1)  # [N]
     own = torch.where(first, p_sib.diagonal(), 0.0)  # p_u(x_c), 0 for a token an earlier sibling carries
     accept_prob = safe_div(own, left).clamp(max=1.0)

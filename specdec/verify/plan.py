@@ -29,7 +29,9 @@ __all__ = [
     "PlanVerifier",
     "safe_div",
     "parent_index",
+    "sibling_pairs",
     "earlier_siblings",
+    "without_children",
     "has_children",
     "token_mask",
     "children_token_mask",
@@ -180,13 +182,23 @@ def parent_index(tree: DraftTree) -> torch.Tensor:
     return tree.parents.clamp(min=0)
 
 
+def sibling_pairs(tree: DraftTree) -> torch.Tensor:
+    """``[N, N]`` bool: ``[c, j]`` true iff ``c`` and ``j`` are non-root nodes with the same parent (``j = c`` too)."""
+    non_root = torch.arange(tree.num_nodes, device=tree.device) > 0
+    return (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]
+
+
 def earlier_siblings(tree: DraftTree) -> torch.Tensor:
     """``[N, N]`` bool: ``[c, j]`` true iff ``j`` is a sibling of ``c`` with a lower index (root: none)."""
-    n = tree.num_nodes
-    idx = torch.arange(n, device=tree.device)
-    non_root = idx > 0
-    same_parent = tree.parents[:, None] == tree.parents[None, :]
-    return same_parent & (idx[None, :] < idx[:, None]) & non_root[:, None] & non_root[None, :]
+    idx = torch.arange(tree.num_nodes, device=tree.device)
+    return sibling_pairs(tree) & (idx[None, :] < idx[:, None])
+
+
+def without_children(tree: DraftTree, rows: torch.Tensor) -> torch.Tensor:
+    """``[N, V]``: a copy of ``rows`` (row ``u`` for the children of ``u``) with each row's child tokens zeroed, so
+    that its sum is the mass no child carries (summed from non-negative terms: it cannot cancel)."""
+    zero = torch.zeros((), dtype=rows.dtype, device=rows.device).expand(tree.num_nodes - 1)
+    return rows.index_put((tree.parents[1:], tree.tokens[1:]), zero)  # duplicate pairs write the same 0
 
 
 def has_children(tree: DraftTree) -> torch.Tensor:

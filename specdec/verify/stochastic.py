@@ -6,7 +6,15 @@ import torch
 
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
-from specdec.verify.plan import PlanVerifier, VerifyPlan, parent_index, safe_div
+from specdec.verify.plan import (
+    PlanVerifier,
+    VerifyPlan,
+    earlier_siblings,
+    parent_index,
+    safe_div,
+    sibling_pairs,
+    without_children,
+)
 
 __all__ = ["StochasticMultiRoundVerifier", "stochastic_multiround_plan"]
 
@@ -101,19 +109,17 @@ def stochastic_multiround_plan(
     n = tree.num_nodes
     idx = torch.arange(n, device=tree.device)
     parent = parent_index(tree)
-    non_root = idx > 0
-    siblings = (tree.parents[:, None] == tree.parents[None, :]) & non_root[:, None] & non_root[None, :]  # [N, N]
-    rank = (siblings & (idx[None, :] < idx[:, None])).sum(-1)  # [N] draw order among the siblings
+    earlier = earlier_siblings(tree)  # [N, N]
+    rank = earlier.sum(-1)  # [N] draw order among the siblings
     # the widest sibling group (one host read), unless the caller bounds the rounds
     rounds = int(rank.max()) + 1 if max_children is None and n > 1 else min(max_children or 0, n - 1)
     # child_at[u, k] = the k-th child of u, -1 if none; column `rounds` absorbs the root and overflow.
     child_at = torch.full((n, rounds + 1), -1, dtype=torch.long, device=tree.device)
-    child_at[parent, torch.where(non_root & (rank < rounds), rank, rounds)] = idx
+    child_at[parent, torch.where((idx > 0) & (rank < rounds), rank, rounds)] = idx
     # Z before each child: the q mass no child carries + the q of the siblings from this one on (no cancellation).
-    zero = torch.zeros((), dtype=q.dtype, device=q.device).expand(n - 1)
-    rest_sum = q.index_put((tree.parents[1:], tree.tokens[1:]), zero).sum(-1)  # [N]
+    rest_sum = without_children(tree, q).sum(-1)  # [N]
     q_sib = q[parent[:, None], tree.tokens[None, :]]  # [c, j] = q_{parent(c)}(x_j)
-    untried = torch.where(siblings & (idx[None, :] >= idx[:, None]), q_sib, 0.0).sum(-1)  # [N]
+    untried = torch.where(sibling_pairs(tree) & ~earlier, q_sib, 0.0).sum(-1)  # [N]: this sibling and later ones
     z_before = rest_sum[parent] + untried  # [N], indexed by child
     q_own = q_sib.diagonal()  # [N] q_{parent(c)}(x_c)
     t = torch.zeros(n, dtype=p.dtype, device=p.device)  # per node as a parent
