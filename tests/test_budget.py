@@ -171,12 +171,12 @@ def test_adaptive_tree_equals_dynamic_tree_of_the_chosen_size(tiny):
 
 
 def test_adaptive_depth_shrinks_and_recovers():
-    """Useless deep levels with a costly drafter shrink the depth; it never leaves [1, depth]."""
+    """Deferred: useless deep levels with a costly drafter shrink the next cycle's depth; it never leaves [1, depth]."""
     from tests.test_trees import FakeDrafter
 
     curve = CostCurve((1, 64), (1.0, 1.0))
     confident = FakeDrafter(6, lambda path: torch.tensor([5.0, 0, 0, 0, 0, 0]) * (len(path) == 1))
-    policy = AdaptiveTreePolicy(topk=2, depth=4, max_total=32, curve=curve, draft_seconds=1.0)
+    policy = AdaptiveTreePolicy(topk=2, depth=4, max_total=32, curve=curve, draft_seconds=1.0, deferred=True)
     for _ in range(3):
         policy.grow(confident, torch.tensor(0), GREEDY, None)
     assert policy.current_depth == 2  # only level 1 is confident: keep it plus one look-ahead level
@@ -184,6 +184,33 @@ def test_adaptive_depth_shrinks_and_recovers():
     for expected in (3, 4, 4):
         policy.grow(confident, torch.tensor(0), GREEDY, None)
         assert policy.current_depth == expected
+
+
+def test_adaptive_levels_stop_where_the_next_does_not_pay():
+    """Level by level: a level is drafted only if its predicted nodes pay for its time; the tree is the dynamic
+    tree of the levels drafted and the size chosen."""
+    from tests.test_trees import FakeDrafter
+
+    curve = CostCurve((1, 64), (1.0, 1.0))
+    confident = FakeDrafter(6, lambda path: torch.tensor([5.0, 0, 0, 0, 0, 0]) * (len(path) == 1))
+    policy = AdaptiveTreePolicy(topk=2, depth=4, max_total=32, curve=curve, draft_seconds=0.5)
+    policy.grow(confident, torch.tensor(0), GREEDY, None)
+    assert policy.last_levels == 2  # no profile yet: the root's confident children predict a confident level 2
+    assert policy.child_profile is not None and abs(policy.child_profile[0] - 1 / 6) < 1e-6  # ... it was uniform
+    for _ in range(2):
+        tree = policy.grow(confident, torch.tensor(0), GREEDY, None)
+        assert policy.last_levels == 1 and policy.current_depth == 4  # uniform children do not pay for a second
+        m = policy.last_budget.total_tokens
+        ref = DynamicTreePolicy(topk=2, depth=1, total_tokens=m).grow(confident, torch.tensor(0), GREEDY, None)
+        assert torch.equal(tree.tokens, ref.tokens) and torch.equal(tree.parents, ref.parents)
+    for _ in range(policy.EXPLORE_EVERY - 2):
+        policy.grow(confident, torch.tensor(0), GREEDY, None)
+        assert policy.last_levels == 1
+    policy.grow(confident, torch.tensor(0), GREEDY, None)
+    assert policy.last_levels == 2  # exploration: the profile is refreshed once every EXPLORE_EVERY cycles
+    policy.draft_seconds = 0.0  # free drafting: every predicted level pays
+    tree = policy.grow(confident, torch.tensor(0), GREEDY, None)
+    assert policy.last_levels == 4 and int(tree.depth.max()) == 4
 
 
 def test_observe_calibrates_an_overconfident_drafter():

@@ -7,18 +7,30 @@ path probabilities`` and ``cost`` the target's measured forward-cost curve. The 
 ``DynamicTreePolicy.rerank`` of a policy with ``total_tokens = m`` (one small policy object per size, created on
 first use), so the tree is exactly the dynamic policy's tree of that size: connected, parents first, same order.
 
-With ``adapt_depth`` the policy also picks the next cycle's expansion depth: the depth ``d*`` of the best
-``(m, d)`` under the full cost model (``d`` levels of drafting at the measured per-level time), plus one level of
-look-ahead so a deeper tree can win back when drafts get better (``next depth = min(depth, d* + 1)``).
+With ``adapt_depth`` the policy also chooses how many levels to draft, under the full cost model (``d`` levels of
+drafting at their measured times):
+
+* level by level (the default, ``deferred=False``): after each expand step it asks whether one more level pays,
+  before paying for it. The next level's node values are predicted from this cycle's frontier (the ``topk`` best
+  nodes of the deepest level) times the *child profile*, the mean sorted top-k draft probabilities of the children of
+  non-root nodes in earlier cycles (before any, the root's children in this cycle). The next level is drafted only
+  if the best rate with those predicted nodes and one more level's time beats the best rate of the pool as it is.
+  Drafting stops where the draft stops being confident, in this cycle, not one cycle late. The profile learns only
+  from levels that were drafted, so after ``EXPLORE_EVERY`` cycles without one the next cycle drafts a second level
+  regardless (a profile that fell too low would otherwise never be corrected);
+* from the previous cycle (``deferred=True``, which must not read values during drafting): the depth ``d*`` of the
+  previous pool's best ``(m, d)``, plus one level of look-ahead so a deeper tree can win back when drafts get
+  better (``next depth = min(depth, d* + 1)``).
 
 Host syncs: choosing ``m`` on the host needs the pool's node values and depths (``2 x pool_size`` floats, at most
-``2 * (topk + (depth - 1) * topk^2)``). By default the policy transfers them itself, one host sync per cycle beside
-the decoding loop's own; the transfer also bounds the drafting time measured on CUDA (it waits for the drafter's
-kernels). With ``deferred=True`` the policy makes no sync of its own: it hands the values to the decoding loop
-(:meth:`sync_payload`), which carries them in the cycle's one sync and returns them through :meth:`observe`, and
-each cycle's size is chosen from the previous cycle's pool (a one-cycle lag, like the depth choice). The first
-cycle, or a cycle after a :meth:`grow` without :meth:`observe`, transfers its own values as before. Deferred
-timings on CUDA measure kernel launches only: pass ``draft_seconds`` there.
+``2 * (topk + (depth - 1) * topk^2)``). By default the policy transfers them itself, one host sync per drafted level
+beside the decoding loop's own (free on a CPU; one per cycle with ``adapt_depth=False``); the transfer also bounds
+the drafting time measured on CUDA (it waits for the drafter's kernels). With ``deferred=True`` the policy makes no
+sync of its own: it hands the values to the decoding loop (:meth:`sync_payload`), which carries them in the cycle's
+one sync and returns them through :meth:`observe`, and each cycle's size is chosen from the previous cycle's pool (a
+one-cycle lag, like the depth choice). The first cycle, or a cycle after a :meth:`grow` without :meth:`observe`,
+transfers its own values as before. Deferred timings on CUDA measure kernel launches only: pass ``draft_seconds``
+there.
 
 Determinism: the candidates are a deterministic function of the context and the policy's state, never of the
 sampling generator, so the deterministic-candidate verifiers stay lossless (state carried across cycles depends
@@ -41,7 +53,7 @@ import torch
 from specdec.budget import Budget, CostCurve, best_budget, budgets_by_depth, choose_budget
 from specdec.interfaces import Drafter, TreePolicy
 from specdec.sampling import SamplingParams
-from specdec.tree import DraftTree
+from specdec.tree import DraftTree, PartialTree
 from specdec.trees.dynamic import DynamicTreePolicy
 
 __all__ = ["AdaptiveTreePolicy"]
@@ -63,8 +75,13 @@ class AdaptiveTreePolicy(TreePolicy):
             host sync (see the module docstring); False: transfer this cycle's pool values (one extra sync).
 
     Attributes:
+        by_level: the depth is chosen level by level (``adapt_depth`` without ``deferred``); set it to False to choose
+            it from the previous cycle instead, as the deferred mode does (for comparisons).
         last_budget: the :class:`~specdec.budget.Budget` of the latest cycle (for inspection).
-        current_depth: the expansion depth the next cycle will use.
+        last_levels: expand steps (levels) drafted in the latest cycle, root step included.
+        current_depth: the largest expansion depth the next cycle may use (``depth`` when chosen level by level).
+        child_profile: ``[k]`` mean sorted draft probabilities of a non-root node's top-k children (level by level;
+            None before the first such expansion).
         calibration: observed / predicted accepted draft tokens (1.0 until :meth:`observe` is called).
     """
 
@@ -72,6 +89,8 @@ class AdaptiveTreePolicy(TreePolicy):
     PRIOR_CYCLES = 2.0
     #: Per-cycle decay of the calibration sums (about 20 cycles of memory).
     DECAY = 0.95
+    #: Level by level: cycles without a non-root level after which one is drafted to refresh the child profile.
+    EXPLORE_EVERY = 32
 
     def __init__(
         self,
@@ -94,11 +113,20 @@ class AdaptiveTreePolicy(TreePolicy):
         self.draft_seconds = draft_seconds
         self.overhead_seconds = overhead_seconds
         self.deferred = deferred
+        self.by_level = adapt_depth and not deferred
         self.max_nodes = self._full.max_nodes
         self.max_depth = depth
         self.current_depth = depth
         self.last_budget: Budget | None = None
+        self.last_levels = 0
         self._step_seconds = draft_seconds  # per expansion level; moving average when measured
+        # Level by level: moving averages of the root step's and a later step's seconds, the child profile, and this
+        # cycle's state while it grows (level times, the children's log q of non-root steps, the budget at a stop).
+        self._root_seconds: float | None = None
+        self._level_seconds: float | None = None
+        self.child_profile: np.ndarray | None = None
+        self._cycle: _Cycle | None = None
+        self._shallow_cycles = 0  # cycles in a row that drafted the root step only
         # Calibration (only with observe()): decayed sums of accepted and predicted draft tokens, prior ratio 1.
         self._observed = self._predicted = self.PRIOR_CYCLES
         self._last_predicted: float | None = None
@@ -128,6 +156,8 @@ class AdaptiveTreePolicy(TreePolicy):
             root: 0-dim long, the last emitted token.
             sampling, generator: unused (deterministic candidates).
         """
+        if self.by_level:
+            return self._grow_by_level(drafter, root)
         depth = self.current_depth
         t0 = time.perf_counter()
         pool = self._policy(depth, self.max_total).expand_pool(drafter, root)
@@ -170,9 +200,104 @@ class AdaptiveTreePolicy(TreePolicy):
                 min_total=self.min_total,
                 fixed_seconds=self.overhead_seconds + depth * step_seconds,
             )
-        self.last_budget = budget
+        self.last_budget, self.last_levels = budget, depth
         self._last_predicted = None if self._payload is not None else _predicted(host[0], budget.total_tokens)
         return self._policy(depth, budget.total_tokens).rerank(pool)
+
+    # ------------------------------------------------------------------------------------- level by level
+    def _grow_by_level(self, drafter: Drafter, root: torch.Tensor) -> DraftTree:
+        """Grow while the next level pays (module docstring), choose the size, rerank to it."""
+        cycle = self._cycle = _Cycle(time.perf_counter())
+        pool = self._policy(self.depth, self.max_total).expand_pool(drafter, root, keep_going=self._next_level_pays)
+        self._cycle = None
+        if not cycle.stopped:  # grown to `depth` levels: the last level's time and the final pool's values
+            cycle.seconds.append(time.perf_counter() - cycle.mark)
+            cycle.host = _host_values(pool)
+        self._learn(cycle)
+        values, depths = cycle.host
+        levels = len(cycle.seconds)
+        budget = cycle.budget
+        if budget is None:  # grown to the end (or too few nodes at the stop): this pool, every level paid
+            per_depth = self._budgets(values, depths, cycle)
+            budget = per_depth[levels - 1] if len(per_depth) >= levels else None
+        if budget is None:  # fewer nodes than min_total - 1
+            root_s, level_s = self._seconds(cycle)
+            fixed = self.overhead_seconds + root_s + (levels - 1) * level_s
+            calibrated = values + np.log(self.calibration)
+            budget = choose_budget(
+                self.curve, calibrated, max_total=self.max_total, min_total=self.min_total, fixed_seconds=fixed
+            )
+        self.last_budget, self.last_levels = budget, levels
+        self._last_predicted = _predicted(values, budget.total_tokens)
+        return self._policy(self.depth, budget.total_tokens).rerank(pool)
+
+    def _next_level_pays(self, tree: PartialTree, step: int, top_logq: torch.Tensor) -> bool:
+        """``expand_pool``'s ``keep_going``: whether drafting level ``step + 2`` beats stopping after ``step + 1``.
+
+        Contract: a function of this cycle's pool and the policy's past (timings, profile), never of the sampler.
+        """
+        cycle = self._cycle
+        now = time.perf_counter()
+        cycle.seconds.append(now - cycle.mark)
+        cycle.mark = now
+        q = np.exp(np.asarray(top_logq.float().cpu(), dtype=np.float64)).mean(axis=0)  # [k] mean child q by rank
+        if step == 0:
+            cycle.root_q = q
+        else:
+            cycle.deep_q.append(q)
+        values, depths = cycle.host = _host_values(tree)
+        levels = step + 1
+        if step == 0 and self._shallow_cycles >= self.EXPLORE_EVERY:
+            return True
+        profile = self.child_profile
+        if profile is None or profile.shape != q.shape:
+            profile = cycle.deep_q[0] if cycle.deep_q else cycle.root_q
+        last = np.flatnonzero(depths == levels)  # the deepest level's nodes, by id
+        frontier = last[np.argsort(-values[last], kind="stable")[: self.topk]]
+        with np.errstate(divide="ignore"):
+            guess = (values[frontier, None] + np.log(profile)[None, :]).reshape(-1)  # the next level's values
+        per_depth = self._budgets(
+            np.concatenate((values, guess)), np.concatenate((depths, np.full(guess.shape, levels + 1))), cycle
+        )
+        stop = per_depth[levels - 1] if len(per_depth) >= levels else None
+        deeper = per_depth[levels] if len(per_depth) > levels else None
+        if deeper is not None and (stop is None or deeper.expected_tokens_per_second > stop.expected_tokens_per_second):
+            return True
+        cycle.stopped, cycle.budget = True, stop
+        return False
+
+    def _budgets(self, values: np.ndarray, depths: np.ndarray, cycle: _Cycle) -> list[Budget | None]:
+        """:func:`budgets_by_depth` with the root step's and later steps' own times (``d`` levels: root + d - 1)."""
+        root_s, level_s = self._seconds(cycle)
+        return budgets_by_depth(
+            self.curve,
+            values + np.log(self.calibration),
+            depths=depths,
+            max_total=self.max_total,
+            min_total=self.min_total,
+            fixed_seconds=self.overhead_seconds + root_s - level_s,
+            step_seconds=level_s,
+        )
+
+    def _seconds(self, cycle: _Cycle) -> tuple[float, float]:
+        """(root step, later step) seconds: ``draft_seconds`` if fixed, else the moving averages, else this cycle's."""
+        if self.draft_seconds is not None:
+            return self.draft_seconds, self.draft_seconds
+        root_s = self._root_seconds if self._root_seconds is not None else cycle.seconds[0]
+        if self._level_seconds is not None:
+            return root_s, self._level_seconds
+        return root_s, (cycle.seconds[1] if len(cycle.seconds) > 1 else root_s)
+
+    def _learn(self, cycle: _Cycle) -> None:
+        """Fold this cycle's step times and non-root children's q into the moving averages."""
+        root_s, later = cycle.seconds[0], cycle.seconds[1:]
+        self._root_seconds = root_s if self._root_seconds is None else 0.8 * self._root_seconds + 0.2 * root_s
+        for s in later:
+            self._level_seconds = s if self._level_seconds is None else 0.8 * self._level_seconds + 0.2 * s
+        self._shallow_cycles = 0 if cycle.deep_q else self._shallow_cycles + 1
+        for q in cycle.deep_q:
+            same = self.child_profile is not None and self.child_profile.shape == q.shape
+            self.child_profile = 0.9 * self.child_profile + 0.1 * q if same else q
 
     def sync_payload(self) -> torch.Tensor | None:
         """Deferred mode: this cycle's pool values ``[2 * (pool_size - 1)]`` float32 for the loop's sync."""
@@ -205,6 +330,25 @@ class AdaptiveTreePolicy(TreePolicy):
             f"AdaptiveTreePolicy(topk={self.topk}, depth={self.depth}, max_total={self.max_total}, "
             f"adapt_depth={self.adapt_depth})"
         )
+
+
+class _Cycle:
+    """One level-by-level cycle while it grows: step seconds, children's q, the pool's host values, the stop."""
+
+    def __init__(self, start: float) -> None:
+        self.mark = start  # when the current step began
+        self.seconds: list[float] = []  # per drafted level, root step first
+        self.root_q: np.ndarray | None = None  # [k] the root's children's q, by rank
+        self.deep_q: list[np.ndarray] = []  # [k] per later step: mean q of a node's children, by rank
+        self.host: tuple[np.ndarray, np.ndarray] | None = None  # the pool's (values, depths) at the last look
+        self.stopped = False  # growth stopped before `depth` levels (then `host` is the final pool's)
+        self.budget: Budget | None = None  # the pool's budget where growth stopped
+
+
+def _host_values(tree: PartialTree) -> tuple[np.ndarray, np.ndarray]:
+    """The pool's node values and depths (root excluded) on the host, in one transfer."""
+    size = tree.size
+    return _unpack(np.asarray(torch.stack([tree.logq[1:size], tree.depth[1:size].float()]).cpu(), dtype=np.float64))
 
 
 def _unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

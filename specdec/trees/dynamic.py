@@ -25,6 +25,8 @@ q) verifiers; :meth:`DynamicTreePolicy.grow` never touches the generator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from specdec.interfaces import Drafter, TreePolicy
@@ -64,8 +66,20 @@ class DynamicTreePolicy(TreePolicy):
         self.max_nodes = min(total_tokens, self.pool_capacity)
         self.max_depth = depth
 
-    def expand_pool(self, drafter: Drafter, root: torch.Tensor) -> PartialTree:
-        """Run the ``depth`` expansion steps and return the whole candidate pool (before reranking)."""
+    def expand_pool(
+        self,
+        drafter: Drafter,
+        root: torch.Tensor,
+        keep_going: Callable[[PartialTree, int, torch.Tensor], bool] | None = None,
+    ) -> PartialTree:
+        """Run up to ``depth`` expansion steps and return the whole candidate pool (before reranking).
+
+        Args:
+            drafter, root: as for :meth:`grow`.
+            keep_going: called after each step but the last as ``keep_going(tree, step, top_logq)`` (``step``
+                0-based, ``top_logq [F, k]`` the log q of the children that step added, best first per row);
+                False stops the growth there (the caller's cost model says the next level does not pay).
+        """
         tree = PartialTree(root, self.pool_capacity)
         frontier = torch.zeros(1, dtype=torch.long, device=root.device)
         for step in range(self.depth):
@@ -76,6 +90,8 @@ class DynamicTreePolicy(TreePolicy):
             value = tree.logq[frontier].unsqueeze(-1) + top_logq  # [F, k]
             ids = tree.add(frontier.repeat_interleave(k), top_tokens.reshape(-1), value.reshape(-1))
             if step + 1 < self.depth:
+                if keep_going is not None and not keep_going(tree, step, top_logq):
+                    break
                 best = torch.sort(value.reshape(-1), descending=True, stable=True).indices[: self.topk]
                 frontier = ids[best]
         return tree
