@@ -229,7 +229,7 @@ class AdaptiveTreePolicy(TreePolicy):
             )
         self.last_budget, self.last_levels = budget, levels
         self._last_predicted = _predicted(values, budget.total_tokens)
-        return self._policy(self.depth, budget.total_tokens).rerank(pool)
+        return self._policy(levels, budget.total_tokens).rerank(pool)  # the tree's max_depth: the levels drafted
 
     def _next_level_pays(self, tree: PartialTree, step: int, top_logq: torch.Tensor) -> bool:
         """``expand_pool``'s ``keep_going``: whether drafting level ``step + 2`` beats stopping after ``step + 1``.
