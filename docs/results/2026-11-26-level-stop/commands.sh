@@ -12,3 +12,7 @@ specdec bench --methods vanilla hf-generate eagle3 --dataset mtbench --temperatu
 
 # make demo, old (26e9dfd, a worktree) and new (bb999e2) alternating twice -> demo_abab.txt
 for i in 1 2; do (cd /tmp/old && python -m specdec.demo); python -m specdec.demo; done
+
+# MT-bench, all 80 questions, T=0 and T=1 in one run (at 60b8c06, docs changes only since bb999e2):
+specdec bench --methods vanilla hf-generate eagle3 --dataset mtbench --temperatures 0 1 --max-new-tokens 128 \
+  --threads 2 --no-progress --out docs/results/2026-11-26-level-stop/mtbench-t0-t1
