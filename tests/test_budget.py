@@ -211,6 +211,13 @@ def test_adaptive_levels_stop_where_the_next_does_not_pay():
     policy.draft_seconds = 0.0  # free drafting: every predicted level pays
     tree = policy.grow(confident, torch.tensor(0), GREEDY, None)
     assert policy.last_levels == 4 and int(tree.depth.max()) == 4
+    two = AdaptiveTreePolicy(topk=2, depth=2, max_total=32, curve=curve, draft_seconds=0.5)
+    levels = []
+    for _ in range(two.EXPLORE_EVERY + 2):
+        two.grow(confident, torch.tensor(0), GREEDY, None)
+        levels.append(two.last_levels)
+    assert two.child_profile is not None  # the last level's children are learnt too
+    assert levels == [2] + [1] * two.EXPLORE_EVERY + [2]  # a cycle that drafts both levels is not a shallow one
 
 
 def test_observe_calibrates_an_overconfident_drafter():

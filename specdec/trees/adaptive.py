@@ -210,14 +210,11 @@ class AdaptiveTreePolicy(TreePolicy):
         cycle = self._cycle = _Cycle(time.perf_counter())
         pool = self._policy(self.depth, self.max_total).expand_pool(drafter, root, keep_going=self._next_level_pays)
         self._cycle = None
-        if not cycle.stopped:  # grown to `depth` levels: the last level's time and the final pool's values
-            cycle.seconds.append(time.perf_counter() - cycle.mark)
-            cycle.host = _host_values(pool)
         self._learn(cycle)
-        values, depths = cycle.host
+        values, depths = cycle.host  # the final pool's: the hook also sees the last step
         levels = len(cycle.seconds)
         budget = cycle.budget
-        if budget is None:  # grown to the end (or too few nodes at the stop): this pool, every level paid
+        if budget is None:  # grown to `depth` levels (or too few nodes at the stop): this pool, every level paid
             per_depth = self._budgets(values, depths, cycle)
             budget = per_depth[levels - 1] if len(per_depth) >= levels else None
         if budget is None:  # fewer nodes than min_total - 1
@@ -234,19 +231,23 @@ class AdaptiveTreePolicy(TreePolicy):
     def _next_level_pays(self, tree: PartialTree, step: int, top_logq: torch.Tensor) -> bool:
         """``expand_pool``'s ``keep_going``: whether drafting level ``step + 2`` beats stopping after ``step + 1``.
 
+        Records the step's time, its children's q and the pool's values first (also after the last step).
         Contract: a function of this cycle's pool and the policy's past (timings, profile), never of the sampler.
         """
         cycle = self._cycle
+        values, depths, top = _host_values(tree, top_logq.reshape(-1))  # one transfer: it waits for the step
         now = time.perf_counter()
         cycle.seconds.append(now - cycle.mark)
         cycle.mark = now
-        q = np.exp(np.asarray(top_logq.float().cpu(), dtype=np.float64)).mean(axis=0)  # [k] mean child q by rank
+        q = np.exp(top.reshape(top_logq.shape)).mean(axis=0)  # [k] mean child q by rank
         if step == 0:
             cycle.root_q = q
         else:
             cycle.deep_q.append(q)
-        values, depths = cycle.host = _host_values(tree)
+        cycle.host = values, depths
         levels = step + 1
+        if levels >= self.depth:  # the last step: growth ends here anyway
+            return False
         if step == 0 and self._shallow_cycles >= self.EXPLORE_EVERY:
             return True
         profile = self.child_profile
@@ -263,7 +264,7 @@ class AdaptiveTreePolicy(TreePolicy):
         deeper = per_depth[levels] if len(per_depth) > levels else None
         if deeper is not None and (stop is None or deeper.expected_tokens_per_second > stop.expected_tokens_per_second):
             return True
-        cycle.stopped, cycle.budget = True, stop
+        cycle.budget = stop
         return False
 
     def _budgets(self, values: np.ndarray, depths: np.ndarray, cycle: _Cycle) -> list[Budget | None]:
@@ -294,7 +295,7 @@ class AdaptiveTreePolicy(TreePolicy):
         self._root_seconds = root_s if self._root_seconds is None else 0.8 * self._root_seconds + 0.2 * root_s
         for s in later:
             self._level_seconds = s if self._level_seconds is None else 0.8 * self._level_seconds + 0.2 * s
-        self._shallow_cycles = 0 if cycle.deep_q else self._shallow_cycles + 1
+        self._shallow_cycles = 0 if len(cycle.seconds) > 1 else self._shallow_cycles + 1
         for q in cycle.deep_q:
             same = self.child_profile is not None and self.child_profile.shape == q.shape
             self.child_profile = 0.9 * self.child_profile + 0.1 * q if same else q
@@ -340,15 +341,17 @@ class _Cycle:
         self.seconds: list[float] = []  # per drafted level, root step first
         self.root_q: np.ndarray | None = None  # [k] the root's children's q, by rank
         self.deep_q: list[np.ndarray] = []  # [k] per later step: mean q of a node's children, by rank
-        self.host: tuple[np.ndarray, np.ndarray] | None = None  # the pool's (values, depths) at the last look
-        self.stopped = False  # growth stopped before `depth` levels (then `host` is the final pool's)
-        self.budget: Budget | None = None  # the pool's budget where growth stopped
+        self.host: tuple[np.ndarray, np.ndarray] | None = None  # the pool's (values, depths) after the latest step
+        self.budget: Budget | None = None  # the pool's budget where growth stopped before `depth` levels
 
 
-def _host_values(tree: PartialTree) -> tuple[np.ndarray, np.ndarray]:
-    """The pool's node values and depths (root excluded) on the host, in one transfer."""
+def _host_values(tree: PartialTree, extra: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pool's node values and depths (root excluded) and the 1-D ``extra`` on the host, in one transfer."""
     size = tree.size
-    return _unpack(np.asarray(torch.stack([tree.logq[1:size], tree.depth[1:size].float()]).cpu(), dtype=np.float64))
+    n = size - 1
+    rows = (tree.logq[1:size], tree.depth[1:size].float(), extra.float())
+    packed = np.asarray(torch.cat(rows).cpu(), dtype=np.float64)
+    return packed[:n], packed[n : 2 * n].astype(np.int64), packed[2 * n :]
 
 
 def _unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

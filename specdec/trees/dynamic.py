@@ -76,9 +76,10 @@ class DynamicTreePolicy(TreePolicy):
 
         Args:
             drafter, root: as for :meth:`grow`.
-            keep_going: called after each step but the last as ``keep_going(tree, step, top_logq)`` (``step``
-                0-based, ``top_logq [F, k]`` the log q of the children that step added, best first per row);
-                False stops the growth there (the caller's cost model says the next level does not pay).
+            keep_going: called after each step as ``keep_going(tree, step, top_logq)`` (``step`` 0-based,
+                ``top_logq [F, k]`` the log q of the children that step added, best first per row); False stops the
+                growth there (the caller's cost model says the next level does not pay). After the last step its
+                answer is not needed (growth ends there), but it still sees that step.
         """
         tree = PartialTree(root, self.pool_capacity)
         frontier = torch.zeros(1, dtype=torch.long, device=root.device)
@@ -89,9 +90,9 @@ class DynamicTreePolicy(TreePolicy):
             top_logq = torch.nan_to_num(top_logq, nan=-torch.inf)
             value = tree.logq[frontier].unsqueeze(-1) + top_logq  # [F, k]
             ids = tree.add(frontier.repeat_interleave(k), top_tokens.reshape(-1), value.reshape(-1))
+            if keep_going is not None and not keep_going(tree, step, top_logq):
+                break
             if step + 1 < self.depth:
-                if keep_going is not None and not keep_going(tree, step, top_logq):
-                    break
                 best = torch.sort(value.reshape(-1), descending=True, stable=True).indices[: self.topk]
                 frontier = ids[best]
         return tree

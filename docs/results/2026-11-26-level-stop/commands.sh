@@ -16,3 +16,6 @@ for i in 1 2; do (cd /tmp/old && python -m specdec.demo); python -m specdec.demo
 # MT-bench, all 80 questions, T=0 and T=1 in one run (at 60b8c06, docs changes only since bb999e2):
 specdec bench --methods vanilla hf-generate eagle3 --dataset mtbench --temperatures 0 1 --max-new-tokens 128 \
   --threads 2 --no-progress --out docs/results/2026-11-26-level-stop/mtbench-t0-t1
+
+# After the review mends (one transfer per level, the last step recorded too), EAGLE-3 again:
+python docs/results/2026-11-26-level-stop/levels_ab.py 10 128   # levels_ab_eagle3_10q_review_fix.txt
