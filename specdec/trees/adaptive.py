@@ -193,16 +193,20 @@ class AdaptiveTreePolicy(TreePolicy):
         if len(per_depth) == depth and per_depth[-1] is not None:
             budget = per_depth[-1]
         else:  # deferred values from a pool of another depth (or too few nodes): this cycle's drafting, every node
-            budget = choose_budget(
-                self.curve,
-                values,
-                max_total=self.max_total,
-                min_total=self.min_total,
-                fixed_seconds=self.overhead_seconds + depth * step_seconds,
-            )
+            budget = self._every_node(values, depth * step_seconds)
         self.last_budget, self.last_levels = budget, depth
         self._last_predicted = None if self._payload is not None else _predicted(host[0], budget.total_tokens)
         return self._policy(depth, budget.total_tokens).rerank(pool)
+
+    def _every_node(self, calibrated: np.ndarray, draft_seconds: float) -> Budget:
+        """The best size among every pool node (no depth cut), ``draft_seconds`` of this cycle's drafting paid."""
+        return choose_budget(
+            self.curve,
+            calibrated,
+            max_total=self.max_total,
+            min_total=self.min_total,
+            fixed_seconds=self.overhead_seconds + draft_seconds,
+        )
 
     # ------------------------------------------------------------------------------------- level by level
     def _grow_by_level(self, drafter: Drafter, root: torch.Tensor) -> DraftTree:
@@ -219,11 +223,7 @@ class AdaptiveTreePolicy(TreePolicy):
             budget = per_depth[levels - 1] if len(per_depth) >= levels else None
         if budget is None:  # fewer nodes than min_total - 1
             root_s, level_s = self._seconds(cycle)
-            fixed = self.overhead_seconds + root_s + (levels - 1) * level_s
-            calibrated = values + np.log(self.calibration)
-            budget = choose_budget(
-                self.curve, calibrated, max_total=self.max_total, min_total=self.min_total, fixed_seconds=fixed
-            )
+            budget = self._every_node(values + np.log(self.calibration), root_s + (levels - 1) * level_s)
         self.last_budget, self.last_levels = budget, levels
         self._last_predicted = _predicted(values, budget.total_tokens)
         return self._policy(levels, budget.total_tokens).rerank(pool)  # the tree's max_depth: the levels drafted
