@@ -11,13 +11,13 @@ from specdec.generate import StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from specdec.train.continuous import ends_in_loop
 from specdec.train.regenerate import (
     Prompt,
     RegenerateConfig,
     ShardError,
     first_turn_prompts,
     load_regenerated,
-    loop_lengths,
     read_manifest,
     read_shard,
     regenerate,
@@ -116,33 +116,55 @@ def test_generation_settings_may_change_between_runs_and_are_recorded_per_shard(
     faster = RegenerateConfig(max_new_tokens=9, temperatures=(0.0, 0.7), shard_size=4, batch_size=4, loop_window=6)
     manifest = regenerate(model(), StubTokenizer(), tmp_path, 12, faster, prompts=prompts(12), progress=False)
     generations = [s["generation"] for s in manifest["shards"]]
-    assert generations[0] == {"max_new_tokens": 7, "batch_size": 3, "loop_window": 0}
-    assert generations[1] == generations[2] == {"max_new_tokens": 9, "batch_size": 4, "loop_window": 6}
+    assert generations[0] == {"max_new_tokens": 7, "batch_size": 3, "loop_window": 0, "batching": "continuous"}
+    assert (
+        generations[1]
+        == generations[2]
+        == {
+            "max_new_tokens": 9,
+            "batch_size": 4,
+            "loop_window": 6,
+            "batching": "continuous",
+        }
+    )
     card = (tmp_path / "README.md").read_text()
-    assert "batch 3, at most 7 new tokens, loop cut off" in card and "loop cut at 6 repeated tokens" in card
+    assert "batch 3 (continuous), at most 7 new tokens, loop cut off" in card
+    assert "loop cut at 6 repeated tokens" in card
 
 
 def test_a_manifest_from_before_per_shard_settings_is_upgraded(tmp_path):
     regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(8), progress=False)
     old = read_manifest(tmp_path)
     old["config"].update(old["shards"][0].pop("generation"))  # the first format: all settings in "config"
-    del old["config"]["loop_window"], old["shards"][0]["looped"]
+    del old["config"]["loop_window"], old["config"]["batching"], old["shards"][0]["looped"]
     (tmp_path / "manifest.json").write_text(json.dumps(old))
     manifest = regenerate(model(), StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
-    assert manifest["shards"][0]["generation"] == {"max_new_tokens": 7, "batch_size": 3, "loop_window": 0}
+    assert manifest["shards"][0]["generation"] == {
+        "max_new_tokens": 7,
+        "batch_size": 3,
+        "loop_window": 0,
+        "batching": "per batch",
+    }
+    assert manifest["shards"][1]["generation"]["batching"] == "continuous"
     assert set(manifest["config"]) == set(RegenerateConfig.FIXED)
 
 
-def test_loop_detection():
-    def looped(seq, start=0, window=4):
-        return bool(loop_lengths(torch.tensor([seq]), start, window)[0])
+def looped(response: list[int] | torch.Tensor, window: int = 4) -> bool:
+    response = torch.as_tensor(response, dtype=torch.long)
+    return bool(ends_in_loop(response[None], torch.tensor([response.shape[0]]), window)[0])
 
+
+def test_loop_detection():
     assert looped([9, 5, 6, 5, 6, 5, 6])  # period 2: the last 4 equal the 4 two positions before
     assert looped([9, 7, 7, 7, 7, 7])  # period 1
     assert not looped([9, 5, 6, 5, 6, 5])  # the loop must fill window + period tokens
     assert not looped([5, 6, 7, 5, 6, 7, 5])  # period 3 > window // 2
-    assert not looped([7, 7, 7, 7, 7, 7], start=2)  # the repeats are in the prompt
+    assert not looped([7, 7, 7, 7])  # too short to show a loop
     assert looped([1, 2, 3, 5, 6, 7, 5, 6, 7, 5, 6, 7], window=6)
+    # rows of different lengths in one call: entries past a row's length are ignored
+    rows = torch.tensor([[9, 7, 7, 7, 7, 7, 3], [5, 6, 5, 6, 5, 6, 5]])
+    assert ends_in_loop(rows, torch.tensor([6, 7]), 4).tolist() == [True, True]
+    assert ends_in_loop(rows, torch.tensor([7, 5]), 4).tolist() == [False, False]
 
 
 def test_a_looping_response_is_cut_after_the_loop_shows(tmp_path):
@@ -156,9 +178,8 @@ def test_a_looping_response_is_cut_after_the_loop_shows(tmp_path):
     offsets = data["offsets"].tolist()
     for i, flag in enumerate(status):
         response = data["tokens"][offsets[i] + int(data["prompt_lens"][i]) : offsets[i + 1]].to(torch.int64)
-        ends_in_loop = bool(loop_lengths(response[None], 0, 4)[0])
-        shorter_does = any(loop_lengths(response[None, :n], 0, 4)[0] for n in range(5, response.shape[0]))
-        assert ends_in_loop == (flag == 2) and not shorter_does  # cut exactly where the loop first shows
+        shorter_does = any(looped(response[:n]) for n in range(5, response.shape[0]))
+        assert looped(response) == (flag == 2) and not shorter_does  # cut exactly where the loop first shows
 
 
 def test_compact_token_storage(tmp_path):
