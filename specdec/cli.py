@@ -7,7 +7,7 @@
                   [--sampled-tree SHAPE|off] [--dynamic-rows] [--deferred-rows]
     specdec train {eagle1,hass,eagle3} --out DIR ...
     specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7]
-                            [--batch-size 32] [--loop-window 64]
+                            [--batch-size 32] [--loop-window 64] [--capture-features DIR]
     specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
 
 Everything runs on SmolLM2-135M-Instruct from its installed package. User errors (unknown method or data set,
@@ -219,6 +219,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 
     from specdec.fastpath import apply_backend
     from specdec.models import load_smollm2
+    from specdec.train.captured import CaptureSettings
+    from specdec.train.features import FeatureSpec, eagle3_layers
     from specdec.train.regenerate import RegenerateConfig, regenerate
 
     try:
@@ -242,8 +244,19 @@ def cmd_data(args: argparse.Namespace) -> int:
     apply_backend(model, args.backend)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
+        capture = None
+        if args.capture_features:
+            layers = eagle3_layers(int(model.config.num_hidden_layers))
+            capture = CaptureSettings(args.capture_features, model, FeatureSpec(final=True, layers=layers))
         manifest = regenerate(
-            model, tokenizer, args.out, args.prompts, config, command=command, progress=not args.no_progress
+            model,
+            tokenizer,
+            args.out,
+            args.prompts,
+            config,
+            command=command,
+            progress=not args.no_progress,
+            capture=capture,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -399,7 +412,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     r.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 0.7], help="one per shard, in turn")
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--shard-size", type=int, default=64, help="prompts per shard (default 64)")
-    r.add_argument("--batch-size", type=int, default=32, help="sequences generated together (default 32)")
+    r.add_argument("--batch-size", type=int, default=32, help="rows decoding together (default 32)")
     r.add_argument(
         "--loop-window",
         type=int,
@@ -408,6 +421,13 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         "default 64)",
     )
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--capture-features",
+        default=None,
+        metavar="DIR",
+        help="also keep the target features every recipe trains on (final + EAGLE-3's fused layers, bf16) in DIR; "
+        "`specdec train --captured-features DIR` then skips their extraction",
+    )
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--no-progress", action="store_true")
     _backend_option(r)

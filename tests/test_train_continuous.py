@@ -12,6 +12,7 @@ from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.train import continuous
 from specdec.train.continuous import Job, generate_continuous
+from specdec.train.features import FeatureSpec, target_hidden
 
 VOCAB, EOS = 64, 1
 
@@ -99,3 +100,36 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="top_p"):
         list(generate_continuous(m, jobs(2), batch_size=2, max_new_tokens=5, eos_token_id=EOS, top_p=0.0))
     assert issubclass(CacheFullError, ValueError)
+
+
+def test_a_sliding_window_model_is_refused():
+    m = model()
+    m.config.sliding_window = 4
+    m.config.layer_types = ["sliding_attention"] * m.config.num_hidden_layers
+    with pytest.raises(ValueError, match="sliding-window"):
+        list(generate_continuous(m, jobs(2), batch_size=2, max_new_tokens=5, eos_token_id=EOS))
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm(dim=-1).max() / b.float().norm(dim=-1).min())
+
+
+def test_captured_features_equal_a_separate_forward_over_the_finished_sequence():
+    m = tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=4, seed=3, logit_scale=0.5)
+    spec = FeatureSpec(final=True, layers=(0, 2, 3))
+    work = jobs(10) + [Job(10 + j.key, j.ids, 0.8, j.seed) for j in jobs(4)]
+    run = dict(batch_size=3, max_new_tokens=20, eos_token_id=EOS, capacity=40, compact_at=8)
+    got = list(generate_continuous(m, work, capture=spec, capture_dtype=torch.float32, **run))
+    plain = {f.job.key: f.response for f in generate_continuous(m, work, **run)}
+    assert len(got) == len(work)
+    for item in got:
+        assert item.response == plain[item.job.key]  # capturing changes no token
+        sequence = torch.tensor(item.job.ids + item.response)
+        with torch.no_grad():
+            final, fused = target_hidden(m, sequence[None], spec)
+        assert item.final.shape == final[0].shape and item.fused.shape == fused[0].shape
+        assert relative_error(item.final, final[0]) < 1e-4 and relative_error(item.fused, fused[0]) < 1e-4
+    shifted = got[0].final.roll(1, dims=0)  # negative control: one position off is far off
+    sequence = torch.tensor(got[0].job.ids + got[0].response)
+    with torch.no_grad():
+        assert relative_error(shifted, target_hidden(m, sequence[None], spec)[0][0]) > 1e-2

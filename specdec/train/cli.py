@@ -56,6 +56,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help=_HELP["seed"])
     p.add_argument("--draft-vocab-size", type=int, default=None, help="EAGLE-3 draft vocab (default min(V, 32000))")
     p.add_argument("--features-dir", type=Path, default=None, help="feature cache (default OUT/features)")
+    p.add_argument(
+        "--captured-features",
+        type=Path,
+        default=None,
+        help="features captured while generating the data (specdec data regenerate --capture-features): sequences "
+        "found there skip the target forward of the extraction",
+    )
     p.add_argument("--feature-dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     p.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no")
     p.add_argument("--save-every", type=int, default=200, help="checkpoint every N steps (default 200)")
@@ -101,6 +108,7 @@ def _config_from_args(args: argparse.Namespace) -> Any:
         "seed": args.seed,
         "draft_vocab_size": args.draft_vocab_size,
         "features_dir": args.features_dir,
+        "captured_features": args.captured_features,
         "feature_dtype": args.feature_dtype,
         "mixed_precision": args.mixed_precision,
         "save_every": args.save_every,

@@ -17,8 +17,19 @@ cache), their keys/values copied into slots ``[P − w, P)`` of those rows (``P`
 smaller; the gap is masked for the other rows), and each row's first token is drawn from its prefill logits.
 
 Compaction. Slots that no row uses (finished rows' leftovers, gaps) are dropped by moving the used ones to the
-front of the cache once there are ``compact_at`` of them or the cache is full. When no prompts are left, finished
-rows are dropped from the batch (the cache rows go with them), so the last responses do not carry idle rows.
+front of the cache once there are ``compact_at`` of them or the cache is full. When no prompts are left and a
+quarter of the rows are idle, the idle rows are dropped from the batch (their cache rows go with them), so the last
+responses do not carry idle rows.
+
+Feature capture (``capture=FeatureSpec(...)``): the forwards also return the hidden states a draft head trains on
+(:func:`~specdec.train.features.select_hidden`): the prompt's from its prefill, each response token's from the step
+that feeds it. The last token of a response is never fed to draw a successor, so a finished row stays one more step
+to feed it (``closing``) and is refilled after that: every token of ``prompt + response`` gets its features, as a
+separate forward over the finished sequence would give them (up to float rounding of the batched forward).
+
+Scope: CPU models (the row bookkeeping is host-side) with full attention in every layer. A sliding window is
+counted in cache slots, which are a row's positions only while its slots are contiguous; the clock jump and other
+rows' admissions break that, so sliding-window models are refused.
 
 Sampling contract (what the data card states): a row at temperature ``T > 0`` draws each token from
 :func:`~specdec.sampling.warp` of the target's logits (temperature, then top-p) with its own
@@ -37,6 +48,7 @@ import torch
 from specdec.attention import AttentionLayout
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.sampling import SamplingParams, check_finite, greedy_tokens, sample, warp
+from specdec.train.features import FeatureSpec, select_hidden
 
 __all__ = ["Job", "Finished", "ends_in_loop", "generate_continuous"]
 
@@ -63,11 +75,17 @@ class Job:
 
 @dataclass(frozen=True)
 class Finished:
-    """A finished response: ``finished`` is 1 at EOS (kept), 2 when cut in a loop, 0 at the budget."""
+    """A finished response: ``finished`` is 1 at EOS (kept), 2 when cut in a loop, 0 at the budget.
+
+    ``final [T, H]`` and ``fused [T, kH]`` (``T = len(job.ids) + len(response)``) are the captured features, when
+    a capture was asked for (module docstring).
+    """
 
     job: Job
     response: list[int]
     finished: int
+    final: torch.Tensor | None = None
+    fused: torch.Tensor | None = None
 
 
 def ends_in_loop(tokens: torch.Tensor, lengths: torch.Tensor, window: int) -> torch.Tensor:
@@ -108,6 +126,8 @@ class _Rows:
         self.history = torch.zeros(batch, max_new_tokens, dtype=torch.long)  # [B, N] response tokens
         self.lengths = torch.zeros(batch, dtype=torch.long)  # [B] response tokens so far
         self.pos = torch.zeros(batch, dtype=torch.long)  # [B] sequence length (next RoPE position)
+        self.closing: list[int | None] = [None] * batch  # finish code of a row feeding its last token (capture)
+        self.features: list[list[tuple[torch.Tensor | None, torch.Tensor | None]]] = [[] for _ in range(batch)]
 
     def live(self) -> list[int]:
         return [r for r, job in enumerate(self.jobs) if job is not None]
@@ -115,6 +135,8 @@ class _Rows:
     def keep(self, rows: list[int]) -> None:
         self.jobs = [self.jobs[r] for r in rows]
         self.generators = [self.generators[r] for r in rows]
+        self.closing = [self.closing[r] for r in rows]
+        self.features = [self.features[r] for r in rows]
         index = torch.tensor(rows, dtype=torch.long)
         self.history, self.lengths, self.pos = self.history[index], self.lengths[index], self.pos[index]
 
@@ -122,9 +144,15 @@ class _Rows:
 class _Batch:
     """The cache, its occupancy and the forward calls of :func:`generate_continuous` (see the module docstring)."""
 
-    def __init__(self, model: Any, batch: int, capacity: int) -> None:
+    def __init__(self, model: Any, batch: int, capacity: int, capture: bool = False) -> None:
         self.model = model
+        self.capture = capture
         self.layout = AttentionLayout.of(model, warn=False)
+        if self.layout.sliding_window is not None:
+            raise ValueError(
+                f"{type(model).__name__} has sliding-window layers: continuous batching leaves gaps in a row's cache "
+                "slots, so a window counted in slots would not be the row's window (full attention only)"
+            )
         self.num_layers = int(model.config.get_text_config().num_hidden_layers)
         self.capacity = capacity
         self.cache = PositionCache(self.num_layers, capacity)
@@ -132,6 +160,7 @@ class _Batch:
         self.clock = 0  # P: the slot the next step writes
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: PositionCache, at: int):
+        """``(logits [n, V] of the last position, hidden_states or None)``."""
         cache.set_write_pos(at)
         out = self.model(
             input_ids=ids,
@@ -139,14 +168,16 @@ class _Batch:
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
+            output_hidden_states=self.capture,
             **{self.layout.cache_kwarg: cache},
         )
         logits = out.logits[:, -1].float()  # [n, V]
         check_finite(logits)
-        return logits
+        return logits, out.hidden_states if self.capture else None
 
-    def admit(self, rows: list[int], prompts: list[list[int]]) -> torch.Tensor:
-        """Prefill ``prompts`` into ``rows``; returns their last logits ``[n, V]``."""
+    def admit(self, rows: list[int], prompts: list[list[int]]):
+        """Prefill ``prompts`` into ``rows``; returns their last logits ``[n, V]`` and the prefill's hidden states
+        (``[n, w, H]`` each, prompts left-padded to width ``w``; None without capture)."""
         width = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), width, dtype=torch.long)
         mask = torch.zeros(len(prompts), width, dtype=torch.bool)
@@ -160,7 +191,7 @@ class _Batch:
         if self.clock >= self.capacity:
             raise CacheFullError(f"a prompt of {width} tokens leaves no room in a cache of {self.capacity} slots")
         fresh = PositionCache(self.num_layers, width)
-        logits = self._forward(ids, positions, mask, fresh, 0)
+        logits, hidden = self._forward(ids, positions, mask, fresh, 0)
         index = torch.tensor(rows, dtype=torch.long)
         span = slice(self.clock - width, self.clock)
         for big, small in zip(self.cache.layers, fresh.layers, strict=True):
@@ -173,12 +204,13 @@ class _Batch:
             big.values[index, :, span] = small.values
         self.valid[index] = False
         self.valid[index, span] = mask
-        return logits
+        return logits, hidden
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, live: torch.Tensor):
         """One token per row at slot ``P``; ``live [B]`` bool marks rows whose token joins their sequence.
 
-        Returns the logits ``[B, V]`` (rows that are not live hold garbage).
+        Returns the logits ``[B, V]`` (rows that are not live hold garbage) and the hidden states (``[B, 1, H]``
+        each; None without capture).
         """
         if self.clock >= self.capacity:
             self.compact()
@@ -187,10 +219,10 @@ class _Batch:
         p = self.clock
         mask = self.valid[:, : p + 1].clone()
         mask[:, p] = True  # every row sees its own token (a free row attends to itself only: no empty softmax row)
-        logits = self._forward(tokens[:, None], positions[:, None], mask, self.cache, p)
+        logits, hidden = self._forward(tokens[:, None], positions[:, None], mask, self.cache, p)
         self.valid[:, p] = live
         self.clock += 1
-        return logits
+        return logits, hidden
 
     def dead_slots(self) -> int:
         return self.clock - int(self.valid[:, : self.clock].any(0).sum())
@@ -229,6 +261,8 @@ def generate_continuous(
     loop_window: int = 0,
     capacity: int | None = None,
     compact_at: int = 128,
+    capture: FeatureSpec | None = None,
+    capture_dtype: torch.dtype = torch.bfloat16,
 ) -> Iterator[Finished]:
     """Answer ``jobs`` with ``batch_size`` rows decoding together; yields each response as it finishes.
 
@@ -242,6 +276,8 @@ def generate_continuous(
             row, prompts admitted since, and unused slots before a compaction); a prompt longer than
             ``capacity - max_new_tokens`` is refused.
         compact_at: compact the cache once this many slots are unused.
+        capture: also return these target features of every token (:attr:`Finished.final`, ``fused``), stored in
+            ``capture_dtype``.
 
     Raises:
         ValueError: bad settings or a prompt that does not fit.
@@ -258,7 +294,8 @@ def generate_continuous(
         raise ValueError("generate_continuous runs on the CPU (its row bookkeeping is host-side)")
     source = iter(jobs)
     rows = _Rows(batch_size, max_new_tokens)
-    batch = _Batch(model, batch_size, capacity or 2 * 256 + max_new_tokens + compact_at)
+    size = capacity if capacity is not None else 2 * 256 + max_new_tokens + compact_at
+    batch = _Batch(model, batch_size, size, capture=capture is not None)
     tokens = torch.full((batch_size,), pad_token_id, dtype=torch.long)  # [B] pending token of each row
     exhausted = False
 
@@ -275,8 +312,32 @@ def generate_continuous(
                 out[i] = int(sample(warp(logits[i], p), rows.generators[r]))
         return out
 
+    def keep_features(which: list[int], hidden: Any, at: list[int], spans: list[slice]) -> None:
+        """Append the features of ``hidden``'s row ``at[j]``, positions ``spans[j]``, to cache row ``which[j]``
+        (copies: a view would keep the whole batch's tensor alive)."""
+        assert capture is not None
+        final, fused = select_hidden(hidden, capture)
+        for j, (i, r) in enumerate(zip(at, which, strict=True)):
+            rows.features[r].append(
+                tuple(None if x is None else x[i, spans[j]].to(capture_dtype, copy=True) for x in (final, fused))
+            )
+
+    def finish(r: int, code: int) -> Finished:
+        job, n = rows.jobs[r], int(rows.lengths[r])
+        assert job is not None
+        final = fused = None
+        if capture is not None:
+            parts = rows.features[r]
+            final = torch.cat([f for f, _ in parts]) if capture.final else None
+            fused = torch.cat([f for _, f in parts]) if capture.layers else None
+            rows.features[r], rows.closing[r] = [], None
+        rows.jobs[r] = None
+        batch.valid[r] = False
+        return Finished(job, rows.history[r, :n].tolist(), code, final, fused)
+
     def accept(which: list[int], drawn: list[int]) -> Iterator[Finished]:
-        """Append each row's new token; yield and free the rows that are done."""
+        """Append each row's new token; yield and free the rows that are done (with capture: mark them closing,
+        their last token is fed at the next step)."""
         idx = torch.tensor(which, dtype=torch.long)
         new = torch.tensor(drawn, dtype=torch.long)
         rows.history[idx, rows.lengths[idx]] = new
@@ -292,12 +353,10 @@ def generate_continuous(
                 code = LOOP
             elif n >= max_new_tokens:
                 code = BUDGET
-            if code is not None:
-                job = rows.jobs[r]
-                assert job is not None
-                yield Finished(job, rows.history[r, :n].tolist(), code)
-                rows.jobs[r] = None
-                batch.valid[r] = False
+            if code is not None and capture is not None:
+                rows.closing[r] = code
+            elif code is not None:
+                yield finish(r, code)
 
     while True:
         free = [r for r, job in enumerate(rows.jobs) if job is None]
@@ -321,7 +380,11 @@ def generate_continuous(
                     rows.generators[r] = torch.Generator().manual_seed(job.seed) if job.temperature > 0 else None
                     rows.lengths[r] = 0
                     rows.pos[r] = len(job.ids)
-                logits = batch.admit(which, [job.ids for _, job in admitted])
+                logits, hidden = batch.admit(which, [job.ids for _, job in admitted])
+                if hidden is not None:
+                    width = hidden[0].shape[1]
+                    spans = [slice(width - len(job.ids), width) for _, job in admitted]
+                    keep_features(which, hidden, list(range(len(which))), spans)
                 yield from accept(which, draw(logits, which))
                 continue  # rows freed at their first token are refilled before the step
         live = rows.live()
@@ -336,6 +399,16 @@ def generate_continuous(
             batch.compact()
         alive = torch.zeros(len(rows.jobs), dtype=torch.bool)
         alive[live] = True
-        logits = batch.step(tokens, rows.pos, alive)
+        logits, hidden = batch.step(tokens, rows.pos, alive)
         rows.pos[live] += 1
-        yield from accept(live, draw(logits[live], live))
+        if hidden is not None:
+            keep_features(live, hidden, live, [slice(0, 1)] * len(live))
+        going = []
+        for r in live:
+            code = rows.closing[r]
+            if code is not None:
+                yield finish(r, code)
+            else:
+                going.append(r)
+        if going:
+            yield from accept(going, draw(logits[torch.tensor(going, dtype=torch.long)], going))

@@ -41,6 +41,7 @@ __all__ = [
     "FeatureSpec",
     "eagle3_layers",
     "target_hidden",
+    "select_hidden",
     "dataset_fingerprint",
     "extract_features",
     "FeatureStore",
@@ -84,13 +85,20 @@ def target_hidden(
         ``(final [B, T, H] | None, fused [B, T, len(layers) * H] | None)`` in the target's dtype.
     """
     out = target.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
-    hs = out.hidden_states
-    num_layers = len(hs) - 1
+    return select_hidden(out.hidden_states, spec)
+
+
+def select_hidden(
+    hidden_states: Sequence[torch.Tensor], spec: FeatureSpec
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(final, fused)`` of :class:`FeatureSpec` from an HF ``hidden_states`` tuple (``L + 1`` tensors ``[..., H]``:
+    the input of each decoder layer, then the post-norm last hidden state)."""
+    num_layers = len(hidden_states) - 1
     bad = [i for i in spec.layers if not 0 <= i < num_layers]
     if bad:
         raise ValueError(f"layer indices {bad} out of range for a {num_layers}-layer target")
-    final = hs[-1] if spec.final else None
-    fused = torch.cat([hs[i] for i in spec.layers], dim=-1) if spec.layers else None
+    final = hidden_states[-1] if spec.final else None
+    fused = torch.cat([hidden_states[i] for i in spec.layers], dim=-1) if spec.layers else None
     return final, fused
 
 
@@ -137,6 +145,7 @@ def extract_features(
     batch_size: int = 1,
     progress: bool = True,
     desc: str = "target features",
+    captured: Any = None,
 ) -> FeatureStore:
     """Run the frozen target over ``dataset`` and cache the features (see the module docstring).
 
@@ -146,6 +155,8 @@ def extract_features(
         dtype: storage dtype of the features (bf16 halves the disk; training upcasts to float32).
         shard_tokens: a shard is closed once it holds at least this many tokens.
         batch_size: sequences per target forward (right-padded; 1 avoids padding work on a CPU).
+        captured: a :class:`~specdec.train.captured.CapturedFeatures`: sequences it holds take their features from
+            it instead of a target forward (the cache's fingerprint is the same; ``index.json`` counts them).
 
     Returns:
         A :class:`FeatureStore` over ``out_dir``.
@@ -183,6 +194,7 @@ def extract_features(
             "vocab_size": int(target.config.vocab_size),
             "shards": [],
             "complete": False,
+            "captured_sequences": 0,
         }
     done = sum(s["num_sequences"] for s in index["shards"])
     device = next(target.parameters()).device
@@ -190,10 +202,10 @@ def extract_features(
     skipped_tokens = sum(s["num_tokens"] for s in index["shards"])
     bar = tqdm(total=total_tokens, initial=skipped_tokens, unit="tok", desc=desc, disable=not progress)
     pending: dict[str, list[torch.Tensor]] = {"input_ids": [], "loss_mask": [], "lengths": [], "final": [], "fused": []}
-    pending_tokens = 0
+    pending_tokens = pending_captured = 0
 
     def flush() -> None:
-        nonlocal pending_tokens
+        nonlocal pending_tokens, pending_captured
         if not pending["lengths"]:
             return
         name = f"shard_{len(index['shards']):05d}.safetensors"
@@ -209,32 +221,40 @@ def extract_features(
         save_file(tensors, str(out / (name + ".tmp")))
         (out / (name + ".tmp")).rename(out / name)
         index["shards"].append({"file": name, "num_sequences": len(pending["lengths"]), "num_tokens": pending_tokens})
+        index["captured_sequences"] = index.get("captured_sequences", 0) + pending_captured
         _write_json(index_path, index)
         for v in pending.values():
             v.clear()
-        pending_tokens = 0
+        pending_tokens = pending_captured = 0
 
     for start in range(done, len(dataset), batch_size):
         batch = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
         lengths = [int(e.input_ids.numel()) for e in batch]
-        width = max(lengths)
-        ids = torch.zeros(len(batch), width, dtype=torch.long)
-        attn = torch.zeros(len(batch), width, dtype=torch.long)
-        for b, e in enumerate(batch):
-            ids[b, : lengths[b]] = e.input_ids
-            attn[b, : lengths[b]] = 1
-        final, fused = target_hidden(
-            target, ids.to(device), spec, attn.to(device) if len(batch) > 1 and min(lengths) < width else None
-        )
+        found = [None if captured is None else captured.get(e.input_ids) for e in batch]
+        missing = [b for b, got in enumerate(found) if got is None]
+        pending_captured += len(batch) - len(missing)
+        if missing:
+            width = max(lengths[b] for b in missing)
+            ids = torch.zeros(len(missing), width, dtype=torch.long)
+            attn = torch.zeros(len(missing), width, dtype=torch.long)
+            for j, b in enumerate(missing):
+                ids[j, : lengths[b]] = batch[b].input_ids
+                attn[j, : lengths[b]] = 1
+            padded = len(missing) > 1 and min(lengths[b] for b in missing) < width
+            final, fused = target_hidden(target, ids.to(device), spec, attn.to(device) if padded else None)
+            for j, b in enumerate(missing):
+                n = lengths[b]
+                found[b] = (None if final is None else final[j, :n], None if fused is None else fused[j, :n])
         for b, e in enumerate(batch):
             n = lengths[b]
             pending["input_ids"].append(e.input_ids.to(torch.int64))
             pending["loss_mask"].append(e.loss_mask.bool())
             pending["lengths"].append(n)
-            if final is not None:
-                pending["final"].append(final[b, :n].to("cpu", dtype))
-            if fused is not None:
-                pending["fused"].append(fused[b, :n].to("cpu", dtype))
+            final_b, fused_b = found[b]  # type: ignore[misc]
+            if spec.final:
+                pending["final"].append(final_b.to("cpu", dtype))
+            if spec.layers:
+                pending["fused"].append(fused_b.to("cpu", dtype))
             pending_tokens += n
         bar.update(sum(lengths))
         if pending_tokens >= shard_tokens:

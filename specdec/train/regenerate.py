@@ -68,6 +68,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from specdec.train.captured import CaptureSettings, write_captured
 from specdec.train.continuous import Finished, Job, generate_continuous
 from specdec.train.data import TokenDataset, is_heldout, iter_sharegpt_records, record_to_messages
 
@@ -113,7 +114,7 @@ class RegenerateConfig:
         shard_size: prompts per shard.
         batch_size: rows decoding together (continuous batching: a finished row takes the next prompt).
         heldout_fraction: the held-out split of :func:`specdec.train.data.is_heldout` whose prompts are skipped.
-        seed: shard ``k`` uses ``seed + k``.
+        seed: response ``i`` of sampled shard ``k`` draws with a generator seeded :func:`row_seed` ``(seed, k, i)``.
         loop_window: cut a response in a repetition loop of this many tokens (0 = never; module docstring).
     """
 
@@ -300,15 +301,20 @@ def _write_shard(
     out: Path,
     manifest: dict[str, Any],
     k: int,
-    rows: list[tuple[Prompt, list[int], int]],
+    answered: list[tuple[Prompt, Finished]],
     vocab: int,
     config: RegenerateConfig,
     seconds: float,
+    capture: CaptureSettings | None,
 ) -> None:
-    """Write shard ``k`` (temporary file, rename), then enter it in the manifest and rewrite the data card."""
+    """Write shard ``k`` (its captured features first, if any; temporary file, rename), then enter it in the
+    manifest and rewrite the data card."""
     temperature = config.temperatures[k % len(config.temperatures)]
-    tensors, response_tokens, total = _pack_shard(rows, vocab)
     name = _shard_name(k)
+    if capture is not None:
+        write_captured(capture, name, [(p.ids + f.response, f.final, f.fused) for p, f in answered])
+    rows = [(p, f.response, f.finished) for p, f in answered]
+    tensors, response_tokens, total = _pack_shard(rows, vocab)
     tmp = out / (name + ".tmp")
     save_file(tensors, str(tmp), metadata={"temperature": str(temperature), "seed": str(config.seed + k)})
     tmp.replace(out / name)
@@ -339,13 +345,15 @@ def regenerate(
     command: str | None = None,
     progress: bool = True,
     prompts: Sequence[Prompt] | None = None,
+    capture: CaptureSettings | None = None,
 ) -> dict[str, Any]:
     """Grow the self-distilled data set in ``out`` to ``num_prompts`` prompts (whole shards); returns the manifest.
 
     Resumes where an earlier run stopped; the settings in :attr:`RegenerateConfig.FIXED` must equal the earlier
-    run's, the generation settings may differ (each shard records its own). ``model`` runs as given (put it
-    on the fast path first: :func:`specdec.fastpath.apply_backend`); ``prompts`` overrides the ShareGPT prompt order
-    (tests).
+    run's, the generation settings may differ (each shard records its own). ``model`` runs as given, on the CPU
+    (put it on the fast path first: :func:`specdec.fastpath.apply_backend`); ``prompts`` overrides the ShareGPT prompt
+    order (tests). With ``capture``, each shard's target features are written to its folder first
+    (:mod:`specdec.train.captured`), so training need not extract them again.
 
     Raises:
         ValueError: settings or model differ from the folder's earlier runs.
@@ -398,9 +406,9 @@ def regenerate(
             if len(taken[written]) < config.shard_size and not final:
                 return
             got = answers.pop(written)
-            rows = [(p, got[i].response, got[i].finished) for i, p in enumerate(taken.pop(written))]
+            answered = [(p, got[i]) for i, p in enumerate(taken.pop(written))]
             now = time.perf_counter()  # shards overlap in the batch: each is charged the time since the last write
-            _write_shard(out, manifest, written, rows, vocab, config, now - clock)
+            _write_shard(out, manifest, written, answered, vocab, config, now - clock, capture)
             written, clock = written + 1, now
 
     responses = generate_continuous(
@@ -413,6 +421,8 @@ def regenerate(
         top_p=config.top_p,
         loop_window=config.loop_window,
         capacity=2 * config.max_prompt_tokens + config.max_new_tokens + 128,
+        capture=None if capture is None else capture.spec,
+        capture_dtype=torch.bfloat16 if capture is None else capture.dtype,
     )
     for item in responses:
         k, i = item.job.key
@@ -471,7 +481,14 @@ def write_data_card(folder: str | Path) -> Path:
     for key, rows in runs.items():
         rate = sum(r["response_tokens"] for r in rows) / max(sum(r["seconds"] for r in rows), 1e-9)
         lines.append(f"| {key} | {len(rows)} | {sum(r['looped'] for r in rows)} | {rate:.1f} |")
-    lines += ["", "Commands (in order):", ""]
+    lines += [
+        "",
+        "Time per shard: per batch, the shard's own generation; continuous, the time since the previous shard was "
+        "written (shards overlap in the batch, so the split between temperatures is approximate; the totals hold).",
+        "",
+        "Commands (in order):",
+        "",
+    ]
     lines += [f"    {cmd}" for cmd in m.get("commands", [])]
     lines += ["", "Shards (sha256):", ""]
     lines += [f"- `{s['file']}` `{s['sha256']}` ({s['sequences']} responses, T={s['temperature']:g})" for s in shards]

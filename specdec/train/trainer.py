@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from specdec.checkpoints import CheckpointError, save_eagle_head
 from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head, EagleConfig
+from specdec.train.captured import CapturedFeatures
 from specdec.train.data import TokenDataset, load_sharegpt
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
 from specdec.train.evaluate import evaluate_heldout
@@ -100,6 +101,9 @@ class TrainConfig(BaseModel):
         None, ge=1, description="train on the first N cached sequences only (a smaller budget on the same cache)"
     )
     feature_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    captured_features: Path | None = Field(
+        None, description="a capture folder (specdec.train.captured): training sequences found there are not extracted"
+    )
     extract_batch_size: int = Field(1, ge=1)
     # optimisation
     epochs: int = Field(1, ge=1)
@@ -438,6 +442,9 @@ def train(
                 train_data = _window(sharegpt_train, config.skip_sequences, None)
             heldout_data = sharegpt_heldout if heldout_data is None else heldout_data
         dtype = getattr(torch, config.feature_dtype)
+        captured = None
+        if config.captured_features is not None:
+            captured = CapturedFeatures(config.captured_features, target, spec, dtype)
         for split, data in (("train", train_data), ("heldout", heldout_data or TokenDataset([]))):
             extract_features(
                 target,
@@ -448,6 +455,7 @@ def train(
                 batch_size=config.extract_batch_size,
                 progress=config.progress,
                 desc=f"target features ({split})",
+                captured=captured if split == "train" else None,
             )
     accelerator.wait_for_everyone()
     if config.extract_only:

@@ -1,0 +1,145 @@
+"""Target features captured while the self-distilled data was generated, found again by sequence content.
+
+Generation already runs the target over every token (:mod:`specdec.train.continuous`), so with a capture folder
+``specdec data regenerate`` keeps the features a head trains on instead of leaving them to a second forward
+(:func:`~specdec.train.features.extract_features`). Extraction then takes a sequence's features from the capture
+folder when it holds that exact sequence and runs the target only for the others, so a training window may start
+and end anywhere and a folder captured for part of the data still helps.
+
+Layout of a capture folder::
+
+    capture.json               version, spec (final + layers), dtype, target (the weights sample of
+                               :mod:`specdec.train.features`), hidden size
+    shard-00058.safetensors    per data shard: input_ids [N] int64, lengths [n] int64, final [N, H], fused [N, kH]
+                               (the shard's sequences in order, prompt + response)
+
+A capture file is written before its data shard enters the data manifest. Sequences are keyed by the sha256 of their
+int64 token ids, so a lookup never returns another sequence's features. Captured features equal a separate forward's
+up to float rounding of the batched forward (tested).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from specdec.train.features import FeatureSpec, _covers, _target_sample
+
+__all__ = ["CaptureSettings", "CapturedFeatures", "write_captured"]
+
+CAPTURE = "capture.json"
+VERSION = 1
+
+
+def _key(ids: torch.Tensor) -> str:
+    return hashlib.sha256(ids.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+def _settings(model: Any, spec: FeatureSpec, dtype: torch.dtype) -> dict[str, Any]:
+    return {
+        "version": VERSION,
+        "spec": {"final": spec.final, "layers": list(spec.layers)},
+        "dtype": str(dtype).removeprefix("torch."),
+        "target": _target_sample(model),
+        "hidden_size": int(model.config.get_text_config().hidden_size),
+    }
+
+
+class CaptureSettings:
+    """Where and what a generation run captures; checks a folder's earlier settings.
+
+    Raises:
+        ValueError: the folder was captured with another spec, dtype or target.
+    """
+
+    def __init__(self, folder: str | Path, model: Any, spec: FeatureSpec, dtype: torch.dtype = torch.bfloat16):
+        self.folder, self.spec, self.dtype = Path(folder), spec, dtype
+        self.folder.mkdir(parents=True, exist_ok=True)
+        settings = _settings(model, spec, dtype)
+        path = self.folder / CAPTURE
+        if path.is_file():
+            theirs = json.loads(path.read_text())
+            if theirs != settings:
+                raise ValueError(f"{self.folder} holds features captured with {theirs}, this run asks for {settings}")
+        else:
+            path.write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def write_captured(
+    settings: CaptureSettings,
+    name: str,
+    sequences: list[tuple[list[int], torch.Tensor | None, torch.Tensor | None]],
+) -> Path:
+    """Write one data shard's captured features: ``(token ids, final [T, H], fused [T, kH])`` per sequence."""
+    tensors = {
+        "input_ids": torch.tensor([t for ids, _, _ in sequences for t in ids], dtype=torch.int64),
+        "lengths": torch.tensor([len(ids) for ids, _, _ in sequences], dtype=torch.int64),
+    }
+    for i, key in ((1, "final"), (2, "fused")):
+        parts = [seq[i] for seq in sequences]
+        if all(p is not None for p in parts):
+            tensors[key] = torch.cat(parts).to(settings.dtype).contiguous()  # type: ignore[arg-type]
+    if sum(len(ids) for ids, _, _ in sequences) != tensors.get("final", tensors.get("fused")).shape[0]:
+        raise ValueError(f"captured features of {name} do not cover every token")
+    path = settings.folder / name
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(path)
+    return path
+
+
+class CapturedFeatures:
+    """Look up captured features by sequence (see the module docstring).
+
+    Args:
+        folder: a capture folder.
+        target: the target extraction would run; refused if the features came from other weights.
+        spec: the features wanted (the folder's must cover them).
+        dtype: the storage dtype wanted (must be the folder's).
+
+    Raises:
+        ValueError: no capture folder, other target or dtype, or a spec the folder does not cover.
+    """
+
+    def __init__(self, folder: str | Path, target: Any, spec: FeatureSpec, dtype: torch.dtype) -> None:
+        self.folder = Path(folder)
+        path = self.folder / CAPTURE
+        if not path.is_file():
+            raise ValueError(f"{self.folder} is not a capture folder (no {CAPTURE})")
+        meta = json.loads(path.read_text())
+        stored = FeatureSpec(final=meta["spec"]["final"], layers=tuple(meta["spec"]["layers"]))
+        if meta["target"] != _target_sample(target):
+            raise ValueError(f"features in {self.folder} were captured from another target (weights sample differs)")
+        if meta["dtype"] != str(dtype).removeprefix("torch."):
+            raise ValueError(f"features in {self.folder} are {meta['dtype']}, extraction asks for {dtype}")
+        if not _covers(stored, spec):
+            raise ValueError(f"features in {self.folder} hold {stored}, which does not cover {spec}")
+        self.spec = spec
+        self._where: dict[str, tuple[Path, int, int]] = {}
+        for file in sorted(self.folder.glob("shard-*.safetensors")):
+            with safe_open(str(file), framework="pt") as f:
+                ids, lengths = f.get_tensor("input_ids"), f.get_tensor("lengths").tolist()
+            offset = 0
+            for n in lengths:
+                self._where[_key(ids[offset : offset + n])] = (file, offset, n)
+                offset += n
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def get(self, input_ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+        """``(final [T, H], fused [T, kH])`` of this exact sequence in the wanted spec, or None if not captured."""
+        where = self._where.get(_key(input_ids))
+        if where is None:
+            return None
+        file, offset, n = where
+        with safe_open(str(file), framework="pt") as f:
+            final = f.get_slice("final")[offset : offset + n] if self.spec.final else None
+            fused = f.get_slice("fused")[offset : offset + n] if self.spec.layers else None
+        return final, fused
