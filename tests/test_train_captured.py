@@ -88,3 +88,39 @@ def test_captured_features_are_refused_for_another_target_dtype_or_spec(tmp_path
         CaptureSettings(tmp_path / "cap", m, FeatureSpec(final=True, layers=(1,)))
     with pytest.raises(ValueError, match="not a capture folder"):
         CapturedFeatures(tmp_path / "data", m, SPEC, torch.bfloat16)
+
+
+def test_a_sequence_truncated_for_training_is_found_by_its_prefix(tmp_path):
+    m = model()
+    capture = CaptureSettings(tmp_path / "cap", m, SPEC)
+    regenerate(m, StubTokenizer(), tmp_path / "data", 4, CONFIG, prompts=prompts(4), progress=False, capture=capture)
+    cut = 6
+    data = load_regenerated(tmp_path / "data", max_len=cut)
+    assert any(len(e.input_ids) == cut for e in data)
+    whole = CapturedFeatures(tmp_path / "cap", m, SPEC, torch.bfloat16)
+    assert all(whole.get(e.input_ids) is None for e in data if len(e.input_ids) == cut)  # control: not by content
+    prefix = CapturedFeatures(tmp_path / "cap", m, SPEC, torch.bfloat16, max_len=cut)
+    full = load_regenerated(tmp_path / "data")
+    for short, long in zip(data, full, strict=True):
+        final, fused = prefix.get(short.input_ids)
+        assert final.shape[0] == len(short.input_ids)
+        assert torch.equal(final, whole.get(long.input_ids)[0][: len(short.input_ids)])
+
+
+def test_a_capture_file_from_other_settings_or_a_bf16_target_is_refused(tmp_path):
+    m = model()
+    regen = dict(prompts=prompts(4), progress=False)
+    regenerate(
+        m, StubTokenizer(), tmp_path / "a", 4, CONFIG, capture=CaptureSettings(tmp_path / "ca", m, SPEC), **regen
+    )
+    other = FeatureSpec(final=True, layers=(1, 2, 3))
+    regenerate(
+        m, StubTokenizer(), tmp_path / "b", 4, CONFIG, capture=CaptureSettings(tmp_path / "cb", m, other), **regen
+    )
+    (tmp_path / "cb" / "shard-00000.safetensors").replace(tmp_path / "ca" / "shard-00001.safetensors")
+    with pytest.raises(ValueError, match="shard-00001.safetensors was written with other settings"):
+        CapturedFeatures(tmp_path / "ca", m, SPEC, torch.bfloat16)
+    (tmp_path / "ca" / "shard-00001.safetensors").unlink()
+    assert len(CapturedFeatures(tmp_path / "ca", m, SPEC, torch.bfloat16)) == 4
+    with pytest.raises(ValueError, match="captured from the target in float32, extraction runs it in bfloat16"):
+        CapturedFeatures(tmp_path / "ca", model().to(torch.bfloat16), SPEC, torch.bfloat16)

@@ -153,13 +153,13 @@ def test_cli_maps_arguments_to_config(tmp_path) -> None:
     args = parser.parse_args(
         ["train", "hass", "--out", str(tmp_path), "--max-conversations", "7", "--max-len", "64", "--epochs", "3",
          "--lr", "1e-4", "--seed", "5", "--set", "passes=2", "--set", "noise=0.05", "--no-progress",
-         "--skip-sequences", "3"]
+         "--skip-sequences", "3", "--captured-features", str(tmp_path / "cap")]
     )  # fmt: skip
     assert args.func.__name__ == "run_train"
     cfg = _config_from_args(args)
     assert (cfg.recipe, cfg.out, cfg.max_conversations, cfg.max_len, cfg.epochs) == ("hass", tmp_path, 7, 64, 3)
     assert (cfg.lr, cfg.seed, cfg.passes, cfg.noise, cfg.progress) == (1e-4, 5, 2, 0.05, False)
-    assert cfg.skip_sequences == 3
+    assert cfg.skip_sequences == 3 and cfg.captured_features == tmp_path / "cap"
     with pytest.raises(ValueError):
         _config_from_args(parser.parse_args(["train", "eagle1", "--out", "x", "--set", "no_such_field=1"]))
 
@@ -215,6 +215,30 @@ def test_trains_on_regenerated_data(target, tmp_path) -> None:
     assert sum(r["tokens"] for r in read_log(rest)) == sum(int(e.loss_mask[1:].sum()) for e in unseen)
     with pytest.raises(ValueError, match="skip_sequences=8 leaves none of the 8"):
         train(config(tmp_path / "none", "eagle1", data_dir=data_dir, skip_sequences=8), target=target)
+
+
+def test_trains_on_features_captured_during_generation(target, tmp_path) -> None:
+    """``captured_features``: the training split takes the features regenerate captured, the rest is extracted."""
+    from specdec.train.captured import CaptureSettings
+    from specdec.train.features import FeatureSpec
+    from specdec.train.regenerate import Prompt, RegenerateConfig, regenerate
+
+    class Tok:
+        eos_token_id, pad_token_id = 1, 0
+
+    g = torch.Generator().manual_seed(5)
+    prompts = [Prompt(i, torch.randint(2, 32, (4,), generator=g).tolist()) for i in range(8)]
+    layers = eagle3_layers(target.config.num_hidden_layers)
+    capture = CaptureSettings(tmp_path / "cap", target, FeatureSpec(final=True, layers=layers))
+    regen = RegenerateConfig(max_new_tokens=12, temperatures=(0.0,), shard_size=4, batch_size=4)
+    regenerate(target, Tok(), tmp_path / "data", 4, regen, prompts=prompts, progress=False, capture=capture)
+    regenerate(target, Tok(), tmp_path / "data", 8, regen, prompts=prompts, progress=False)  # shard 1: no capture
+    for recipe in ("eagle1", "eagle3"):  # EAGLE-1 reads only the final features of the capture
+        run = tmp_path / recipe
+        cfg = config(run, recipe, data_dir=tmp_path / "data", captured_features=tmp_path / "cap", max_steps=2)
+        train(cfg, target=target, heldout_data=TokenDataset([]))
+        index = json.loads((run / "features" / "train" / "index.json").read_text())
+        assert index["captured_sequences"] == 4 and sum(s["num_sequences"] for s in index["shards"]) == 8
 
 
 def test_training_continues_from_a_trained_head(target, tmp_path) -> None:

@@ -40,7 +40,7 @@ shared a batch with (up to float rounding of the batched forward). ``T = 0`` is 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -84,8 +84,8 @@ class Finished:
     job: Job
     response: list[int]
     finished: int
-    final: torch.Tensor | None = None
-    fused: torch.Tensor | None = None
+    final: torch.Tensor | None = field(default=None, compare=False)
+    fused: torch.Tensor | None = field(default=None, compare=False)
 
 
 def ends_in_loop(tokens: torch.Tensor, lengths: torch.Tensor, window: int) -> torch.Tensor:

@@ -444,7 +444,7 @@ def train(
         dtype = getattr(torch, config.feature_dtype)
         captured = None
         if config.captured_features is not None:
-            captured = CapturedFeatures(config.captured_features, target, spec, dtype)
+            captured = CapturedFeatures(config.captured_features, target, spec, dtype, max_len=config.max_len)
         for split, data in (("train", train_data), ("heldout", heldout_data or TokenDataset([]))):
             extract_features(
                 target,
