@@ -231,10 +231,7 @@ class _Batch:
         """Move the slots some row uses to the front of the cache."""
         used = self.valid[:, : self.clock].any(0).nonzero().flatten()  # [U]
         n = used.shape[0]
-        for layer in self.cache.layers:
-            if layer.is_initialized:
-                layer.keys[:, :, :n] = layer.keys.index_select(2, used)
-                layer.values[:, :, :n] = layer.values.index_select(2, used)
+        self.cache.compact(0, used)  # entry used[i] -> slot i, every layer and row
         self.valid[:, :n] = self.valid.index_select(1, used)
         self.valid[:, n:] = False
         self.clock = n
