@@ -11,7 +11,7 @@ from specdec.models import tiny_llama
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies, vocab_maps
 from specdec.train.features import FeatureSpec, eagle3_layers, target_hidden
 from specdec.train.losses import feature_regression_loss, soft_cross_entropy, topk_distillation_loss
-from specdec.train.recipes import eagle1_loss, eagle3_loss, hass_loss
+from specdec.train.recipes import eagle1_loss, eagle3_loss, hass_loss, target_logits
 from specdec.train.trainer import build_head
 
 # ------------------------------------------------------------------------------------------------ loss terms
@@ -152,3 +152,17 @@ def test_eagle3_step_zero_equals_soft_ce_on_full_vocab(target) -> None:
         p = torch.softmax(F.linear(batch["final"][:, 1:][sel], lm_head), -1)
         expected = -(p * torch.log_softmax(head.logits(out[sel]), -1)).sum(-1).mean()
     torch.testing.assert_close(metrics["loss_0"], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_target_distribution_stays_fp32_under_bf16_autocast(target) -> None:
+    """The label ``p`` is the target's fp32 distribution even inside a bf16 autocast step (mixed precision)."""
+    batch = synthetic_batch(target, batch_size=2, length=10)
+    lm_head = target.lm_head.weight.detach()
+    final = batch["final"].reshape(-1, batch["final"].shape[-1]) * 7.0  # large logits: bf16 rounding would show
+    exact = F.linear(final, lm_head)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded = F.linear(final, lm_head)
+        logits = target_logits(final, lm_head)
+    assert rounded.dtype == torch.bfloat16 and not torch.equal(rounded.float(), exact)  # the control: autocast rounds
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, exact, atol=0, rtol=0)

@@ -43,6 +43,7 @@ __all__ = [
     "unroll_chain",
     "first_hidden",
     "draft_logits",
+    "target_logits",
 ]
 
 Metrics = dict[str, torch.Tensor]
@@ -77,9 +78,20 @@ def draft_logits(head: Eagle1Head | Eagle3Head, out: torch.Tensor, lm_head_weigh
 
 
 @torch.no_grad()
+def target_logits(final: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
+    """``[N, H]`` post-norm target features → ``[N, V]`` float32 target logits, exact under mixed precision.
+
+    Contract: ``p`` is the label every recipe distils, so it is the target's own fp32 distribution whatever the
+    step's autocast does to the head (a bf16 autocast would otherwise round these logits to bf16, moving ``p`` by
+    several per cent and flipping near-tied argmaxes).
+    """
+    with torch.autocast(final.device.type, enabled=False):
+        return F.linear(final.float(), lm_head_weight.float())
+
+
 def _target_probs(final: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
-    """``[N, H]`` post-norm target features → ``[N, V]`` float32 target probabilities."""
-    return torch.softmax(F.linear(final.float(), lm_head_weight.float()), dim=-1)
+    """``[N, H]`` post-norm target features → ``[N, V]`` float32 target probabilities (see :func:`target_logits`)."""
+    return torch.softmax(target_logits(final, lm_head_weight), dim=-1)
 
 
 # ------------------------------------------------------------------------------------------------ EAGLE-1 and HASS
@@ -267,10 +279,9 @@ def eagle3_loss(
     scored = mask.clone()
     scored[:, 0] = False
     flat_rows[scored] = torch.arange(int(scored.sum()), device=mask.device)
-    with torch.no_grad():
-        full_logits = F.linear(final[scored].float(), lm_head_weight.float())  # [M, V]
-        in_draft = head.t2d[full_logits.argmax(-1)]  # [M]
-        p_draft = torch.softmax(full_logits[:, draft_ids], dim=-1)  # [M, V_d]
+    full_logits = target_logits(final[scored], lm_head_weight)  # [M, V] float32, no grad
+    in_draft = head.t2d[full_logits.argmax(-1)]  # [M]
+    p_draft = torch.softmax(full_logits[:, draft_ids], dim=-1)  # [M, V_d]
     total = final.new_zeros(())
     metrics: Metrics = {}
     counts = []
