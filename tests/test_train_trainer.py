@@ -421,3 +421,15 @@ def test_init_from_target_refuses_biases_the_head_cannot_hold() -> None:
     head = build_head("eagle1", biased.config, (), 24)  # built without q/k/v biases
     with pytest.raises(ValueError, match="q_proj has a bias"):
         init_from_target_layer(head, biased)
+
+
+def test_card_names_a_parent_head_relative_to_the_checkout(tmp_path, monkeypatch) -> None:
+    from specdec.train.card import _parent_facts
+
+    parent = tmp_path / "specdec" / "heads" / "h"
+    parent.mkdir(parents=True)
+    (parent / "training.json").write_text(json.dumps({"recipe": "eagle3", "steps": 7}))
+    monkeypatch.chdir(tmp_path)
+    assert _parent_facts(str(parent)) == {"path": "specdec/heads/h", "recipe": "eagle3", "steps": 7}
+    elsewhere = tmp_path.parent / "not-under-cwd"
+    assert _parent_facts(str(elsewhere))["path"] == str(elsewhere)  # outside the checkout: kept as given

@@ -110,7 +110,16 @@ def _parent_facts(init_head: str | None) -> dict[str, Any] | None:
     facts_path = Path(init_head) / "training.json"
     parent = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
     keys = ("recipe", "data", "steps", "scored_tokens", "wall_seconds", "hardware", "init_head")
-    return {"path": str(init_head), **{k: parent[k] for k in keys if k in parent}}
+    return {"path": _portable(init_head), **{k: parent[k] for k in keys if k in parent}}
+
+
+def _portable(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies under it (a shipped head named by an absolute path
+    reads ``specdec/heads/...`` on its card, not one machine's checkout), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _lineage_seconds(facts: dict[str, Any] | None) -> float:
