@@ -24,7 +24,12 @@ PYTHONPATH=scripts python scripts/heldout_tau.py specdec/heads/smollm2-135m-inst
 # Ship (bf16, card from the run; /work/runs/ship/eagle3 -> /work/runs/e3c/run):
 python scripts/ship_heads.py --runs /work/runs/ship --only eagle3 \
   --hardware "Intel Xeon (family 6 model 207, 2 logical cores, AVX-512 and AMX, shared VM), CPU only, 2 torch threads" \
-  --note "eagle3=..."
+  --note "eagle3=Continued from the previous shipped head over self-distilled sequences 3712-6591 (762,105 response \
+tokens, 2,880 steps at lr 1e-4, 27 min of training after 20 min of feature extraction). Paired held-out tau (50 \
+prompts, 128 new tokens, 16-node dynamic tree, bf16 weights): 2.015 -> 2.050 (+0.034 +- 0.010), \
+docs/results/2026-11-26-eagle3-continued/heldout_tau.json."
+# Then by hand: the card's /work/main/ path prefixes removed (ship_head records them relative since d53cc0f), and the
+# MT-bench sentence of paired_mtbench.txt appended to the notes of README.md and training.json.
 
 # MT-bench, all 80 questions, T=0 and T=1, with the 16-node tree (new head):
 specdec bench --methods vanilla hf-generate eagle3 --tree-sizes 16 --dataset mtbench --temperatures 0 1 \
