@@ -187,6 +187,20 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
     small = load_eagle_head(ship_head(run, tmp_path / "bf16", "cpu", "t", dtype=torch.bfloat16), target_model=target)
     assert small.fc.weight.dtype == torch.bfloat16
     torch.testing.assert_close(small.fc.weight.float(), copied.fc.weight, atol=1e-2, rtol=1e-2)
+    # A shipped shortlist survives a re-ship of a run that brings none; a run's own shortlist replaces it.
+    from specdec.checkpoints import load_draft_vocab, save_draft_vocab
+
+    vocab = target.config.vocab_size
+    save_draft_vocab(torch.arange(0, vocab, 2), dest, vocab)
+    for dtype in (None, torch.bfloat16):
+        assert load_draft_vocab(ship_head(run, dest, "cpu", "t", dtype=dtype), vocab).tolist() == list(
+            range(0, vocab, 2)
+        )
+    save_draft_vocab(torch.arange(1, vocab, 2), run / "head", vocab)
+    for dtype in (None, torch.bfloat16):
+        assert load_draft_vocab(ship_head(run, dest, "cpu", "t", dtype=dtype), vocab).tolist() == list(
+            range(1, vocab, 2)
+        )
 
 
 def test_trains_on_regenerated_data(target, tmp_path) -> None:

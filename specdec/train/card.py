@@ -232,16 +232,22 @@ def ship_head(
 ) -> Path:
     """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``.
 
+    A draft shortlist (``draft_vocab.safetensors``, EAGLE-1/HASS) already in ``dest`` stays when the run's head
+    brings none: it is chosen from data once and shipped beside the weights, and a continued run does not retrain it.
+
     Args:
         dtype: re-save the weights in this dtype (e.g. ``torch.bfloat16`` to halve the files); None copies them.
         wall: see :func:`run_facts`.
     """
-    from specdec.checkpoints import load_eagle_head, save_eagle_head
+    from specdec.checkpoints import DRAFT_VOCAB_FILE, load_eagle_head, save_eagle_head
 
     run, out = Path(run_dir), Path(dest)
     if not (run / "head" / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'head'} holds no trained head")
     facts = run_facts(run, hardware, notes, wall)
+    shortlist = None
+    if (out / DRAFT_VOCAB_FILE).is_file() and not (run / "head" / DRAFT_VOCAB_FILE).is_file():
+        shortlist = (out / DRAFT_VOCAB_FILE).read_bytes()
     if out.exists():
         shutil.rmtree(out)
     if dtype is None:
@@ -249,6 +255,10 @@ def ship_head(
     else:
         save_eagle_head(load_eagle_head(run / "head", dtype=dtype), out)
         facts["weights_dtype"] = str(dtype).removeprefix("torch.")
+        if (run / "head" / DRAFT_VOCAB_FILE).is_file():
+            shutil.copy(run / "head" / DRAFT_VOCAB_FILE, out / DRAFT_VOCAB_FILE)
+    if shortlist is not None:
+        (out / DRAFT_VOCAB_FILE).write_bytes(shortlist)
     (out / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
     (out / "README.md").write_text(model_card(facts, title))
     return out
