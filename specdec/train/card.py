@@ -232,8 +232,8 @@ def ship_head(
 ) -> Path:
     """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``.
 
-    A draft shortlist (``draft_vocab.safetensors``, EAGLE-1/HASS) already in ``dest`` stays when the run's head
-    brings none: it is chosen from data once and shipped beside the weights, and a continued run does not retrain it.
+    The draft shortlist (``draft_vocab.safetensors``, EAGLE-1/HASS) ships beside the weights: the run's own when its
+    head has one, else the one already in ``dest`` (chosen from data once; a continued run does not retrain it).
 
     Args:
         dtype: re-save the weights in this dtype (e.g. ``torch.bfloat16`` to halve the files); None copies them.
@@ -245,9 +245,8 @@ def ship_head(
     if not (run / "head" / "config.json").is_file():
         raise FileNotFoundError(f"{run / 'head'} holds no trained head")
     facts = run_facts(run, hardware, notes, wall)
-    shortlist = None
-    if (out / DRAFT_VOCAB_FILE).is_file() and not (run / "head" / DRAFT_VOCAB_FILE).is_file():
-        shortlist = (out / DRAFT_VOCAB_FILE).read_bytes()
+    sources = (run / "head" / DRAFT_VOCAB_FILE, out / DRAFT_VOCAB_FILE)
+    shortlist = next((f.read_bytes() for f in sources if f.is_file()), None)
     if out.exists():
         shutil.rmtree(out)
     if dtype is None:
@@ -255,8 +254,6 @@ def ship_head(
     else:
         save_eagle_head(load_eagle_head(run / "head", dtype=dtype), out)
         facts["weights_dtype"] = str(dtype).removeprefix("torch.")
-        if (run / "head" / DRAFT_VOCAB_FILE).is_file():
-            shutil.copy(run / "head" / DRAFT_VOCAB_FILE, out / DRAFT_VOCAB_FILE)
     if shortlist is not None:
         (out / DRAFT_VOCAB_FILE).write_bytes(shortlist)
     (out / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
