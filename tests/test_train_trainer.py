@@ -298,6 +298,9 @@ def test_training_continues_from_a_trained_head(target, tmp_path) -> None:
         torch.testing.assert_close(q, p, atol=1e-6, rtol=0, msg=name)
     # the learned head starts ahead of a fresh one on the same first batch
     assert read_log(cont)[0]["loss"] < read_log(tmp_path / "fresh")[0]["loss"]
+    # the parent folder is shipped over (another run) before the child ships: the lineage stays the one it started from
+    ship_head(tmp_path / "fresh", parent, hardware="test cpu", title="another")
+    assert json.loads((parent / "training.json").read_text())["steps"] == 1 != len(read_log(first))
     facts = json.loads((ship_head(cont, tmp_path / "child", "test cpu", "child") / "training.json").read_text())
     assert facts["init_head"]["path"] == str(parent) and facts["init_head"]["steps"] == len(read_log(first))
     assert "initialised from" in (tmp_path / "child" / "README.md").read_text()
@@ -444,6 +447,7 @@ def test_card_names_a_parent_head_relative_to_the_checkout(tmp_path, monkeypatch
     parent.mkdir(parents=True)
     (parent / "training.json").write_text(json.dumps({"recipe": "eagle3", "steps": 7}))
     monkeypatch.chdir(tmp_path)
-    assert _parent_facts(str(parent)) == {"path": "specdec/heads/h", "recipe": "eagle3", "steps": 7}
+    run = tmp_path / "run"  # a run older than init_head_training.json: the folder's facts are read
+    assert _parent_facts(str(parent), run) == {"path": "specdec/heads/h", "recipe": "eagle3", "steps": 7}
     elsewhere = tmp_path.parent / "not-under-cwd"
-    assert _parent_facts(str(elsewhere))["path"] == str(elsewhere)  # outside the checkout: kept as given
+    assert _parent_facts(str(elsewhere), run)["path"] == str(elsewhere)  # outside the checkout: kept as given

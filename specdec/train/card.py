@@ -7,7 +7,8 @@
 - ``README.md``: the same as a model card.
 
 Every figure comes from the run folder (``train_config.json``, ``log.jsonl``, ``eval.json``, ``curve.jsonl``,
-the feature index); nothing is typed in by hand except the free-text ``hardware`` and ``notes``.
+``init_head_training.json``, the feature index); nothing is typed in by hand except the free-text ``hardware`` and
+``notes``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from specdec.train.features import FeatureStore
-from specdec.train.trainer import curve_points, read_log, trained_tokens
+from specdec.train.trainer import PARENT_FACTS, curve_points, read_log, trained_tokens
 
 __all__ = ["run_facts", "model_card", "ship_head"]
 
@@ -61,7 +62,7 @@ def run_facts(
     return {
         "recipe": config["recipe"],
         "target": config["target"],
-        "init_head": _parent_facts(config.get("init_head")),
+        "init_head": _parent_facts(config.get("init_head"), run),
         "data": {
             "source": _data_source(config),
             "max_conversations": config["max_conversations"],
@@ -103,11 +104,14 @@ def _data_source(config: dict[str, Any]) -> str:
     return SHAREGPT
 
 
-def _parent_facts(init_head: str | None) -> dict[str, Any] | None:
-    """What the head a run continued from had been trained on (its ``training.json``), kept for the lineage."""
+def _parent_facts(init_head: str | None, run: Path) -> dict[str, Any] | None:
+    """What the head a run continued from had been trained on (its ``training.json`` as the run found it at its
+    start; the folder's current one for runs older than that copy), kept for the lineage."""
     if not init_head:
         return None
-    facts_path = Path(init_head) / "training.json"
+    facts_path = run / PARENT_FACTS
+    if not facts_path.is_file():
+        facts_path = Path(init_head) / "training.json"
     parent = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
     keys = ("recipe", "data", "steps", "scored_tokens", "wall_seconds", "hardware", "init_head")
     return {"path": _portable(init_head), **{k: parent[k] for k in keys if k in parent}}

@@ -12,6 +12,8 @@ optimizer, scheduler, step, global RNG states) produces the same loss sequence a
 Output folder::
 
     train_config.json      the TrainConfig
+    init_head_training.json  the ``training.json`` of ``init_head`` as it was when the run started (the lineage its
+                           card records, even if that folder is shipped over before this run is)
     features/{train,heldout}/   cached target features (see specdec.train.features)
     checkpoints/step_*.pt  resumable state (the newest ``keep_checkpoints`` are kept)
     log.jsonl              one line per optimizer step: step, epoch, lr, loss, wall_s (training time so far, resumes
@@ -28,6 +30,7 @@ import json
 import math
 import pickle
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,7 +64,10 @@ __all__ = [
     "read_log",
     "trained_tokens",
     "curve_points",
+    "PARENT_FACTS",
 ]
+
+PARENT_FACTS = "init_head_training.json"
 
 Recipe = Literal["eagle1", "hass", "eagle3"]
 
@@ -214,6 +220,16 @@ def build_head(
     if recipe == "eagle3":
         return Eagle3Head(config, num_fused=len(layers))
     return Eagle1Head(config)
+
+
+def _keep_parent_facts(init_head: Path | None, out: Path) -> None:
+    """Copy ``init_head/training.json`` into the run as ``init_head_training.json``, once (a resumed run keeps the copy
+    made at its start: the parent folder may have been shipped over since)."""
+    if init_head is None or (out / PARENT_FACTS).is_file():
+        return
+    facts = Path(init_head) / "training.json"
+    if facts.is_file():
+        shutil.copyfile(facts, out / PARENT_FACTS)
 
 
 def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[int] = ()) -> Eagle1Head | Eagle3Head:
@@ -411,6 +427,7 @@ def train(
     if main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "train_config.json").write_text(config.model_dump_json(indent=1))
+        _keep_parent_facts(config.init_head, out)
 
     # ---- target and data
     if target is None:

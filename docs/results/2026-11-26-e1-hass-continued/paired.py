@@ -3,8 +3,10 @@
     python docs/results/2026-11-26-e1-hass-continued/paired.py A_FILE:A_NAME B_FILE:B_NAME [...more pairs]
 
 Each side names a JSON file and an entry in it: a head folder of a ``scripts/heldout_tau.py`` report (16-node rows)
-or a method of a ``tau16.py`` report (MT-bench). Both record per-prompt ``(tokens, target forwards)``; the printed
-difference is ``τ_B - τ_A`` with its paired standard error over prompts (``paired_difference`` of heldout_tau.py).
+or a method of a ``tau16.py`` report (MT-bench); or a ``specdec bench`` ``results.jsonl`` and a method label in it
+(e.g. ``eagle3@16``; its T=0 rows in question order, forwards = new tokens / τ). All give per-prompt ``(tokens, target
+forwards)``; the printed difference is ``τ_B - τ_A`` with its paired standard error over prompts
+(``paired_difference`` of heldout_tau.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from heldout_tau import paired_difference  # noqa: E402
 def counts(spec: str) -> list[tuple[float, float]]:
     """Per-prompt ``(tokens, forwards)`` of ``FILE:NAME``."""
     path, name = spec.rsplit(":", 1)
+    if path.endswith(".jsonl"):
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        mine = [r for r in rows if r["method"] == name and r["temperature"] == 0.0 and r.get("status", "ok") == "ok"]
+        if not mine:
+            raise SystemExit(f"no T=0 rows of {name!r} in {path}")
+        mine.sort(key=lambda r: int(r["prompt_id"].rsplit("/", 1)[1]))
+        return [(r["new_tokens"], r["new_tokens"] / r["tau"]) for r in mine]
     report = json.loads(Path(path).read_text())
     if "trees" in report:
         rows = {r["head"]: r["counts"] for r in report["trees"]["16"]}
