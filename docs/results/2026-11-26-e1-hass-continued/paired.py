@@ -16,19 +16,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-11-26-eagle3-continued"))
 from heldout_tau import paired_difference  # noqa: E402
+from paired_mtbench import rows as bench_rows  # noqa: E402
 
 
 def counts(spec: str) -> list[tuple[float, float]]:
     """Per-prompt ``(tokens, forwards)`` of ``FILE:NAME``."""
     path, name = spec.rsplit(":", 1)
     if path.endswith(".jsonl"):
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        mine = [r for r in rows if r["method"] == name and r["temperature"] == 0.0 and r.get("status", "ok") == "ok"]
+        mine = bench_rows(path, name, 0.0)
         if not mine:
             raise SystemExit(f"no T=0 rows of {name!r} in {path}")
-        mine.sort(key=lambda r: int(r["prompt_id"].rsplit("/", 1)[1]))
-        return [(r["new_tokens"], r["new_tokens"] / r["tau"]) for r in mine]
+        ordered = sorted(mine.values(), key=lambda r: int(r["prompt_id"].rsplit("/", 1)[1]))
+        return [(r["new_tokens"], r["new_tokens"] / r["tau"]) for r in ordered]
     report = json.loads(Path(path).read_text())
     if "trees" in report:
         rows = {r["head"]: r["counts"] for r in report["trees"]["16"]}
