@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 import pytest
 import torch
@@ -344,6 +345,39 @@ def test_continued_eagle3_head_can_move_to_a_new_draft_vocabulary(target, tmp_pa
     mean_row = parent.lm_head.weight.mean(0).expand(len(fresh), -1)
     torch.testing.assert_close(moved.lm_head.weight[fresh], mean_row, atol=1e-6, rtol=0)
     torch.testing.assert_close(moved.fc.weight, parent.fc.weight, atol=1e-6, rtol=0)
+
+
+def test_a_run_continued_from_an_unshipped_run_keeps_its_lineage(target, tmp_path) -> None:
+    """``init_head`` = another run's ``head/`` folder (never shipped, so no ``training.json``): the child keeps that
+    run's facts, and its card names them; when they cannot be read (feature cache deleted) it warns and keeps none."""
+    from specdec.train.card import UNSHIPPED, ship_head
+
+    none, data = TokenDataset([]), greedy_data(target, 8)
+    parent = tmp_path / "parent"
+    train(config(parent, "eagle1", max_steps=2), target=target, train_data=data, heldout_data=none)
+    child = tmp_path / "child"
+    train(
+        config(child, "eagle1", init_head=parent / "head", max_steps=1),
+        target=target,
+        train_data=data,
+        heldout_data=none,
+    )
+    kept = json.loads((child / "init_head_training.json").read_text())
+    assert kept["steps"] == 2 and kept["hardware"] == UNSHIPPED and kept["data"]["train_sequences"] == 8
+    facts = json.loads((ship_head(child, tmp_path / "shipped", "test cpu", "child") / "training.json").read_text())
+    assert facts["init_head"]["path"] == str(parent / "head") and facts["init_head"]["steps"] == 2
+
+    # control: the same parent without its feature cache has no readable facts; the run warns and records none
+    shutil.rmtree(parent / "features")
+    orphan = tmp_path / "orphan"
+    with pytest.warns(UserWarning, match="lineage of .*parent/head is not recorded"):
+        train(
+            config(orphan, "eagle1", init_head=parent / "head", max_steps=1),
+            target=target,
+            train_data=data,
+            heldout_data=none,
+        )
+    assert not (orphan / "init_head_training.json").exists()
 
 
 def test_a_new_draft_vocabulary_keeps_the_heads_predictions() -> None:

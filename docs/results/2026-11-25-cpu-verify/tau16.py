@@ -1,6 +1,7 @@
 """MT-bench τ of the EAGLE methods on fixed dynamic trees of 16 nodes at T=0 (deterministic, so no timing needed).
 
     python tau16.py OUT.json [methods ...]     # default: eagle2 hass eagle3; LIMIT=n for the first n questions
+    python tau16.py OUT.json eagle3=HEAD_DIR   # a method with another head (recorded under "eagle3=HEAD_DIR")
 
 Same settings as ``specdec bench``'s 16-node sweep row: chat template, 128 new tokens or EOS, the shipped heads.
 Per question it records (tokens emitted by the cycles, cycles), so two methods compare with a paired error.
@@ -10,6 +11,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -30,7 +32,9 @@ target = HFTarget(model, max_len=max(x.shape[0] for x in ids) + 128 + 64 + 8)
 stop = StopCondition(max_new_tokens=128, eos_token_ids=[tok.eos_token_id])
 res = {"prompts": len(ids), "max_new_tokens": 128, "tree": "dynamic, 16 nodes, default top-k/depth", "methods": {}}
 for m in methods:
-    gen = build_method(m, target, s, MethodOptions(total_tokens=16))
+    method, _, head_dir = m.partition("=")
+    options = MethodOptions(total_tokens=16, head_dir=Path(head_dir) if head_dir else None)
+    gen = build_method(method, target, s, options)
     t0 = time.perf_counter()
     per = []
     for x in ids:
