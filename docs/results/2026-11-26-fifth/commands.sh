@@ -72,6 +72,10 @@ python scripts/ship_heads.py --runs /work/runs/ship28h --only hass --hardware "$
 # Training summaries (per block of 288 steps, from the runs' log.jsonl) and the runs' own evaluations:
 python $P/block_summary.py /work/runs/e3e/run/log.jsonl > $D/e3e_train_summary.txt
 python $P/block_summary.py /work/runs/e3f/run/log.jsonl > $D/e3f_train_summary.txt
+# Epoch means quoted on the results page: the first pass over the e3e sequences (last session's e3c run), both second
+# passes, and the last 576 fresh-data steps of e3d (-> epoch_means.txt):
+for r in e3c e3e e3f; do python $P/block_summary.py /work/runs/$r/run/log.jsonl --blocks 1; done >> $D/epoch_means.txt
+python $P/block_summary.py /work/runs/e3d/run/log.jsonl --blocks 5 | tail -1 >> $D/epoch_means.txt
 cp /work/runs/e3e/run/eval.json $D/e3e_eval.json
 cp /work/runs/e3f/run/eval.json $D/e3f_eval.json
 

@@ -2,8 +2,8 @@
 
     python docs/results/2026-11-26-fifth/lineage.py HEAD,HELDOUT_SPEC,MTBENCH_SPEC [...] [--target 2.5]
 
-Each argument names one head of the lineage, oldest first: its folder (a shipped head with ``training.json``, or a
-run's ``head/`` folder, whose run holds ``train_config.json``, ``log.jsonl`` and ``init_head_training.json``) and
+Each argument names one head of the lineage, oldest first: its folder (a shipped head with ``training.json``, or the
+``head/`` folder of a finished run whose records and feature cache are still there) and
 where its held-out and MT-bench τ were measured, each as ``FILE:NAME`` of ``paired.py`` (``-`` when not measured).
 Slots seen (scored draft positions, epochs counted again) are summed over the head's recorded lineage.
 
@@ -15,38 +15,23 @@ measurement: it says how far the present recipe is from the target if the curve 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
+
+from specdec.train.card import head_facts, lineage_total
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-11-26-e1-hass-continued"))
 from paired import counts  # noqa: E402
 
 
-def lineage_slots(facts: dict | None) -> int:
-    """Scored slots of a ``training.json``'s run and of every run it continued (``init_head``, recursively)."""
-    total = 0
-    while facts:
-        total += int(facts.get("scored_tokens") or 0)
-        facts = facts.get("init_head")
-    return total
-
-
-def head_slots(head: Path) -> int:
-    """Slots seen by the head in folder ``head``: its ``training.json`` lineage, or its run's own slots plus the
-    lineage of the head the run started from (that head's run folder when it was never shipped)."""
-    if (head / "training.json").is_file():
-        return lineage_slots(json.loads((head / "training.json").read_text()))
-    run = head.parent
-    if not (run / "train_config.json").is_file():
-        raise SystemExit(f"{head} has no training.json and is not a run's head folder")
-    own = int(json.loads((run / "eval.json").read_text())["trained_tokens"])
-    parent = run / "init_head_training.json"
-    if parent.is_file():
-        return own + lineage_slots(json.loads(parent.read_text()))
-    init = json.loads((run / "train_config.json").read_text()).get("init_head")
-    return own + (head_slots(Path(init)) if init else 0)
+def head_slots(head: str) -> int:
+    """Slots seen by the head in folder ``head`` and by every head its lineage continued (:func:`head_facts`: a
+    shipped head's ``training.json``, or the facts of the unshipped run whose ``head/`` it is)."""
+    facts = head_facts(head)
+    if facts is None:
+        raise SystemExit(f"{head} has no training.json and is not a finished run's head folder")
+    return int(lineage_total(facts, "scored_tokens"))
 
 
 def tau(spec: str) -> float | None:
@@ -72,7 +57,7 @@ def main() -> None:
     rows = []
     for item in args.heads:
         head, heldout, mtbench = item.split(",")
-        rows.append((head, head_slots(Path(head)), tau(heldout), tau(mtbench)))
+        rows.append((head, head_slots(head), tau(heldout), tau(mtbench)))
     print("| head | slots seen | held-out τ (50 × 128, 16 nodes) | MT-bench τ (80 × 128, 16 nodes, T=0) |")
     print("| --- | --- | --- | --- |")
     for head, slots, h, m in rows:
