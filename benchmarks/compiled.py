@@ -48,14 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     compiled_model, _ = load_smollm2()
     ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
     paths = {
-        "eager": HFTarget(eager_model, max_len=args.max_len, backend="auto"),
-        "compiled": HFTarget(compiled_model, max_len=args.max_len, backend="compile"),
+        "eager": HFTarget(eager_model, max_len=args.max_len, weights="auto"),
+        "compiled": HFTarget(compiled_model, max_len=args.max_len, static_shapes=True),
     }
     print(f"threads={args.threads} prompts={args.prompts} new_tokens={args.new_tokens} max_len={args.max_len}")
     out: dict = {"threads": args.threads, "prompts": args.prompts, "new_tokens": args.new_tokens, "methods": {}}
     for method in args.methods:
-        options = {"eager": MethodOptions(), "compiled": MethodOptions(backend="compile", deferred_budget=True)}
-        gens = {name: build_method(method, t, sampling, options[name]) for name, t in paths.items()}
+        options = {"eager": MethodOptions(), "compiled": MethodOptions(deferred_budget=True)}
+        gens = {name: build_method(method, t, options[name]) for name, t in paths.items()}
         compile_s = paths["compiled"].warm_up()  # compiles each bucket once (later methods reuse the graphs)
         if compile_s and "compile_seconds" not in out:
             out["compile_seconds"] = compile_s
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             gen.generate(ids[0], sampling, StopCondition(max_new_tokens=32))
             print(
-                f"  warm-up {method} {gen.drafter.backend if hasattr(gen, 'drafter') else ''}: "
+                f"  warm-up {method} {gen.drafter.execution.label if hasattr(gen, 'drafter') else ''}: "
                 f"{time.perf_counter() - start:.1f} s"
             )
         seconds = dict.fromkeys(gens, 0.0)

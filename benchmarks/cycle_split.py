@@ -1,7 +1,7 @@
 """Where a speculative cycle's time goes: drafting, the target's tree forward, verification, bookkeeping.
 
     python benchmarks/cycle_split.py [--methods eagle3 ...] [--prompts 8] [--new-tokens 64] [--temperature 0]
-                                     [--draft-backend auto] [--threads 2]
+                                     [--draft-weights auto] [--threads 2]
 
 Runs each method (the CLI's names, fast path on, default tree settings) on the first ``--prompts`` MT-bench
 questions and prints, per method, each phase's share of the summed cycle time and its milliseconds per cycle
@@ -56,17 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--draft-backend", default="auto")
+    parser.add_argument("--draft-weights", default="auto")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    target = HFTarget(model, backend="auto")
+    target = HFTarget(model)
     sampling = SamplingParams(temperature=args.temperature)
     ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
     print(f"threads={args.threads} T={args.temperature} prompts={args.prompts} new_tokens={args.new_tokens}")
     for method in args.methods:
-        gen = build_method(method, target, sampling, MethodOptions(backend=args.draft_backend))
+        gen = build_method(method, target, MethodOptions(draft_weights=args.draft_weights))
         r = phase_split(gen, ids, sampling, args.new_tokens)
         cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
         print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")

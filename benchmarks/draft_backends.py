@@ -3,7 +3,7 @@
     python benchmarks/draft_backends.py [--first 8] [--prompts 12] [--new-tokens 96] [--threads 2]
 
 The target runs on the fast path in both EAGLE-3 rows; only the drafter's backend differs
-(``MethodOptions(backend="cpu-packed")`` vs the default ``"auto"``, which is int8 for draft weights). HF
+(``MethodOptions(draft_weights="packed")`` vs the default ``"auto"``, which is int8 for draft weights). HF
 ``generate`` runs on a stock copy of the model. All four are interleaved per prompt, with the order rotated.
 Printed per method: tokens/s, mean τ, mean draft share, and the ratio to HF ``generate``. The script also asserts
 that every greedy output equals vanilla's.
@@ -12,7 +12,6 @@ that every greedy output equals vanilla's.
 from __future__ import annotations
 
 import argparse
-import copy
 
 import torch
 
@@ -34,13 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    stock = copy.deepcopy(model)
+    stock = model  # HF generate runs the model as loaded; our target runs a transformed copy
     target = HFTarget(model, max_len=1024)
     sampling = SamplingParams()
     gens = {
-        "vanilla": build_method("vanilla", target, sampling),
-        "eagle3 fp32 draft": build_method("eagle3", target, sampling, MethodOptions(backend="cpu-packed")),
-        "eagle3 int8 draft": build_method("eagle3", target, sampling, MethodOptions()),
+        "vanilla": build_method("vanilla", target),
+        "eagle3 fp32 draft": build_method("eagle3", target, MethodOptions(draft_weights="packed")),
+        "eagle3 int8 draft": build_method("eagle3", target, MethodOptions()),
         "hf-generate": HFGenerate(stock, tokenizer.eos_token_id),
     }
     stop = StopCondition(max_new_tokens=args.new_tokens, eos_token_ids=[tokenizer.eos_token_id])

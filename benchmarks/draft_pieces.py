@@ -61,7 +61,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
     sampling = SamplingParams()
-    gen = build_method(args.method, HFTarget(model, backend="auto"), sampling, MethodOptions())
+    gen = build_method(args.method, HFTarget(model), MethodOptions())
     policy, drafter = gen.policy, gen.drafter
     timed(policy, "grow", "policy.grow")
     for name in ("expand_topk", "_run", "_expand_root", "_expand_nodes", "_draft_logits", "_input_hidden"):

@@ -4,7 +4,7 @@
                                   [--out results.json]
 
 Two copies of the model live in one process: ``stock`` (as loaded: MKL linears, transformers' sdpa) and ``fast``
-(``HFTarget(..., backend="auto")``: oneDNN-prepacked linears, GQA attention without key/value copies). Printed:
+(``HFTarget(..., weights="auto")``: oneDNN-prepacked linears, GQA attention without key/value copies). Printed:
 
 1. The target forward curve ``T(n)`` for a chain of ``n`` tree tokens after ``--context`` tokens, ``n = 1..32``,
    both paths interleaved round by round (medians), and ``T(n) / T(1)`` for each (targets: fast ``n=8 <= 1.3``,
@@ -144,7 +144,7 @@ def vanilla_vs_generate(fast: HFTarget, stock_model, tokenizer, prompts, new_tok
 
 def eagle3_draft_share(fast: HFTarget, tokenizer, prompts, new_tokens: int) -> dict:
     sampling = SamplingParams()
-    gen = build_method("eagle3", fast, sampling, MethodOptions())
+    gen = build_method("eagle3", fast, MethodOptions())
     r = phase_split(gen, [chat_ids(tokenizer, p) for p in prompts], sampling, new_tokens)
     return {"split": r["share"], "ms_per_cycle": r["ms_per_cycle"], "tau": r["tau"]}
 
@@ -157,14 +157,14 @@ def rss_probe(backend: str, context: int) -> None:
     the process's own memory (the packed weights live there).
     """
     model, _ = load_smollm2()
-    target = HFTarget(model, max_len=context + 16, backend=backend)
+    target = HFTarget(model, max_len=context + 16, weights=backend, in_place=True)  # measure the transformed model
     with torch.no_grad():
         target.prefill(torch.arange(context) % target.vocab_size)
         for _ in range(8):
             target.decode_one(torch.tensor(5))
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     mb = {k: int(status[k].split()[0]) / 1024 for k in ("VmRSS", "RssAnon", "RssFile")}
-    print(json.dumps({"backend": target.backend, **mb}))
+    print(json.dumps({"backend": target.execution.label, **mb}))
 
 
 def rss(context: int) -> dict:
@@ -195,13 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.rss_probe:
         rss_probe(args.rss_probe, args.context)
         return 0
-    model, tokenizer = load_smollm2()
-    stock_model = copy.deepcopy(model)
-    fast = HFTarget(model, max_len=1024)
-    stock = HFTarget(stock_model, max_len=1024, backend="stock")
+    stock_model, tokenizer = load_smollm2()
+    fast = HFTarget(stock_model, max_len=1024)  # a transformed copy sharing the stock model's tensors
+    stock = HFTarget(stock_model, max_len=1024, weights="stock")
     print(
         f"device=cpu threads={args.threads} torch={torch.__version__} cpu={platform.processor() or platform.machine()} "
-        f"fast backend={fast.backend} attention={model.config._attn_implementation}"
+        f"fast backend={fast.execution.label} attention={fast.model.config._attn_implementation}"
     )
     report: dict = {"threads": args.threads, "context": args.context, "torch": torch.__version__}
 

@@ -1,6 +1,6 @@
 """Host syncs per decoding cycle, counted on the CPU (what a GPU would wait for).
 
-    python benchmarks/host_syncs.py [--methods vanilla eagle3] [--backend auto] [--threads 1]
+    python benchmarks/host_syncs.py [--methods vanilla eagle3] [--weights auto] [--static-shapes on] [--threads 1]
 
 Runs each method (the CLI's names and default settings) on the first MT-bench question for 16 and then 48 new
 tokens inside :class:`specdec.bench.syncs.HostSyncCounter`, and prints the extra reads divided by the extra cycles:
@@ -39,22 +39,24 @@ def syncs_per_cycle(gen, ids: torch.Tensor, sampling: SamplingParams, short: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3"])
-    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--weights", default="auto")
+    parser.add_argument("--static-shapes", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    target = HFTarget(model, max_len=1024, backend=args.backend)
+    static = {"auto": "auto", "on": True, "off": False}[args.static_shapes]
+    target = HFTarget(model, max_len=1024, weights=args.weights, static_shapes=static)
     target.warm_up()
     sampling = SamplingParams(temperature=0.0)
     ids = chat_ids(tokenizer, mtbench_prompts()[0])
     for method in args.methods:
         for deferred in (False, True) if method != "vanilla" else (None,):
-            options = MethodOptions(backend=args.backend, deferred_budget=deferred)
-            gen = build_method(method, target, sampling, options)
+            options = MethodOptions(deferred_budget=deferred)
+            gen = build_method(method, target, options)
             label = f"{method}{' (deferred budget)' if deferred else ''}"
             per_cycle = syncs_per_cycle(gen, ids, sampling)
-            print(f"{label:28s} backend {target.backend}: {per_cycle:.2f} host syncs per cycle")
+            print(f"{label:28s} backend {target.execution.label}: {per_cycle:.2f} host syncs per cycle")
     return 0
 
 

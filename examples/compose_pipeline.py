@@ -18,7 +18,7 @@ from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerat
 from specdec.models import tiny_llama
 from specdec.target import HFTarget
 from specdec.trees import DynamicTreePolicy
-from specdec.verify import default_verifier
+from specdec.verify import verifier_for
 
 PROMPT = "Explain in three sentences why the sky is blue."
 
@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         drafter = SmallLMDrafter.from_target_layers(model, layers, max_len=max_len)
 
     policy = DynamicTreePolicy(topk=args.topk, depth=args.depth, total_tokens=args.total_tokens)  # EAGLE-2 tree
-    verifier = default_verifier(tree_is_stochastic=False, temperature=args.temperature)  # top-k candidates: q one-hot
-    generator = SpeculativeGenerator(target, drafter, policy, verifier)
+    generator = SpeculativeGenerator(target, drafter, policy)  # the verifier follows each call's sampling
 
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+    verifier = verifier_for(policy.kind(sampling), sampling)  # the one this call runs (top-k candidates: q one-hot)
     eos = [tokenizer.eos_token_id] if tokenizer is not None else []
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
 

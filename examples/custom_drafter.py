@@ -14,21 +14,31 @@ import argparse
 
 import torch
 
-from specdec import Drafter, PartialTree, SamplingParams, TargetHidden
-from specdec.drafters import NGramDrafter
-from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+from specdec import (
+    Drafter,
+    DynamicTreePolicy,
+    HFTarget,
+    NGramDrafter,
+    PartialTree,
+    SamplingParams,
+    SpeculativeGenerator,
+    StochasticTreePolicy,
+    StopCondition,
+    TargetHidden,
+    VanillaGenerator,
+)
 from specdec.models import tiny_llama
-from specdec.target import HFTarget
-from specdec.trees import DynamicTreePolicy
-from specdec.verify import default_verifier
+from specdec.testing import E2EReport, e2e_check
+from specdec.testing.broken import IgnoresQVerifier
 
 
 class BigramDrafter(Drafter):
-    """q(next | last token) from add-``alpha`` bigram counts of the committed tokens.
+    """q(next | last token) from add-``alpha`` bigram counts of the context: one method, :meth:`expand`.
 
-    Token-level and training-free: ``hidden_request`` stays empty, so the target computes no extra features.
-    The proposals are a deterministic function of the context (committed tokens + the node's root path), which
-    is the contract of the top-k tree policies and their one-hot-q verifiers.
+    Token-level and training-free: ``hidden_request`` stays empty, so the target computes no extra features, and
+    the base class keeps the committed tokens (``history``; :meth:`~specdec.interfaces.Drafter.contexts` adds each
+    node's root path). The proposals are a deterministic function of that context, which is the contract of the
+    top-k tree policies and their one-hot-q verifiers; a sampled tree draws from this q and records it.
 
     Args:
         vocab_size: the target's vocabulary size.
@@ -40,28 +50,14 @@ class BigramDrafter(Drafter):
         self.alpha = alpha
         self.reset()
 
-    def reset(self) -> None:
-        self.counts = torch.zeros(self.vocab_size, self.vocab_size)  # [V, V]: counts[a, b] = #(a followed by b)
-        self.last = torch.zeros(0, dtype=torch.long)  # the last committed token ([0] or [1])
-
-    def _count(self, tokens: torch.Tensor) -> None:
-        seq = torch.cat([self.last, tokens.reshape(-1).to("cpu", torch.long)])
-        self.counts.index_put_((seq[:-1], seq[1:]), torch.ones(seq.shape[0] - 1), accumulate=True)
-        self.last = seq[-1:]
-
-    def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
-        """Count the prompt ``[L]``."""
-        self.reset()
-        self._count(input_ids)
-
-    def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
-        """Count ``[k]`` = root + accepted tokens, the tokens the target kept this cycle."""
-        self._count(tokens)
-
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
-        """``[F, V]`` logits. A node's context ends with its own token, so q only needs ``tree.tokens[node]``."""
-        last = tree.tokens[frontier].cpu()  # [F]
-        return torch.log(self.counts[last] + self.alpha).to(tree.device)
+        """``[F, V]`` logits: log(alpha + how often each token followed the context's last token)."""
+        rows = []
+        for context in self.contexts(tree, frontier):  # committed tokens + the node's root path, [n] long
+            followers = context[1:][context[:-1] == context[-1]]
+            counts = torch.bincount(followers, minlength=self.vocab_size).float()
+            rows.append(torch.log(counts + self.alpha))
+        return torch.stack(rows).to(tree.device)
 
 
 def check_drafter(drafter: Drafter, vocab_size: int) -> None:
@@ -76,6 +72,21 @@ def check_drafter(drafter: Drafter, vocab_size: int) -> None:
     assert level.shape == (2, vocab_size) and torch.isfinite(level).all()
     again = drafter.expand(tree, kids)
     assert torch.equal(level, again), "q must be a function of the context (deterministic candidates)"
+
+
+def check_lossless(vocab_size: int = 6) -> tuple[E2EReport, E2EReport]:
+    """The testing kit on this drafter's pipeline: a sampled tree at T = 1 against the exact distribution of the
+    target's first 3 tokens (enumerated, so no second sampler is trusted), G-test at level 1e-3; and the same
+    pipeline with a verifier that ignores q (a planted bug), which the same check must catch."""
+    model = tiny_llama(vocab_size=vocab_size, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1)
+    target, prompt = HFTarget(model, max_len=64), torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+    policy = StochasticTreePolicy([[0], [1], [0, 0]])  # children drawn from the bigram q
+    sampling = SamplingParams(temperature=1.0)
+    good = SpeculativeGenerator(target, BigramDrafter(vocab_size), policy)
+    report = e2e_check(good, model, prompt, sampling, n_samples=600, n_tokens=3, seed=0)
+    broken = SpeculativeGenerator(target, BigramDrafter(vocab_size), policy, IgnoresQVerifier(max_children=2))
+    control = e2e_check(broken, model, prompt, SamplingParams(temperature=1.5), n_samples=600, n_tokens=3, seed=0)
+    return report, control
 
 
 def load(model_name: str):
@@ -100,15 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     target = HFTarget(model, max_len=max_len)
     check_drafter(BigramDrafter(target.vocab_size), target.vocab_size)
     print("contract check: shapes, finite logits, deterministic q: ok")
+    report, control = check_lossless()
+    print(f"lossless at T=1 (sampled tree, exact 3-token distribution): {report.summary()}")
+    print(f"negative control (verifier ignores q): {'caught' if not control.passed else 'NOT caught'}")
 
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
     policy = DynamicTreePolicy(topk=4, depth=4, total_tokens=16)
     for temperature in (0.0, 0.8):
         sampling = SamplingParams(temperature=temperature, seed=0)
-        verifier = default_verifier(tree_is_stochastic=False, temperature=temperature)
         base = VanillaGenerator(target).generate(prompt, sampling, stop)
         for drafter in (BigramDrafter(target.vocab_size), NGramDrafter(target.vocab_size)):
-            result = SpeculativeGenerator(target, drafter, policy, verifier).generate(prompt, sampling, stop)
+            result = SpeculativeGenerator(target, drafter, policy).generate(prompt, sampling, stop)
             line = f"T={temperature} {type(drafter).__name__:<14} tau={result.metrics.tau:.2f}"
             if sampling.greedy:
                 line += f"  identical to vanilla greedy: {'yes' if result.tokens == base.tokens else 'NO'}"

@@ -27,7 +27,6 @@ from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerat
 from specdec.models import tiny_llama
 from specdec.target import HFTarget
 from specdec.trees import DynamicTreePolicy
-from specdec.verify import default_verifier
 
 
 def _llama_config(c, **extra) -> dict:
@@ -157,7 +156,7 @@ def decode(model, tokenizer, head, max_new_tokens: int) -> None:
     policy = DynamicTreePolicy(topk=4, depth=5, total_tokens=24)
     for temperature in (0.0, 0.8):
         sampling = SamplingParams(temperature=temperature, seed=0)
-        gen = SpeculativeGenerator(target, drafter, policy, default_verifier(False, temperature))
+        gen = SpeculativeGenerator(target, drafter, policy)
         result = gen.generate(prompt, sampling, stop)
         line = f"  T={temperature}: tau={result.metrics.tau:.2f}, {len(result.tokens)} tokens"
         if sampling.greedy:

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from specdec.train.trainer import curve_points  # noqa: E402
+from specdec.train.run_folder import curve_points  # noqa: E402
 
 
 def main() -> None:

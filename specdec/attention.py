@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from transformers.masking_utils import sliding_window_overlay
 
+from specdec.errors import SpecdecError
+
 __all__ = [
     "FULL",
     "SLIDING",
@@ -38,7 +40,7 @@ MASKABLE = ("eager", "sdpa", "specdec_sdpa")  # implementations that take an exp
 TESTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3")  # tests/test_families.py
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(SpecdecError, ValueError):
     """A model the adapter cannot serve exactly; the message says what to do instead."""
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.fastpath import backend_of
+from specdec.backends import execution_label
 from specdec.models import cache_dir
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
@@ -155,11 +155,11 @@ def device_label(device: torch.device) -> str:
 def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None = None) -> Path:
     """Where the curve of ``model`` on ``device`` with ``threads`` CPU threads and its current backend is cached.
 
-    The backend (:func:`specdec.fastpath.backend_of`) is part of the name: the packed path has its own, flatter curve,
-    so the adaptive budget picks its tree sizes from the costs of the path that will actually run.
+    The backend (:func:`specdec.backends.execution_label`) is part of the name: the packed path has its own, flatter
+    curve, so the adaptive budget picks its tree sizes from the costs of the path that will actually run.
     """
     threads = threads or torch.get_num_threads()
-    name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{backend_of(model)}.json"
+    name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{execution_label(model)}.json"
     return cache_dir() / "budget" / name
 
 
@@ -228,7 +228,7 @@ def measure_forward_cost(
         "fingerprint": model_fingerprint(target.model),
         "device": device_label(device),
         "threads": torch.get_num_threads(),
-        "backend": backend_of(target.model),
+        "backend": execution_label(target.model),
         "context": context,
         "repeats": repeats,
         "torch": torch.__version__,
@@ -261,7 +261,7 @@ def forward_cost_curve(
         except (ValueError, KeyError, TypeError):
             pass  # a corrupt cache file is re-measured
     limit = getattr(target.config, "max_position_embeddings", None) or 1 << 30
-    probe = HFTarget(target.model, max_len=min(limit, context + max(sizes) + 1), backend=target.backend)
+    probe = target.sibling(max_len=min(limit, context + max(sizes) + 1))
     return measure_forward_cost(probe, sizes=sizes, repeats=repeats, context=context, save=True)
 
 

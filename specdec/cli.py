@@ -1,6 +1,6 @@
 """The specdec command: generate, bench, train, budget.
 
-    specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat] [--backend B]
+    specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat] [--weights W]
                      [--sampled-tree SHAPE|off]  (text streams to stdout, the stats line to stderr)
     specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
                   [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
@@ -21,7 +21,18 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from specdec.cli_options import (
+    UsageError,
+    add_backend_options,
+    add_model_options,
+    add_sampled_tree_option,
+    check_head,
+    load_target_model,
+    method_options,
+    target_backend,
+)
+from specdec.errors import SpecdecError
 
 __all__ = ["main", "build_parser"]
 
@@ -38,10 +49,6 @@ BENCH_METHODS = (
     "hass",
     "eagle3",
 )
-
-
-class UsageError(Exception):
-    """A user error reported as one line with exit code 2."""
 
 
 def _method_names() -> list[str]:
@@ -70,19 +77,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
-    options = _method_options(args)
-    _check_head(args, [method])
+    options = method_options(args)
+    check_head(args, [method])
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = _load_target_model(args)
+    model, tokenizer = load_target_model(args)
     chat = args.chat if args.chat is not None else tokenizer.chat_template is not None
     if chat and tokenizer.chat_template is None:
         raise UsageError("the tokenizer has no chat template: pass --no-chat to continue raw text")
     ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=chat))
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
-    target = HFTarget(model, max_len=min(limit, ids.shape[0] + args.max_new_tokens + 128), backend=args.backend)
+    max_len = min(limit, ids.shape[0] + args.max_new_tokens + 128)
+    target = HFTarget(model, max_len=max_len, **target_backend(args), in_place=True)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
-    generator = build_method(method, target, sampling, options)
+    generator = build_method(method, target, options)
     eos = sorted({*target.eos_token_ids, tokenizer.eos_token_id} - {None})
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
     metrics = GenerationMetrics()
@@ -99,8 +107,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     sys.stdout.write("\n")
     print(
-        f"[{method}, T={args.temperature:g}, {torch.get_num_threads()} threads, {target.backend}] {metrics.summary()}; "
-        f"wall {wall:.2f}s incl. streaming",
+        f"[{method}, T={args.temperature:g}, {torch.get_num_threads()} threads, {target.execution.label}] "
+        f"{metrics.summary()}; wall {wall:.2f}s incl. streaming",
         file=sys.stderr,  # the text alone goes to stdout (pipe-friendly)
     )
     return 0
@@ -132,13 +140,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specdec.bench import run_bench, write_report
     from specdec.bench.runner import ResumeMismatchError, plan_variants
 
-    options = _method_options(args)
+    options = method_options(args)
     try:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    _check_head(args, [*args.methods, *([args.sweep_method] if args.sweep_method else [])])
-    model, tokenizer = _load_target_model(args)
+    check_head(args, [*args.methods, *([args.sweep_method] if args.sweep_method else [])])
+    model, tokenizer = load_target_model(args)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
         run_bench(
@@ -158,7 +166,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             options=options,
             model=model,
             tokenizer=tokenizer,
-            backend=args.backend,
+            **target_backend(args),
             deferred_rows=args.deferred_rows,
             dynamic_rows=args.dynamic_rows,
         )
@@ -181,11 +189,11 @@ def cmd_budget(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, _ = _load_target_model(args)
+    model, _ = load_target_model(args)
     sizes = sorted(set(args.sizes or DEFAULT_SIZES))
     if sizes[0] < 1:
         raise UsageError("--sizes must be positive")
-    target = HFTarget(model, max_len=max(sizes) + args.context + 8, backend=args.backend)
+    target = HFTarget(model, max_len=max(sizes) + args.context + 8, **target_backend(args), in_place=True)
     if args.refresh or args.sizes or args.repeats is not None:
         curve = measure_forward_cost(target, sizes=sizes, repeats=args.repeats or 5, context=args.context)
     else:
@@ -193,8 +201,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
     meta = curve.meta
     print(
         f"target forward cost, {args.model or 'SmolLM2-135M-Instruct'} on {meta.get('device', '?')} "
-        f"({target.backend}), {meta.get('threads', '?')} threads, {meta.get('context', '?')} tokens of context, "
-        f"median of {meta.get('repeats', '?')} (measured {meta.get('date', '?')})"
+        f"({target.execution.label}), {meta.get('threads', '?')} threads, "
+        f"{meta.get('context', '?')} tokens of context, median of {meta.get('repeats', '?')} "
+        f"(measured {meta.get('date', '?')})"
     )
     print(curve.table())
     print(f"cache: {curve_path(model, target.device)}")
@@ -217,7 +226,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     import torch
 
-    from specdec.fastpath import apply_backend
+    from specdec.backends import apply
     from specdec.models import load_smollm2
     from specdec.train.captured import CaptureSettings
     from specdec.train.features import FeatureSpec, eagle3_layers
@@ -241,7 +250,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    apply_backend(model, args.backend)
+    apply(model, args.weights, static_shapes=False)  # the batcher runs eagerly; our own model: in place
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
         capture = None
@@ -268,81 +277,6 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def _method_options(args: argparse.Namespace) -> Any:
-    """The :class:`~specdec.methods.MethodOptions` of ``--backend``, ``--head`` and ``--sampled-tree``."""
-    from specdec.methods import MethodOptions
-
-    extra = {}
-    if args.sampled_tree is not None:
-        extra["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
-    try:
-        return MethodOptions(backend=args.backend, head_dir=args.head, **extra)
-    except ValueError as e:
-        raise UsageError(f"--sampled-tree: {e}") from None
-
-
-# ----------------------------------------------------------------------------------------------- parser
-def _sampled_tree_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--sampled-tree",
-        default=None,
-        metavar="SHAPE",
-        help="at temperature > 0 the EAGLE and small-lm methods draw a static tree with sampled children, of this "
-        "shape (a name in specdec.methods.SAMPLED_SHAPES; default: MethodOptions.sampled_tree); off keeps the "
-        "dynamic top-k tree",
-    )
-
-
-def _backend_option(parser: argparse.ArgumentParser) -> None:
-    from specdec.fastpath import BACKENDS
-
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="auto",
-        help="execution backend of the target and drafters: auto (default: oneDNN-packed linears and copy-free "
-        "GQA attention on CPU where they apply), cpu-packed, stock (the model as loaded), or compile (the target's "
-        "forwards at static shapes under torch.compile: inductor on CPU, CUDA graphs on GPU)",
-    )
-
-
-def _model_options(parser: argparse.ArgumentParser, head: bool = True) -> None:
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="target: a local Hugging Face model folder or a .gguf file (default: SmolLM2-135M-Instruct)",
-    )
-    parser.add_argument("--device", default="cpu", help="device of the target (default: cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
-    if head:
-        parser.add_argument(
-            "--head",
-            type=Path,
-            default=None,
-            help="EAGLE head folder for the eagle methods (default: the head shipped for SmolLM2; required with "
-            "--model)",
-        )
-
-
-def _load_target_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The model and tokenizer that ``--model/--device/--dtype`` name; user errors become :class:`UsageError`."""
-    from specdec.models import load_model
-
-    try:
-        return load_model(args.model, device=args.device, dtype=args.dtype)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def _check_head(args: argparse.Namespace, methods: list[str]) -> None:
-    eagle = [m for m in methods if m.startswith(("eagle", "hass"))]
-    if eagle and args.model is not None and args.head is None:
-        raise UsageError(
-            f"{', '.join(eagle)} need an EAGLE head trained for this model: pass --head DIR (the shipped heads are "
-            "for SmolLM2-135M-Instruct); ngram and small-lm need none"
-        )
-
-
 def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
@@ -360,10 +294,10 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         help="wrap the prompt in the chat template (default when the tokenizer has one); --no-chat continues raw text",
     )
     g.add_argument("--seed", type=int, default=0)
-    _sampled_tree_option(g)
+    add_sampled_tree_option(g)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    _backend_option(g)
-    _model_options(g)
+    add_backend_options(g)
+    add_model_options(g)
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
@@ -390,9 +324,9 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         action="store_true",
         help="also run each method that samples its tree at T > 0 with its dynamic tree (rows M+dynamic, T > 0 only)",
     )
-    _sampled_tree_option(b)
-    _backend_option(b)
-    _model_options(b)
+    add_sampled_tree_option(b)
+    add_backend_options(b)
+    add_model_options(b)
     b.set_defaults(func=cmd_bench)
 
     if with_train:
@@ -430,7 +364,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     )
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--no-progress", action="store_true")
-    _backend_option(r)
+    add_backend_options(r, drafts=False, static=False)
     r.set_defaults(func=cmd_data)
 
     u = sub.add_parser("budget", help="measure the target's forward cost vs tree size (the adaptive tree budget)")
@@ -439,8 +373,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     u.add_argument("--repeats", type=int, default=None, help="timed forwards per size (default 5)")
     u.add_argument("--context", type=int, default=256, help="tokens of context before the tree (default 256)")
     u.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    _backend_option(u)
-    _model_options(u, head=False)
+    add_backend_options(u, drafts=False)
+    add_model_options(u, head=False)
     u.set_defaults(func=cmd_budget)
     return parser
 
@@ -470,13 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     args.argv = argv
-    from specdec.kvcache import CacheFullError
-    from specdec.models import MissingAssetError
-
     _quiet_transformers()
     try:
         return int(args.func(args) or 0)
-    except (UsageError, MissingAssetError, CacheFullError) as e:
+    except SpecdecError as e:  # every error the library raises on purpose: bad input, a missing asset, a refusal
         return _error(str(e))
     except KeyboardInterrupt:
         print("\nspecdec: interrupted", file=sys.stderr)

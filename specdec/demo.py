@@ -1,22 +1,21 @@
 """The README's demo: speculative generation on SmolLM2-135M-Instruct, with vanilla decoding timed in the same run.
 
-    python -m specdec.demo [--method NAME] [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--backend B]
+    python -m specdec.demo [--method NAME] [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--weights W]
 
 Defaults to the shipped EAGLE-3 head; without shipped heads it falls back to the best training-free drafter. Our
-vanilla loop and HF ``generate`` (on a stock copy of the model) are timed in the same run.
+vanilla loop and HF ``generate`` (on the model as loaded; our target runs a transformed copy) are timed in the same
+run.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 
 import torch
 
 from specdec.assets import chat_ids
 from specdec.bench.runner import HFGenerate
-from specdec.fastpath import BACKENDS
 from specdec.generate import GenerationResult, StopCondition
 from specdec.methods import MethodOptions, build_method, method_names, shipped_head_dir
 from specdec.models import MissingAssetError, load_smollm2
@@ -41,17 +40,16 @@ def default_method() -> str:
     return "ngram"
 
 
-def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, backend: str = "auto") -> int:
+def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, weights: str = "auto") -> int:
     torch.manual_seed(seed)
     model, tokenizer = load_smollm2()
-    stock_model = copy.deepcopy(model)  # HF generate runs the model as loaded, as its users run it
-    target = HFTarget(model, max_len=2048, backend=backend)
+    target = HFTarget(model, max_len=2048, weights=weights)  # a transformed copy: `model` stays as loaded
     ids = chat_ids(tokenizer, prompt)
     sampling = SamplingParams(temperature=temperature, seed=seed)
     stop = StopCondition(max_new_tokens=max_new_tokens, eos_token_ids=[tokenizer.eos_token_id])
-    vanilla = build_method("vanilla", target, sampling)
-    spec = build_method(method, target, sampling, MethodOptions(backend=backend))
-    hf = HFGenerate(stock_model, tokenizer.eos_token_id)
+    vanilla = build_method("vanilla", target)
+    spec = build_method(method, target, MethodOptions())
+    hf = HFGenerate(model, tokenizer.eos_token_id)  # HF generate runs the model as loaded, as its users run it
     # Warm-up every path once so none pays first-call costs in the timed runs.
     for gen in (vanilla, spec, hf):
         gen.generate(ids, sampling, StopCondition(max_new_tokens=4))
@@ -64,8 +62,8 @@ def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed:
     m = result.metrics
     speedup = m.tokens_per_second / max(base.metrics.tokens_per_second, 1e-9)
     vs_hf = m.tokens_per_second / max(reference.metrics.tokens_per_second, 1e-9)
-    draft_backend = getattr(getattr(spec, "drafter", None), "backend", None)
-    backends = f"target {target.backend}" + (f", draft {draft_backend}" if draft_backend else "")
+    draft = getattr(getattr(spec, "drafter", None), "execution", None)
+    backends = f"target {target.execution.label}" + (f", draft {draft.label}" if draft else "")
     line = (
         f"[{method}, {backends}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
         f"speedup={speedup:.2f}x vs vanilla ({base.metrics.tokens_per_second:.1f} tok/s), "
@@ -85,12 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", choices=BACKENDS, default="auto", help="execution backend (specdec.fastpath)")
+    parser.add_argument(
+        "--weights", choices=("auto", "stock", "packed"), default="auto", help="target weights (specdec.backends)"
+    )
     args = parser.parse_args(argv)
     method = args.method or default_method()
     if method == "vanilla":
         parser.error("the demo compares a speculative method against vanilla; pick another method")
-    return run(method, args.prompt, args.max_new_tokens, args.temperature, args.seed, args.backend)
+    return run(method, args.prompt, args.max_new_tokens, args.temperature, args.seed, args.weights)
 
 
 if __name__ == "__main__":

@@ -9,194 +9,31 @@ One speculative cycle::
     target.commit(...); drafter.commit(...)     # bookkeeping
 
 The root is the token emitted last (not yet in the target's cache); a cycle emits the accepted draft tokens
-and then the bonus token, which becomes the next root. τ counts the bonus token.
+and then the bonus token, which becomes the next root. τ counts the bonus token. What a call takes and returns
+(prompt, :class:`StopCondition`, :class:`GenerationMetrics`, :class:`GenerationResult`) is in :mod:`specdec.calls`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 import torch
 
+from specdec.calls import GenerationMetrics, GenerationResult, Prompt, StopCondition, make_generator, prepare_call
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
+from specdec.verify import check_verifier, verifier_for
 
-__all__ = ["GenerationMetrics", "GenerationResult", "StopCondition", "SpeculativeGenerator", "VanillaGenerator"]
-
-
-@dataclass
-class GenerationMetrics:
-    """Per-generation counters. Times are wall-clock seconds (on CUDA, a phase's time lands where it syncs).
-
-    Attributes:
-        new_tokens: tokens emitted (the first one comes from the prefill).
-        accept_lengths: accepted draft tokens per cycle (τ of a cycle is this + 1).
-        tree_depths: depth bound of each cycle's tree (for per-depth acceptance).
-        tree_sizes: nodes (root included) of each cycle's tree.
-    """
-
-    new_tokens: int = 0
-    accept_lengths: list[int] = field(default_factory=list)
-    tree_depths: list[int] = field(default_factory=list)
-    tree_sizes: list[int] = field(default_factory=list)
-    time_prefill: float = 0.0
-    time_draft: float = 0.0
-    time_target: float = 0.0
-    time_verify: float = 0.0
-    time_bookkeeping: float = 0.0
-    time_total: float = 0.0
-
-    @property
-    def cycles(self) -> int:
-        """Target forwards after the prefill."""
-        return len(self.accept_lengths)
-
-    @property
-    def tau(self) -> float:
-        """Mean tokens per target forward, bonus token included."""
-        return sum(a + 1 for a in self.accept_lengths) / max(1, self.cycles)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.time_total if self.time_total > 0 else 0.0
-
-    def acceptance_per_depth(self) -> list[float]:
-        """n-α: P(draft token at depth n accepted | depths < n accepted), for n = 1 .. max depth."""
-        rates = []
-        for n in range(1, max(self.tree_depths, default=0) + 1):
-            reached = [a for a, d in zip(self.accept_lengths, self.tree_depths, strict=True) if a >= n - 1 and d >= n]
-            if reached:
-                rates.append(sum(a >= n for a in reached) / len(reached))
-        return rates
-
-    def time_split(self) -> dict[str, float]:
-        """Fractions of the decode time (prefill excluded) spent in each phase."""
-        phases = {
-            "draft": self.time_draft,
-            "target": self.time_target,
-            "verify": self.time_verify,
-            "bookkeeping": self.time_bookkeeping,
-        }
-        total = sum(phases.values()) or 1.0
-        return {k: v / total for k, v in phases.items()}
-
-    def summary(self) -> str:
-        split = " ".join(f"{k}={v:.0%}" for k, v in self.time_split().items())
-        return (
-            f"{self.new_tokens} tokens in {self.time_total:.2f}s = {self.tokens_per_second:.1f} tok/s, "
-            f"tau={self.tau:.2f} over {self.cycles} target forwards ({split})"
-        )
-
-
-@dataclass
-class GenerationResult:
-    """A finished generation.
-
-    Attributes:
-        tokens: the generated ids (EOS or the stop string's tokens included).
-        finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (the budget).
-        metrics: counters and timings.
-        prompt: the prompt's ids, as the target saw them.
-    """
-
-    tokens: list[int]
-    finish_reason: str
-    metrics: GenerationMetrics
-    prompt: list[int] = field(default_factory=list)
-
-    @property
-    def sequences(self) -> torch.Tensor:
-        """``[1, L + n]`` prompt and generated ids, as ``model.generate`` returns them."""
-        return torch.tensor([self.prompt + self.tokens], dtype=torch.long)
-
-
-@dataclass
-class StopCondition:
-    """When to stop: EOS ids, stop strings (needs a ``decode`` function), a token budget.
-
-    ``eos_token_ids=None`` (the default) means the target's own EOS ids (its generation config, as ``generate``
-    uses them); ``()`` means none.
-    """
-
-    max_new_tokens: int = 128
-    eos_token_ids: Sequence[int] | None = None
-    stop_strings: Sequence[str] = ()
-    decode: Callable[[list[int]], str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.stop_strings and self.decode is None:
-            raise ValueError("stop_strings need a decode function (e.g. tokenizer.decode)")
-
-    def for_target(self, target: Target) -> StopCondition:
-        """This condition with the target's EOS ids filled in where it names none."""
-        if self.eos_token_ids is not None:
-            return self
-        return dataclasses.replace(self, eos_token_ids=tuple(target.eos_token_ids))
-
-    def check(self, tokens: list[int]) -> str | None:
-        """Reason to stop after ``tokens`` (all generated so far), or None."""
-        if tokens and tokens[-1] in (self.eos_token_ids or ()):
-            return "eos"
-        if self.stop_strings:
-            tail = self.decode(tokens[-64:])  # type: ignore[misc]
-            if any(s in tail for s in self.stop_strings):
-                return "stop"
-        if len(tokens) >= self.max_new_tokens:
-            return "length"
-        return None
-
-
-def _generator(sampling: SamplingParams, device: torch.device, generator: torch.Generator | None) -> torch.Generator:
-    if generator is not None:
-        return generator
-    g = torch.Generator(device=device)
-    if sampling.seed is not None:
-        g.manual_seed(sampling.seed)
-    else:
-        g.seed()
-    return g
-
-
-def _prepare(
-    target: Target, input_ids: torch.Tensor | Sequence[int], stop: StopCondition, extra: int
-) -> tuple[torch.Tensor, StopCondition]:
-    """The prompt as ``[L]`` long on the target's device, and ``stop`` with the target's EOS ids if it names none.
-
-    Accepts ``[L]`` or ``[1, L]`` (what a tokenizer returns with ``return_tensors="pt"``) tensors or a list of ids.
-    """
-    if not isinstance(input_ids, torch.Tensor):
-        input_ids = torch.as_tensor(list(input_ids), dtype=torch.long)
-    if input_ids.ndim == 2:
-        if input_ids.shape[0] != 1:
-            raise ValueError(
-                f"prompt has batch size {input_ids.shape[0]}; specdec decodes one sequence at a time: pass a [L] or "
-                "[1, L] prompt (one row) per call"
-            )
-        input_ids = input_ids[0]
-    if input_ids.ndim != 1:
-        raise ValueError(f"prompt must be [L] or [1, L] token ids, got shape {tuple(input_ids.shape)}")
-    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
-        raise TypeError(f"prompt must hold integer token ids, got dtype {input_ids.dtype}")
-    if input_ids.numel():  # an empty prompt is reported by the target's prefill (EmptyPromptError)
-        lo, hi = (int(x) for x in torch.aminmax(input_ids))
-        if lo < 0 or hi >= target.vocab_size:
-            raise ValueError(
-                f"prompt token ids must be in [0, {target.vocab_size}) (the target's vocabulary), got ids from "
-                f"{lo} to {hi}; was it encoded with another tokenizer?"
-            )
-    need = input_ids.shape[-1] + stop.max_new_tokens + extra
-    if need > target.max_len:
-        raise CacheFullError(
-            f"prompt ({input_ids.shape[-1]}) + max_new_tokens ({stop.max_new_tokens}) + one tree/step ({extra}) "
-            f"= {need} tokens exceed the target cache of {target.max_len}; raise max_len"
-        )
-    return input_ids.to(target.device, torch.long), stop.for_target(target)
+__all__ = [
+    "GenerationMetrics",
+    "GenerationResult",
+    "Prompt",
+    "StopCondition",
+    "SpeculativeGenerator",
+    "VanillaGenerator",
+]
 
 
 def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
@@ -206,23 +43,37 @@ def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingPara
 
 
 class VanillaGenerator:
-    """Plain autoregressive decoding on the same adapter and the same ``warp``: the fair baseline."""
+    """Plain autoregressive decoding on the same adapter and the same ``warp``: the fair baseline.
+
+    One object serves any sampling setting per call; ``sampling=None`` is greedy, ``stop=None`` the target's EOS
+    ids and token budget (:class:`StopCondition`).
+    """
 
     def __init__(self, target: Target) -> None:
         self.target = target
 
     def stream(
         self,
-        input_ids: torch.Tensor,
-        sampling: SamplingParams,
-        stop: StopCondition,
+        input_ids: Prompt,
+        sampling: SamplingParams | None = None,
+        stop: StopCondition | None = None,
         generator: torch.Generator | None = None,
         metrics: GenerationMetrics | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids one by one. ``input_ids``: ``[L]`` or ``[1, L]`` prompt."""
-        metrics = metrics if metrics is not None else GenerationMetrics()
-        input_ids, stop = _prepare(self.target, input_ids, stop, 1)
-        g = _generator(sampling, self.target.device, generator)
+        """Yield generated token ids one by one. Bad input raises here, before the iterator is returned."""
+        sampling = sampling or SamplingParams()
+        input_ids, stop = prepare_call(self.target, input_ids, stop, 1)
+        return self._tokens(input_ids, sampling, stop, generator, metrics or GenerationMetrics())
+
+    def _tokens(
+        self,
+        input_ids: torch.Tensor,
+        sampling: SamplingParams,
+        stop: StopCondition,
+        generator: torch.Generator | None,
+        metrics: GenerationMetrics,
+    ) -> Iterator[int]:
+        g = make_generator(sampling, self.target.device, generator)
         t0 = time.perf_counter()
         _, token = _first_token(self.target, input_ids, sampling, g)
         metrics.time_prefill = time.perf_counter() - t0
@@ -249,30 +100,45 @@ class VanillaGenerator:
             metrics.time_target += time.perf_counter() - t1
 
     def generate(
-        self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
+        self,
+        input_ids: Prompt,
+        sampling: SamplingParams | None = None,
+        stop: StopCondition | None = None,
+        generator: torch.Generator | None = None,
     ) -> GenerationResult:
+        """Run to completion; see :meth:`stream`."""
         return _collect(self.stream, self.target, input_ids, sampling, stop, generator)
 
 
 def _collect(stream_fn, target: Target, input_ids, sampling, stop, generator) -> GenerationResult:
     metrics = GenerationMetrics()
     tokens = list(stream_fn(input_ids, sampling, stop, generator, metrics))
-    prompt, stop = _prepare(target, input_ids, stop, 0)
+    prompt, stop = prepare_call(target, input_ids, stop, 0)
     return GenerationResult(tokens, stop.check(tokens) or "length", metrics, prompt.tolist())
 
 
 class SpeculativeGenerator:
     """Speculative decoding composed from a drafter, a tree policy and a verifier.
 
+    One object serves any sampling setting, call after call (greedy, then T = 0.7, then greedy again): the policy
+    grows the tree for each call's sampling (:meth:`~specdec.interfaces.TreePolicy.for_sampling`; e.g.
+    :class:`~specdec.trees.ByTemperature`), and the verifier follows the kind of tree and the temperature
+    (:func:`~specdec.verify.verifier_for`) unless one is pinned.
+
     Args:
         target: the target adapter (its cache must hold prompt + max_new_tokens + one tree).
         drafter: proposes draft distributions; its vocabulary must equal the target's.
-        policy: shapes the tree (static, dynamic, stochastic).
-        verifier: must match the policy's candidate kind (deterministic or stochastic); the verifiers
-            raise if given the wrong kind of tree.
+        policy: shapes the tree (static, dynamic, stochastic, adaptive, or one per temperature).
+        verifier: None (default): chosen per call. A pinned verifier is checked against each call's kind of tree
+            and sampling before the first token (:class:`~specdec.interfaces.IncompatibleVerifierError` names the
+            verifier that would serve it).
+
+    Raises:
+        VocabMismatchError: drafter and target vocabularies differ.
+        CacheFullError: the policy's trees do not fit the target's cache.
     """
 
-    def __init__(self, target: Target, drafter: Drafter, policy: TreePolicy, verifier: Verifier) -> None:
+    def __init__(self, target: Target, drafter: Drafter, policy: TreePolicy, verifier: Verifier | None = None) -> None:
         if drafter.vocab_size != target.vocab_size:
             raise VocabMismatchError(
                 f"drafter vocabulary ({drafter.vocab_size}) differs from the target's ({target.vocab_size}); "
@@ -285,19 +151,55 @@ class SpeculativeGenerator:
         self.target, self.drafter, self.policy, self.verifier = target, drafter, policy, verifier
         target.request_hidden(drafter.hidden_request)
 
+    def parts_for(self, sampling: SamplingParams) -> tuple[TreePolicy, Verifier]:
+        """The policy and verifier a call at ``sampling`` runs (the pinned verifier is checked here).
+
+        Raises:
+            IncompatibleVerifierError: the pinned verifier cannot serve this call's trees.
+        """
+        policy = self.policy.for_sampling(sampling)
+        kind = policy.kind(sampling)
+        if self.verifier is None:
+            return policy, verifier_for(kind, sampling)
+        check_verifier(self.verifier, kind, sampling)
+        return policy, self.verifier
+
     def stream(
+        self,
+        input_ids: Prompt,
+        sampling: SamplingParams | None = None,
+        stop: StopCondition | None = None,
+        generator: torch.Generator | None = None,
+        metrics: GenerationMetrics | None = None,
+    ) -> Iterator[int]:
+        """Yield generated token ids as cycles accept them.
+
+        Args:
+            input_ids: ``[L]`` or ``[1, L]`` prompt ids, or a tokenizer's output.
+            sampling: None: greedy.
+            stop: None: the target's EOS ids and token budget.
+            generator: the source of randomness (default: a new one seeded with ``sampling.seed``).
+            metrics: filled in as tokens come.
+
+        Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned.
+        """
+        sampling = sampling or SamplingParams()
+        policy, verifier = self.parts_for(sampling)
+        input_ids, stop = prepare_call(self.target, input_ids, stop, policy.max_nodes)
+        return self._tokens(input_ids, sampling, stop, policy, verifier, generator, metrics or GenerationMetrics())
+
+    def _tokens(
         self,
         input_ids: torch.Tensor,
         sampling: SamplingParams,
         stop: StopCondition,
-        generator: torch.Generator | None = None,
-        metrics: GenerationMetrics | None = None,
+        policy: TreePolicy,
+        verifier: Verifier,
+        generator: torch.Generator | None,
+        metrics: GenerationMetrics,
     ) -> Iterator[int]:
-        """Yield generated token ids as cycles accept them. ``input_ids``: ``[L]`` or ``[1, L]`` prompt."""
-        metrics = metrics if metrics is not None else GenerationMetrics()
         target, drafter = self.target, self.drafter
-        input_ids, stop = _prepare(target, input_ids, stop, self.policy.max_nodes)
-        g = _generator(sampling, target.device, generator)
+        g = make_generator(sampling, target.device, generator)
         t0 = time.perf_counter()
         drafter.reset()
         step, root = _first_token(target, input_ids, sampling, g)
@@ -311,11 +213,11 @@ class SpeculativeGenerator:
             return
         while True:
             t1 = time.perf_counter()
-            tree = self.policy.grow(drafter, root, sampling, g)
+            tree = policy.grow(drafter, root, sampling, g)
             t2 = time.perf_counter()
             step = target.forward_tree(tree)
             t3 = time.perf_counter()
-            verdict = self.verifier.verify(tree, step.logits, sampling, g)
+            verdict = verifier.verify(tree, step.logits, sampling, g)
             accepted = verdict.accepted
             # The cycle's one host sync: accept length, bonus token, logits health, accepted tokens, and the
             # policy's payload (float64 holds every token id exactly).
@@ -327,7 +229,7 @@ class SpeculativeGenerator:
                     tree.tokens[accepted.clamp(min=0)],
                 ]
             )
-            extra = self.policy.sync_payload()
+            extra = policy.sync_payload()
             width = ints.shape[0]
             packed = (ints if extra is None else torch.cat([ints.double(), extra.double()])).tolist()
             t4 = time.perf_counter()
@@ -336,7 +238,7 @@ class SpeculativeGenerator:
             if not ok:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
             count = n_acc + 1
-            self.policy.observe(n_acc, None if extra is None else packed[width:])
+            policy.observe(n_acc, None if extra is None else packed[width:])
             target.commit(accepted, count)
             drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
             root = verdict.bonus_token
@@ -358,7 +260,11 @@ class SpeculativeGenerator:
                     return
 
     def generate(
-        self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, generator=None
+        self,
+        input_ids: Prompt,
+        sampling: SamplingParams | None = None,
+        stop: StopCondition | None = None,
+        generator: torch.Generator | None = None,
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
         return _collect(self.stream, self.target, input_ids, sampling, stop, generator)

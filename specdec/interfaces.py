@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree, PartialTree
 
 __all__ = [
     "HiddenRequest",
+    "IncompatibleVerifierError",
     "TargetHidden",
+    "TreeKind",
     "TargetStep",
     "Verdict",
     "Drafter",
@@ -36,8 +39,34 @@ __all__ = [
 ]
 
 
-class VocabMismatchError(ValueError):
+class VocabMismatchError(SpecdecError, ValueError):
     """Drafter and target disagree on the vocabulary size."""
+
+
+class IncompatibleVerifierError(SpecdecError, ValueError):
+    """A verifier pinned by the user cannot verify the trees a policy grows at the requested sampling settings."""
+
+
+@dataclass(frozen=True)
+class TreeKind:
+    """What a verifier must know about the trees a policy grows at one sampling setting (no tree needed).
+
+    Attributes:
+        sampled: children are draws from the draft distribution, recorded in ``DraftTree.q_dist`` / ``q_cond``
+            (contract: each child's recorded q is the distribution it was drawn from). False: deterministic
+            candidates (a function of the context; q is one-hot for the verifier).
+        chain: every tree is a chain (at most one child per node).
+        max_children: for sampled trees, the widest sibling group (consecutive draws), or None (read from each
+            tree).
+    """
+
+    sampled: bool = False
+    chain: bool = False
+    max_children: int | None = None
+
+    def describe(self) -> str:
+        """``"a chain of sampled candidates"``, ``"a tree of deterministic candidates"``, ..."""
+        return f"a {'chain' if self.chain else 'tree'} of {'sampled' if self.sampled else 'deterministic'} candidates"
 
 
 @dataclass(frozen=True)
@@ -132,6 +161,15 @@ def top_children(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
 class Drafter(ABC):
     """Proposes draft distributions q for the children of tree nodes.
 
+    A new drafter implements one method, :meth:`expand` (its draft logits for a set of tree nodes), and sets
+    ``vocab_size``. Everything else derives from it here and may be overridden for speed:
+
+    * :meth:`expand_topk`: the top-k children of each node (the top-k tree policies; greedy children are k = 1);
+    * :meth:`expand_draft`: the distribution sampled children are drawn from (sampled trees);
+    * :meth:`reset` / :meth:`prefill` / :meth:`commit`: keep :attr:`history`, the committed token ids, which
+      :meth:`contexts` extends with each node's root path. A drafter with its own state (a KV cache, target
+      features) overrides them.
+
     Lifecycle for one generation::
 
         reset(); prefill(prompt, hidden)
@@ -146,19 +184,38 @@ class Drafter(ABC):
     vocab_size: int
     #: Target hidden states this drafter consumes (none for token-level drafters).
     hidden_request: HiddenRequest = HiddenRequest()
+    #: ``[n]`` long (CPU): the token ids in the target's cache (prompt, then each cycle's root and accepted tokens),
+    #: kept by the default :meth:`reset` / :meth:`prefill` / :meth:`commit`.
+    history: torch.Tensor
 
-    @abstractmethod
     def reset(self) -> None:
-        """Forget all context (new generation)."""
+        """Forget all context (new generation). Default: an empty :attr:`history`."""
+        self.history = torch.zeros(0, dtype=torch.long)
 
-    @abstractmethod
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
-        """Take the prompt.
+        """Take the prompt. Default: :attr:`history` starts with it.
 
         Args:
             input_ids: ``[L]`` long prompt tokens (now in the target's cache).
             hidden: target hidden states at those ``L`` positions (as requested).
         """
+        self.history = input_ids.reshape(-1).to("cpu", torch.long).clone()
+
+    def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
+        """Tokens that entered the target's cache this cycle. Default: appended to :attr:`history`.
+
+        Args:
+            tokens: ``[k]`` long: the root followed by the accepted draft tokens.
+            hidden: target hidden states at those ``k`` positions.
+        """
+        self.history = torch.cat([self.history, tokens.reshape(-1).to("cpu", torch.long)])
+
+    def contexts(self, tree: PartialTree, frontier: torch.Tensor) -> list[torch.Tensor]:
+        """Each frontier node's context: :attr:`history` followed by the tokens on the node's root path, root first
+        (``[n + depth + 1]`` long, CPU). Node ids increase with depth, so masked tokens are in path order."""
+        on_path = tree.ancestor_mask(frontier).cpu()  # [F, size]
+        tokens = tree.tokens[: tree.size].cpu()
+        return [torch.cat([self.history, tokens[on_path[row]]]) for row in range(frontier.shape[0])]
 
     @abstractmethod
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
@@ -208,15 +265,6 @@ class Drafter(ABC):
         """
         return self.expand(tree, frontier), None
 
-    @abstractmethod
-    def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
-        """Tokens that entered the target's cache this cycle.
-
-        Args:
-            tokens: ``[k]`` long: the root followed by the accepted draft tokens.
-            hidden: target hidden states at those ``k`` positions.
-        """
-
 
 class TreePolicy(ABC):
     """Shapes the draft tree by driving a drafter through :meth:`Drafter.expand` / :meth:`Drafter.expand_topk`."""
@@ -240,6 +288,18 @@ class TreePolicy(ABC):
         must not depend on ``generator`` (contract for the one-hot-q verifiers).
         """
 
+    def for_sampling(self, sampling: SamplingParams) -> TreePolicy:
+        """The policy that grows this call's trees at ``sampling`` (default: this one).
+
+        A policy that changes its kind of tree with the temperature (:class:`~specdec.trees.ByTemperature`) returns
+        one of its parts; the decoding loop asks once per call, before the first token.
+        """
+        return self
+
+    def kind(self, sampling: SamplingParams) -> TreeKind:
+        """The kind of tree :meth:`grow` returns at ``sampling`` (default: deterministic candidates, not a chain)."""
+        return TreeKind()
+
     def sync_payload(self) -> torch.Tensor | None:
         """Device values (1-D, float) this policy wants on the host after the cycle's verification, or None.
 
@@ -258,6 +318,14 @@ class TreePolicy(ABC):
 
 class Verifier(ABC):
     """A pure function from (tree, target logits, sampling, randomness) to a :class:`Verdict`."""
+
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        """Why this verifier cannot verify trees of ``kind`` at ``sampling`` exactly, or None if it can.
+
+        The decoding loop asks before the first token, so a pinned verifier that cannot serve a call is refused
+        with this reason instead of failing inside the loop. Default: it serves everything.
+        """
+        return None
 
     @abstractmethod
     def verify(
@@ -287,6 +355,9 @@ class Target(ABC):
     length: int
     #: The model's own end-of-sequence ids (its generation config), used when a stop condition names none.
     eos_token_ids: tuple[int, ...] = ()
+    #: The model's own token budget (its generation config's ``max_new_tokens``), used when a stop condition names
+    #: none; None: as many tokens as the cache has room for.
+    max_new_tokens: int | None = None
 
     @abstractmethod
     def request_hidden(self, request: HiddenRequest) -> None:

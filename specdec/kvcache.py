@@ -7,7 +7,7 @@ so rollback costs nothing; :meth:`PositionCache.compact` moves an accepted path'
 
 No modeling code is forked: HF decoder layers call ``Cache.update`` and accept a ready 4-D mask.
 
-Static mode (``static=True``, the compiled path of :mod:`specdec.fastpath`): the layers are transformers' own
+Static mode (``static=True``, the static-shape path of :mod:`specdec.backends`): the layers are transformers' own
 :class:`~transformers.cache_utils.StaticLayer` s. A forward writes with ``index_copy_`` at positions held in a device
 tensor (``cumulative_length``, set in place by :meth:`PositionCache.set_write_pos`) and attends over the whole
 capacity, so every forward of ``n`` tokens has the same shapes whatever the prefix length: what
@@ -19,10 +19,12 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, StaticLayer
 
+from specdec.errors import SpecdecError
+
 __all__ = ["PositionCache", "PositionLayer", "CacheFullError"]
 
 
-class CacheFullError(ValueError):
+class CacheFullError(SpecdecError, ValueError):
     """More tokens than the preallocated cache holds."""
 
 

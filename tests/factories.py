@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from specdec.drafters import Eagle3Drafter, EagleDrafter, NGramDrafter, SmallLMDrafter
-from specdec.drafters.eagle_modules import default_aux_layers
+from specdec.drafters.eagle_config import default_aux_layers
 from specdec.interfaces import Drafter, TreePolicy
-from specdec.train.trainer import build_head
+from specdec.train.heads import build_head
 from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
 
 DRAFTERS = ("ngram", "small-lm", "eagle1", "eagle3")
@@ -37,22 +37,29 @@ def random_head(kind: str, model, seed: int = 0, draft_vocab: int | None = None)
 
 
 def make_drafter(
-    kind: str, model, max_len: int, seed: int = 0, small_layers: int = 1, backend: str = "auto"
+    kind: str,
+    model,
+    max_len: int,
+    seed: int = 0,
+    small_layers: int = 1,
+    weights: str = "auto",
+    static_shapes: bool = False,
 ) -> Drafter:
-    """A drafter for ``model``: random EAGLE heads, the target's first layers, or n-gram; ``backend`` of the
-    model-based ones (:mod:`specdec.fastpath`: ``"auto"`` is int8 on CPU)."""
+    """A drafter for ``model``: random EAGLE heads, the target's first layers, or n-gram; ``weights`` and
+    ``static_shapes`` of the model-based ones (:mod:`specdec.backends`: ``"auto"`` weights are int8 on CPU)."""
+    kw = dict(weights=weights, static_shapes=static_shapes)
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if kind == "ngram":
         return NGramDrafter(vocab_size=vocab, num_candidates=4)
     if kind == "small-lm":
-        return SmallLMDrafter.from_target_layers(model, small_layers, max_len, backend=backend)
+        return SmallLMDrafter.from_target_layers(model, small_layers, max_len, **kw)
     if kind == "eagle1":
-        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, backend=backend)
+        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, **kw)
     if kind == "eagle1-shortlist":  # drafts over every other token: q = 0 on the rest
         shortlist = torch.arange(0, vocab, 2)
-        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, draft_vocab=shortlist, backend=backend)
+        return EagleDrafter(random_head("eagle1", model, seed), model, max_len, draft_vocab=shortlist, **kw)
     if kind == "eagle3":
-        return Eagle3Drafter(random_head("eagle3", model, seed), model, max_len, backend=backend)
+        return Eagle3Drafter(random_head("eagle3", model, seed), model, max_len, **kw)
     raise ValueError(kind)
 
 

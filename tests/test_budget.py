@@ -70,9 +70,9 @@ def test_measure_and_cache(tiny):
     assert curve.sizes == (1, 2, 4, 8)
     assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))  # made monotone
     assert curve.meta["threads"] == torch.get_num_threads() and curve.meta["context"] == 16
-    path = curve_path(tiny, target.device)
-    assert path.is_file() and path.name.endswith(f"-cpu-{torch.get_num_threads()}-{target.backend}.json")
-    assert curve.meta["backend"] == target.backend == "cpu-packed"
+    path = curve_path(target.model, target.device)
+    assert path.is_file() and path.name.endswith(f"-cpu-{torch.get_num_threads()}-{target.execution.label}.json")
+    assert curve.meta["backend"] == target.execution.label == "packed"
     assert target.length == 0  # the cache is left empty
     assert forward_cost_curve(target) == curve  # read back, not re-measured
     path.write_text("{not json")
@@ -311,35 +311,38 @@ def test_adaptive_policy_at_temperature_uses_the_multiround_verifier(tiny):
 
 def test_methods_default_to_adaptive_and_can_force_a_size(tiny):
     target = HFTarget(tiny, max_len=256)
-    adaptive = build_method("ngram", target, GREEDY)
+    adaptive = build_method("ngram", target)
     assert isinstance(adaptive.policy, AdaptiveTreePolicy)
-    assert curve_path(tiny, target.device).is_file()  # measured once and cached
-    fixed = build_method("ngram", target, GREEDY, MethodOptions(total_tokens=12))
+    assert curve_path(target.model, target.device).is_file()  # measured once and cached
+    fixed = build_method("ngram", target, MethodOptions(total_tokens=12))
     assert isinstance(fixed.policy, DynamicTreePolicy) and fixed.policy.total_tokens == 12
-    off = build_method("ngram", target, GREEDY, MethodOptions(adaptive=False))
-    assert isinstance(off.policy, DynamicTreePolicy)
+    assert fixed.policy.topk == MethodOptions().topk == DynamicTreePolicy().topk  # one set of defaults
+    assert DynamicTreePolicy().total_tokens == 24 and MethodOptions().depth == DynamicTreePolicy().depth
 
 
 def test_methods_sample_their_tree_at_temperature_above_zero(tiny):
-    """At T > 0 a drafter with a real q draws the sampled tree of ``MethodOptions.sampled_tree``, verified by the
-    stochastic multi-round rule; T = 0, an n-gram drafter, a fixed size or ``sampled_tree=None`` keep the dynamic
-    tree; an unknown shape is refused by name."""
+    """One generator per method: at T > 0 a drafter with a real q draws the sampled tree of
+    ``MethodOptions.sampled_tree``, verified by the stochastic multi-round rule; at T = 0 the same generator grows
+    the adaptive dynamic tree (greedy verifier). An n-gram drafter, a fixed size or ``sampled_tree=None`` keep the
+    dynamic tree at every temperature; an unknown shape is refused by name."""
     target = HFTarget(tiny, max_len=256)
     hot = SamplingParams(temperature=1.0, seed=0)
     options = MethodOptions(small_lm_layers=1)
-    sampled = build_method("small-lm", target, hot, options)
-    assert isinstance(sampled.policy, StochasticTreePolicy)
-    assert isinstance(sampled.verifier, StochasticMultiRoundVerifier)
-    assert sampled.policy.shape.paths == [tuple(p) for p in SAMPLED_SHAPES[options.sampled_tree]]
-    assert sampled.verifier.max_children == 3  # r3d: three children at the root
-    result = sampled.generate(torch.tensor([1, 2, 3, 4]), hot, StopCondition(max_new_tokens=12))
-    assert len(result.tokens) == 12 and set(result.metrics.tree_sizes) == {sampled.policy.max_nodes}
-    assert isinstance(build_method("small-lm", target, GREEDY, options).policy, AdaptiveTreePolicy)
-    assert isinstance(build_method("ngram", target, hot).policy, AdaptiveTreePolicy)
+    gen = build_method("small-lm", target, options)
+    policy, verifier = gen.parts_for(hot)
+    assert isinstance(policy, StochasticTreePolicy) and isinstance(verifier, StochasticMultiRoundVerifier)
+    assert policy.shape.paths == [tuple(p) for p in SAMPLED_SHAPES[options.sampled_tree]]
+    assert verifier.max_children == 3  # r3d: three children at the root
+    result = gen.generate(torch.tensor([1, 2, 3, 4]), hot, StopCondition(max_new_tokens=12))
+    assert len(result.tokens) == 12 and set(result.metrics.tree_sizes) == {policy.max_nodes}
+    policy, verifier = gen.parts_for(GREEDY)
+    assert isinstance(policy, AdaptiveTreePolicy) and isinstance(verifier, GreedyVerifier)
+    assert isinstance(build_method("ngram", target).policy.for_sampling(hot), AdaptiveTreePolicy)
     unsampled = dataclasses.replace(options, sampled_tree=None)
-    assert isinstance(build_method("small-lm", target, hot, unsampled).policy, AdaptiveTreePolicy)
-    fixed = build_method("small-lm", target, hot, dataclasses.replace(options, total_tokens=8))
-    assert isinstance(fixed.policy, DynamicTreePolicy) and isinstance(fixed.verifier, MultiRoundVerifier)
+    assert isinstance(build_method("small-lm", target, unsampled).policy.for_sampling(hot), AdaptiveTreePolicy)
+    fixed = build_method("small-lm", target, dataclasses.replace(options, total_tokens=8))
+    policy, verifier = fixed.parts_for(hot)
+    assert isinstance(policy, DynamicTreePolicy) and isinstance(verifier, MultiRoundVerifier)
     with pytest.raises(ValueError, match="unknown sampled tree 'nope'; choose from chain2"):
         MethodOptions(sampled_tree="nope")
 

@@ -19,13 +19,8 @@ from specdec.checkpoints import (
     read_weights,
     save_eagle_head,
 )
-from specdec.drafters.eagle_modules import (
-    Eagle1Head,
-    Eagle3Head,
-    EagleConfig,
-    MissingEmbeddingError,
-    causal_bias,
-)
+from specdec.drafters.eagle_config import EagleConfig
+from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head, MissingEmbeddingError, causal_bias
 from specdec.interfaces import VocabMismatchError
 from specdec.models import tiny_llama
 
@@ -252,14 +247,14 @@ def test_vllm_export_layout_loads_back(tmp_path):
         export_eagle3(head, tmp_path / "x", layout="trt")
 
 
-def test_legacy_vllm_key_draft_id_to_target_id_still_loads(tmp_path):
-    """Earlier exports wrote vLLM's internal name; the loader keeps reading them (the export no longer writes it)."""
+def test_vllm_internal_key_draft_id_to_target_id_is_refused(tmp_path):
+    """vLLM's in-memory name for d2t is no file key any reader takes (vLLM skips it): refused, naming the key."""
     head = eagle3_head(13)
     state = {k.replace("midlayer.", "layers.0."): v for k, v in head.state_dict().items() if k != "t2d"}
     state["draft_id_to_target_id"] = state.pop("d2t")
     config = official_config(architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=10)
-    loaded = load_eagle_head(write_checkpoint(tmp_path, config, state))
-    assert torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
+    with pytest.raises(CheckpointError, match="draft_id_to_target_id.*rename the tensor to d2t"):
+        load_eagle_head(write_checkpoint(tmp_path, config, state))
 
 
 def test_servers_would_misread_qkv_biases_so_export_refuses(tmp_path):

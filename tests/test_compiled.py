@@ -1,4 +1,4 @@
-"""The ``"compile"`` backend (:mod:`specdec.compiled`): fixed-shape target forwards under ``torch.compile``.
+"""Static shapes (:mod:`specdec.backends.compiled`): fixed-shape target forwards under ``torch.compile``.
 
 What is shown here, on a tiny random Llama (inductor on the CPU, ``fullgraph=True``):
 
@@ -13,7 +13,7 @@ What is shown here, on a tiny random Llama (inductor on the CPU, ``fullgraph=Tru
 * a CUDA test, skipped without a GPU, that runs the same greedy check with CUDA graphs.
 
 Compile time dominates (tens of seconds per bucket on 2 cores), so every test shares one compiled model per
-process: dynamo keys its graphs on the model's forward, not on the adapter object.
+process (``in_place=True``: the adapter runs that model object itself, not a copy; dynamo guards on the object).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec.backends import FastPathWarning
+from specdec.backends.compiled import BUCKETS, bucket, compiled_graphs
 from specdec.bench.syncs import HostSyncCounter
-from specdec.compiled import BUCKETS, bucket, compiled_graphs
 from specdec.drafters import NGramDrafter
-from specdec.fastpath import FastPathWarning
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
@@ -36,7 +36,7 @@ from specdec.verify import GreedyVerifier, StochasticMultiRoundVerifier
 from tests.factories import SMALL_PATHS, make_drafter, tiny_family
 
 # a silent fall back to eager must fail these tests (the fallback test expects its one warning explicitly)
-pytestmark = pytest.mark.filterwarnings("error::specdec.fastpath.FastPathWarning")
+pytestmark = pytest.mark.filterwarnings("error::specdec.backends.FastPathWarning")
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_LEN = 96
@@ -50,7 +50,7 @@ def model():
 
 
 def compiled_target(model) -> HFTarget:
-    return HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=BUCKETS_HERE)
+    return HFTarget(model, max_len=MAX_LEN, static_shapes=True, buckets=BUCKETS_HERE, in_place=True)
 
 
 def test_buckets() -> None:
@@ -63,7 +63,7 @@ def test_buckets() -> None:
 
 def test_compile_backend_keeps_plain_linears(model) -> None:
     target = compiled_target(model)
-    assert target.backend == "compile" and target.static
+    assert target.execution.label == "stock+static" and target.static and target.model is model
     assert all(type(m).__name__ != "PackedLinear" for m in model.modules())
     assert target.cache.max_len == MAX_LEN + max(BUCKETS_HERE)  # room for a padded tree
 
@@ -73,7 +73,7 @@ def test_greedy_exact_and_no_recompiles(model) -> None:
     graph per bucket) no decoding step compiles a new graph."""
     stop = StopCondition(max_new_tokens=24, eos_token_ids=())
     prompts = [torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)) for s in range(4)]
-    eager = HFTarget(model, max_len=MAX_LEN, backend="stock")
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock")
     expected = [VanillaGenerator(eager).generate(p, GREEDY, stop).tokens for p in prompts]
     target = compiled_target(model)
     drafter = make_drafter("eagle3", model, MAX_LEN + 8)
@@ -106,17 +106,18 @@ def test_compiled_drafter_steps_greedy_exact_and_no_recompiles(model, kind: str)
     frontier width, a second pass none."""
     stop = StopCondition(max_new_tokens=24, eos_token_ids=())
     prompts = [torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)) for s in range(3)]
-    eager_target = HFTarget(model, max_len=MAX_LEN, backend="stock")
+    eager_target = HFTarget(model, max_len=MAX_LEN, weights="stock")
     target = compiled_target(model)
     target.warm_up()
     policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
     loops = {
-        backend: SpeculativeGenerator(
-            t, make_drafter(kind, model, MAX_LEN + 8, backend=backend), policy, GreedyVerifier()
+        name: SpeculativeGenerator(t, make_drafter(kind, model, MAX_LEN + 8, **kw), policy, GreedyVerifier())
+        for name, t, kw in (
+            ("stock", eager_target, {"weights": "stock"}),
+            ("compile", target, {"static_shapes": True}),
         )
-        for backend, t in (("stock", eager_target), ("compile", target))
     }
-    assert loops["compile"].drafter.backend == "compile"
+    assert loops["compile"].drafter.static
     before = compiled_graphs()
     for p in prompts:
         want = loops["stock"].generate(p, GREEDY, stop)
@@ -138,9 +139,9 @@ def test_a_model_that_cannot_compile_falls_back_with_one_warning() -> None:
     model = tiny_llama(vocab_size=16, hidden_size=16, num_layers=2, seed=4)
     stop = StopCondition(max_new_tokens=6, eos_token_ids=())
     prompt = torch.arange(5)
-    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
+    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompt, GREEDY, stop)
     model.model.layers[0].register_forward_pre_hook(lambda *_: torch._dynamo.graph_break())
-    target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=(1,))
+    target = HFTarget(model, max_len=MAX_LEN, static_shapes=True, buckets=(1,))
     with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
         assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
     assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
@@ -155,14 +156,14 @@ def test_a_small_lm_drafter_that_cannot_compile_falls_back_with_one_warning(mode
     prompt = torch.arange(5) % 6
     policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
     eager = SpeculativeGenerator(
-        HFTarget(small, max_len=MAX_LEN, backend="stock"),
-        make_drafter("small-lm", small, MAX_LEN + 8, backend="stock"),
+        HFTarget(small, max_len=MAX_LEN, weights="stock"),
+        make_drafter("small-lm", small, MAX_LEN + 8, weights="stock"),
         policy,
         GreedyVerifier(),
     ).generate(prompt, GREEDY, stop)
-    drafter = make_drafter("small-lm", small, MAX_LEN + 8, backend="compile")
+    drafter = make_drafter("small-lm", small, MAX_LEN + 8, static_shapes=True)
     drafter.model.model.layers[0].register_forward_pre_hook(lambda *_: torch._dynamo.graph_break())
-    loop = SpeculativeGenerator(HFTarget(small, max_len=MAX_LEN, backend="stock"), drafter, policy, GreedyVerifier())
+    loop = SpeculativeGenerator(HFTarget(small, max_len=MAX_LEN, weights="stock"), drafter, policy, GreedyVerifier())
     with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
         assert loop.generate(prompt, GREEDY, stop).tokens == eager.tokens
     assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
@@ -227,7 +228,7 @@ def test_sampled_distribution_and_negative_control(model, kind: str) -> None:
     with compiled EAGLE-3 or small-LM drafter steps)."""
     prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
     policy = StochasticTreePolicy(SMALL_PATHS)  # 7 nodes: bucket 8
-    drafter = make_drafter(kind, model, MAX_LEN + 8, backend="compile")  # compiled drafter steps too
+    drafter = make_drafter(kind, model, MAX_LEN + 8, static_shapes=True)  # compiled drafter steps too
 
     def loop(verifier) -> SpeculativeGenerator:
         return SpeculativeGenerator(compiled_target(model), drafter, policy, verifier)
@@ -251,8 +252,8 @@ def test_sliding_window_families_greedy_exact(family: str) -> None:
     model = tiny_family(family, window=6)
     stop = StopCondition(max_new_tokens=20, eos_token_ids=())
     prompt = torch.arange(10) % 7
-    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
-    target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=(1, 8))
+    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompt, GREEDY, stop)
+    target = HFTarget(model, max_len=MAX_LEN, static_shapes=True, buckets=(1, 8))
     spec = SpeculativeGenerator(target, NGramDrafter(vocab_size=32), StaticTreePolicy.chain(3), GreedyVerifier())
     assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
     assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens
@@ -263,11 +264,11 @@ def test_cuda_graphs_greedy_exact() -> None:
     model = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=2).cuda()
     stop = StopCondition(max_new_tokens=16, eos_token_ids=())
     prompt = torch.arange(6, device="cuda")
-    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, backend="stock")).generate(prompt, GREEDY, stop)
-    target = HFTarget(model, max_len=MAX_LEN, backend="compile", buckets=BUCKETS_HERE)
+    eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompt, GREEDY, stop)
+    target = HFTarget(model, max_len=MAX_LEN, static_shapes=True, buckets=BUCKETS_HERE)
     assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
     for kind in ("eagle3", "small-lm"):  # CUDA-graph drafter steps too
-        drafter = make_drafter(kind, model, MAX_LEN + 8, backend="compile")
+        drafter = make_drafter(kind, model, MAX_LEN + 8, static_shapes=True)
         policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
         spec = SpeculativeGenerator(target, drafter, policy, GreedyVerifier())
         assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens, kind

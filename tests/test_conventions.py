@@ -18,7 +18,7 @@ NEW = 16
 
 
 def generators(model):
-    target = HFTarget(model, max_len=64, backend="stock")
+    target = HFTarget(model, max_len=64, weights="stock")
     spec = SpeculativeGenerator(
         target, NGramDrafter(vocab_size=32), DynamicTreePolicy(topk=2, depth=3, total_tokens=6), GreedyVerifier()
     )

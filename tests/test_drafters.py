@@ -12,6 +12,7 @@ from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
 from specdec.kvcache import CacheFullError
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
 from specdec.tree import DraftTree, PartialTree
 from specdec.trees import DynamicTreePolicy, StaticTreePolicy
 
@@ -66,7 +67,8 @@ class Checked(Drafter):
 def test_small_lm_tree_masks_positions_and_commits(model) -> None:
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     context = list(prompt)
-    drafter = Checked(SmallLMDrafter(model, max_len=64, target_vocab_size=VOCAB), model, context)
+    small = SmallLMDrafter(model, max_len=64, target_vocab_size=VOCAB)
+    drafter = Checked(small, small.model, context)  # reference: the same (prepared) model, one plain forward
     drafter.prefill(torch.tensor(prompt), NO_HIDDEN)
 
     tree = PartialTree(torch.tensor(7), 12)
@@ -104,7 +106,8 @@ def test_small_lm_under_tree_policies(attn: str) -> None:
     model.set_attn_implementation(attn)
     rng = random.Random(0)
     context = [rng.randrange(VOCAB) for _ in range(6)]
-    drafter = Checked(SmallLMDrafter(model, max_len=128), model, context)
+    small = SmallLMDrafter(model, max_len=128)
+    drafter = Checked(small, small.model, context)
     drafter.prefill(torch.tensor(context), NO_HIDDEN)
     policies = [DynamicTreePolicy(topk=3, depth=3, total_tokens=8), StaticTreePolicy([[0], [1], [0, 0], [1, 0]])]
     root = rng.randrange(VOCAB)
@@ -129,11 +132,16 @@ def test_from_target_layers_all_layers_equals_target(model) -> None:
     ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
     with torch.no_grad():
         torch.testing.assert_close(drafter.model(input_ids=ids).logits, model(input_ids=ids).logits)
-    # Shared, not copied (the same modules, so also the same execution backend).
-    assert drafter.model.lm_head is model.lm_head
-    assert drafter.model.model.layers[1] is model.model.layers[1]
+    # The caller's model is left as it was: the drafter runs a copy that shares its tensors.
+    assert drafter.model.lm_head.weight is not None and type(model.lm_head) is torch.nn.Linear
+    assert drafter.model.model.embed_tokens.weight is model.model.embed_tokens.weight
+    # Cut from a target: the target's own (prepared) modules, shared, not copied.
+    target = HFTarget(model, max_len=32)
+    cut = SmallLMDrafter.from_target(target, num_layers=2)
+    assert cut.model.lm_head is target.model.lm_head and cut.model.model.layers[1] is target.model.model.layers[1]
+    assert cut.execution.weights == target.execution.weights
     context = [1, 2, 3]
-    checked = Checked(drafter, model, context)
+    checked = Checked(drafter, drafter.model, context)
     checked.prefill(torch.tensor(context), NO_HIDDEN)
     StaticTreePolicy.chain(3).grow(checked, torch.tensor(9), GREEDY, None)
     assert checked.rows_checked == 3

@@ -8,18 +8,12 @@ import torch.nn.functional as F
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from specdec.attention import additive_mask
+from specdec.backends import Int8Linear, PackedLinear
 from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
-from specdec.drafters.eagle_modules import (
-    Eagle1Head,
-    Eagle3Head,
-    EagleAttention,
-    EagleConfig,
-    additive_bias,
-    causal_bias,
-    default_aux_layers,
-)
-from specdec.fastpath import Int8Linear, PackedLinear
+from specdec.drafters.eagle_config import EagleConfig, default_aux_layers
+from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head, EagleAttention, causal_bias
 from specdec.interfaces import TargetHidden, VocabMismatchError
 from specdec.models import tiny_llama
 from specdec.tree import PartialTree
@@ -95,7 +89,7 @@ def test_attention_custom_mask_isolates_rows():
     mask = torch.tril(torch.ones(5, 5, dtype=torch.bool))
     mask[4, :4] = False
     with torch.no_grad():
-        out, _ = attn(x, pos, additive_bias(mask))
+        out, _ = attn(x, pos, additive_mask(mask, torch.float32))
         alone, _ = attn(x[:, 4:], pos[:, 4:], causal_bias(1))
         causal, _ = attn(x, pos, causal_bias(5))
     torch.testing.assert_close(out[:, 4], alone[:, 0], atol=1e-5, rtol=1e-5)
@@ -306,12 +300,12 @@ def final_hidden(hs, start, end):
     return TargetHidden(final=hs[-1][start:end])
 
 
-@pytest.mark.parametrize("backend", ["cpu-packed", "stock"])  # exact backends: the math must match to 1e-4
+@pytest.mark.parametrize("weights", ["packed", "stock"])  # exact weights: the math must match to 1e-4
 @pytest.mark.parametrize("seed", [0, 1])
-def test_eagle1_drafter_matches_full_forward(target, seed, backend):
+def test_eagle1_drafter_matches_full_forward(target, seed, weights):
     head = eagle1_head(seed + 10)
-    drafter = EagleDrafter(head, target, max_len=64, backend=backend)
-    assert drafter.backend == backend
+    drafter = EagleDrafter(head, target, max_len=64, weights=weights)
+    assert drafter.execution.weights == weights
     assert drafter.hidden_request.final and not drafter.hidden_request.layers
     assert drafter.vocab_size == V
     # the feature is what the target feeds its lm_head
@@ -329,10 +323,10 @@ def test_eagle1_drafter_matches_full_forward(target, seed, backend):
     )
 
 
-@pytest.mark.parametrize(("layers", "backend"), [(None, "cpu-packed"), ((3, 0, 1), "cpu-packed"), (None, "stock")])
-def test_eagle3_drafter_matches_full_forward(target, layers, backend):
+@pytest.mark.parametrize(("layers", "weights"), [(None, "packed"), ((3, 0, 1), "packed"), (None, "stock")])
+def test_eagle3_drafter_matches_full_forward(target, layers, weights):
     head = eagle3_head(20, draft_vocab=10)
-    drafter = Eagle3Drafter(head, target, max_len=64, layers=layers, backend=backend)
+    drafter = Eagle3Drafter(head, target, max_len=64, layers=layers, weights=weights)
     used = layers or default_aux_layers(4)
     assert drafter.hidden_request.layers == used and not drafter.hidden_request.final
 
@@ -357,7 +351,7 @@ def test_eagle1_drafter_shortlist_matches_full_forward(target):
     """Drafting over a shortlist = the full lm_head's logits at the shortlist ids, -inf (q = 0) elsewhere."""
     head = eagle1_head(30)
     ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15])
-    drafter = EagleDrafter(head, target, max_len=64, draft_vocab=ids, backend="cpu-packed")
+    drafter = EagleDrafter(head, target, max_len=64, draft_vocab=ids, weights="packed")
     assert isinstance(drafter.lm_head, PackedLinear) and drafter.lm_head.out_features == ids.shape[0]
     outside = torch.ones(V, dtype=torch.bool)
     outside[ids] = False
@@ -383,9 +377,9 @@ def _prefilled_pair(target, kind: str) -> tuple[tuple, list[PartialTree]]:
 
     def make():
         if kind == "eagle3":
-            return Eagle3Drafter(eagle3_head(40, draft_vocab=10), target, max_len=64, backend="stock")
+            return Eagle3Drafter(eagle3_head(40, draft_vocab=10), target, max_len=64, weights="stock")
         ids = torch.tensor([0, 2, 3, 5, 8, 9, 13, 15]) if kind == "eagle1-shortlist" else None
-        return EagleDrafter(eagle1_head(41), target, max_len=64, draft_vocab=ids, backend="stock")
+        return EagleDrafter(eagle1_head(41), target, max_len=64, draft_vocab=ids, weights="stock")
 
     pair = make(), make()
     prompt = torch.tensor([1, 4, 2, 7, 3])
@@ -446,7 +440,7 @@ def test_drafter_leaves_the_callers_head_untouched(target):
     """The packed copy is the drafter's: the caller's head keeps plain, trainable nn.Linear layers."""
     head = eagle1_head(31)
     drafter = EagleDrafter(head, target, max_len=16)  # auto: int8 draft weights
-    assert drafter.backend == "cpu-int8" and drafter.head is not head
+    assert drafter.execution.weights == "int8" and drafter.head is not head
     assert isinstance(drafter.head.fc, Int8Linear) and isinstance(drafter.lm_head, Int8Linear)
     assert all(type(m) is not torch.nn.Linear for m in drafter.head.modules())
     assert any(type(m) is torch.nn.Linear for m in head.modules())
@@ -458,11 +452,11 @@ def test_int8_drafter_tracks_the_exact_one(target):
     top-1 mostly agrees. Losslessness does not depend on it (greedy and statistical suites run with it)."""
     hs = target_hidden(target, [1, 2, 3, 4, 5])
     out = {}
-    for backend in ("cpu-int8", "cpu-packed"):
-        drafter = Eagle3Drafter(eagle3_head(40, draft_vocab=V), target, 16, backend=backend)
+    for weights in ("int8", "packed"):
+        drafter = Eagle3Drafter(eagle3_head(40, draft_vocab=V), target, 16, weights=weights)
         drafter.prefill(torch.tensor([1, 2, 3, 4, 5]), TargetHidden(layers={i: hs[i] for i in drafter.layers}))
-        out[backend] = drafter.expand(PartialTree(torch.tensor(6), 4), torch.tensor([0]))[0]
-    q8, q32 = out["cpu-int8"].softmax(-1), out["cpu-packed"].softmax(-1)
+        out[weights] = drafter.expand(PartialTree(torch.tensor(6), 4), torch.tensor([0]))[0]
+    q8, q32 = out["int8"].softmax(-1), out["packed"].softmax(-1)
     assert float((q8 - q32).abs().sum()) < 0.05  # total variation x2
 
 
@@ -503,7 +497,7 @@ def test_drafters_validate_target(target):
 def test_eagle1_drafter_uses_own_embedding_when_present(target):
     head = Eagle1Head(make_config(), with_embedding=True).eval()
     randomize(head, 30)
-    drafter = EagleDrafter(head, target, 16, backend="stock")
+    drafter = EagleDrafter(head, target, 16, weights="stock")
     tokens = torch.tensor([1, 2, 3])
     assert torch.equal(head.embed(tokens), head.embed_tokens(tokens))
     assert not torch.allclose(head.embed(tokens), F.embedding(tokens, target.get_input_embeddings().weight))
@@ -518,8 +512,8 @@ def test_eagle1_drafter_uses_own_embedding_when_present(target):
 @pytest.mark.parametrize("qkv_bias", [False, True])
 def test_fused_inference_copy_computes_the_same_outputs(kind: str, qkv_bias: bool) -> None:
     """fuse_for_inference: one qkv and one gate/up GEMM, torch's rms_norm; same outputs; the original is untouched."""
-    from specdec.drafters.eagle_modules import FusedRMSNorm, fuse_for_inference
-    from specdec.fastpath import packed_copy
+    from specdec.backends import packed_copy
+    from specdec.drafters.eagle_fusion import FusedRMSNorm, fuse_for_inference
 
     head = eagle1_head(qkv_bias=qkv_bias) if kind == "eagle1" else eagle3_head(qkv_bias=qkv_bias)
     keys = list(head.state_dict())
@@ -555,7 +549,7 @@ def test_int8_linear_releases_a_weight_it_does_not_share() -> None:
 
 
 def test_rope_table_equals_the_computed_rotation() -> None:
-    from specdec.drafters.eagle_modules import EagleRotary
+    from specdec.drafters.eagle_heads import EagleRotary
 
     rotary = EagleRotary(make_config())
     pos = torch.tensor([[0, 5, 17, 63]])

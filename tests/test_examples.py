@@ -120,11 +120,17 @@ def test_custom_drafter_is_lossless_and_drafts(capsys: pytest.CaptureFixture[str
     assert out.count("identical to vanilla greedy: yes") == 2
     assert len(taus(out)) == 4 and all(t >= 1.0 for t in taus(out))
 
+    assert "lossless at T=1" in out and ": pass:" in out and "negative control (verifier ignores q): caught" in out
+
+    from specdec import PartialTree
+
     bigram = load_example("custom_drafter")["BigramDrafter"](vocab_size=5)
-    bigram.prefill(torch.tensor([1, 2, 1, 2, 1, 3]), None)
-    assert bigram.counts[1].tolist() == [0, 0, 2, 1, 0]
-    bigram.commit(torch.tensor([1, 3]), None)  # the last committed token (3) is followed by 1, then 1 -> 3
-    assert bigram.counts[1].tolist() == [0, 0, 2, 2, 0] and bigram.counts[3, 1] == 1
+    bigram.prefill(torch.tensor([1, 2, 1, 2, 1]), None)  # the base class keeps the history: one method written
+    row = bigram.expand(PartialTree(torch.tensor(1), 4), torch.tensor([0]))[0]  # context [1 2 1 2 1 | 1]
+    assert torch.allclose(row.exp() - 0.1, torch.tensor([0.0, 1, 2, 0, 0]), atol=1e-6)  # 1 was followed by 2, 2, 1
+    bigram.commit(torch.tensor([1, 3]), None)
+    row = bigram.expand(PartialTree(torch.tensor(1), 4), torch.tensor([0]))[0]  # [1 2 1 2 1 1 3 | 1]
+    assert torch.allclose(row.exp() - 0.1, torch.tensor([0.0, 1, 2, 1, 0]), atol=1e-6)
 
 
 def test_prove_verifier_passes_mine_and_catches_broken(capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,3 +193,20 @@ def test_load_checkpoint_loads_official_layouts_and_rejects_broken(
     assert "unexpected keys (1): layers.1.mlp.up_proj.weight" in out
     assert "shape mismatches (1): layers.0.mlp.down_proj.weight" in out
     assert (tmp_path / "eagle1" / "pytorch_model.bin").is_file()
+
+
+def test_readme_pipeline_runs_in_three_imports(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's "Compose a pipeline" block, as written (budget cut to 12 tokens): at most 3 import lines, and one
+    generator object serves T=0, then T=0.7, then T=0 on the real model (the two greedy calls emit the same text)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Compose a pipeline", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    imports = [line for line in block.splitlines() if line.startswith(("import ", "from "))]
+    assert 1 <= len(imports) <= 3, imports
+    assert "max_new_tokens=64" in block
+    capsys.readouterr()
+    exec(compile(block.replace("max_new_tokens=64", "max_new_tokens=12"), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    stats = re.findall(r"^\d+ tokens in .* tok/s, tau=.*$", out, flags=re.M)
+    texts = re.split(r"^\d+ tokens in .* tok/s, tau=.*$", out, flags=re.M)[:3]
+    assert len(stats) == 3, out
+    assert texts[0].strip() == texts[2].strip() and texts[0].strip()

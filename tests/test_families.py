@@ -39,25 +39,25 @@ def hf_greedy(model, prompt: torch.Tensor) -> list[int]:
     return out[0, prompt.shape[0] :].tolist()
 
 
-def speculative(model, prompt: torch.Tensor, backend: str):
-    target = HFTarget(model, max_len=MAX_LEN, backend=backend)
-    drafter = SmallLMDrafter.from_target_layers(model, 3, MAX_LEN, backend=backend)
+def speculative(model, prompt: torch.Tensor, weights: str):
+    target = HFTarget(model, max_len=MAX_LEN, weights=weights)
+    drafter = SmallLMDrafter.from_target(target, 3)
     policy = DynamicTreePolicy(topk=2, depth=4, total_tokens=8)
     gen = SpeculativeGenerator(target, drafter, policy, GreedyVerifier())
     return gen.generate(prompt, SamplingParams(), StopCondition(max_new_tokens=NEW))
 
 
-@pytest.mark.parametrize("backend", ["stock", "auto"])
+@pytest.mark.parametrize("weights", ["stock", "auto"])
 @pytest.mark.parametrize("length", PROMPTS.values(), ids=PROMPTS.keys())
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_output_equals_generate(family, length, backend):
+def test_greedy_output_equals_generate(family, length, weights):
     model = tiny_family(family, window=WINDOW)
     prompt = prompt_of(length)
     reference = hf_greedy(model, prompt)  # before any backend transforms the model
-    target = HFTarget(model, max_len=MAX_LEN, backend=backend)
+    target = HFTarget(model, max_len=MAX_LEN, weights=weights)
     vanilla = VanillaGenerator(target).generate(prompt, SamplingParams(), StopCondition(max_new_tokens=NEW)).tokens
     assert_same_or_near_tie(model, prompt, reference, vanilla)
-    result = speculative(model, prompt, backend)
+    result = speculative(model, prompt, weights)
     assert result.metrics.tau > 1.5, f"drafts were rarely accepted (tau {result.metrics.tau:.2f}): trees untested"
     assert_same_or_near_tie(model, prompt, reference, result.tokens)
 
@@ -103,24 +103,24 @@ def test_attention_without_a_4d_mask_is_refused(implementation):
     model = tiny_family("llama")
     model.config._attn_implementation = implementation  # as if loaded with it (no kernels needed to refuse)
     with pytest.raises(UnsupportedModelError, match='attn_implementation="sdpa"'):
-        HFTarget(model, max_len=MAX_LEN, backend="stock")
+        HFTarget(model, max_len=MAX_LEN, weights="stock")
 
 
 def test_other_layer_types_are_refused():
     model = tiny_family("qwen3")
     model.config.layer_types = ["full_attention", "chunked_attention", "full_attention", "linear_attention"]
     with pytest.raises(UnsupportedModelError, match="chunked_attention"):
-        HFTarget(model, max_len=MAX_LEN, backend="stock")
+        HFTarget(model, max_len=MAX_LEN, weights="stock")
 
 
 def test_an_untested_family_is_served_with_a_warning():
     model = tiny_family("llama")
     model.config.model_type = "my_llama"
     with pytest.warns(UntestedModelWarning, match="my_llama"):
-        HFTarget(model, max_len=MAX_LEN, backend="stock")
+        HFTarget(model, max_len=MAX_LEN, weights="stock")
     with warnings.catch_warnings():
         warnings.simplefilter("error", UntestedModelWarning)
-        HFTarget(tiny_family("gemma3"), max_len=MAX_LEN, backend="stock")
+        HFTarget(tiny_family("gemma3"), max_len=MAX_LEN, weights="stock")
 
 
 def test_the_cache_goes_by_the_name_the_forward_takes():
@@ -129,7 +129,7 @@ def test_the_cache_goes_by_the_name_the_forward_takes():
     assert name in inspect.signature(model.forward).parameters
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # a deprecated keyword would warn here
-        target = HFTarget(model, max_len=MAX_LEN, backend="stock")
+        target = HFTarget(model, max_len=MAX_LEN, weights="stock")
         target.prefill(prompt_of(4))
     assert target.cache.layers[0].is_initialized  # the forward wrote into our cache, not into one of its own
 
@@ -140,4 +140,4 @@ def test_the_cache_goes_by_the_name_the_forward_takes():
     assert AttentionLayout.of(model).cache_kwarg == "past_key_values"
     model.forward = lambda input_ids=None, **kwargs: None  # a cache passed here would be ignored: refused
     with pytest.raises(UnsupportedModelError, match="no KV cache argument"):
-        HFTarget(model, max_len=MAX_LEN, backend="stock")
+        HFTarget(model, max_len=MAX_LEN, weights="stock")

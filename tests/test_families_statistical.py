@@ -38,8 +38,8 @@ ALPHA = 1e-3
 
 
 def decoder(model) -> SpeculativeGenerator:
-    target = HFTarget(model, max_len=MAX_LEN, backend="stock")
-    drafter = SmallLMDrafter.from_target_layers(model, 2, MAX_LEN, backend="stock")
+    target = HFTarget(model, max_len=MAX_LEN, weights="stock")
+    drafter = SmallLMDrafter.from_target_layers(model, 2, MAX_LEN, weights="stock")
     return SpeculativeGenerator(
         target, drafter, DynamicTreePolicy(topk=2, depth=3, total_tokens=6), MultiRoundVerifier()
     )

@@ -8,14 +8,15 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.fastpath import (
+from specdec.backends import (
     GQA_ATTENTION,
+    BackendError,
     FastPathWarning,
     PackedLinear,
-    apply_backend,
-    backend_of,
+    apply,
+    execution_label,
     pack_linears,
-    resolve_backend,
+    resolve,
     unpack_linears,
 )
 from specdec.generate import StopCondition, VanillaGenerator
@@ -51,9 +52,9 @@ def test_packed_linear_refuses_other_dtypes():
 def test_apply_backend_keeps_outputs_state_dict_and_ties():
     stock, fast = model(1), model(1)
     state = {k: v.clone() for k, v in stock.state_dict().items()}
-    report = apply_backend(fast, "auto")
-    assert report.backend == "cpu-packed" and report.packed > 0 and report.attention == GQA_ATTENTION
-    assert backend_of(fast) == "cpu-packed" and resolve_backend(fast)[0] == "cpu-packed"
+    report = apply(fast, "auto")
+    assert report.weights == "packed" and report.packed > 0 and report.attention == GQA_ATTENTION
+    assert execution_label(fast) == "packed" and resolve(fast)[0] == "packed"
     ids = torch.randint(0, 32, (1, 11))
     with torch.no_grad():
         torch.testing.assert_close(fast(ids).logits, stock(ids).logits, atol=1e-4, rtol=1e-4)
@@ -61,9 +62,9 @@ def test_apply_backend_keeps_outputs_state_dict_and_ties():
     assert set(saved) == set(state)
     for k, v in state.items():
         torch.testing.assert_close(saved[k], v, atol=0, rtol=0)
-    assert apply_backend(fast, "cpu-packed").packed == report.packed  # idempotent
-    assert apply_backend(fast, "stock").backend == "stock"
-    assert backend_of(fast) == "stock" and fast.config._attn_implementation == "sdpa"
+    assert apply(fast, "packed").packed == report.packed  # idempotent
+    assert apply(fast, "stock").weights == "stock"
+    assert execution_label(fast) == "stock" and fast.config._attn_implementation == "sdpa"
     for k, v in state.items():
         torch.testing.assert_close(fast.state_dict()[k], v, atol=0, rtol=0)
 
@@ -71,7 +72,7 @@ def test_apply_backend_keeps_outputs_state_dict_and_ties():
 def test_tied_weight_is_kept_and_shared():
     m = model(2)
     m.lm_head.weight = m.model.embed_tokens.weight  # tie
-    apply_backend(m, "auto")
+    apply(m, "auto")
     assert isinstance(m.lm_head, PackedLinear)
     assert m.lm_head.weight is m.model.embed_tokens.weight  # kept, not a copy
     q = m.model.layers[0].self_attn.q_proj
@@ -82,7 +83,7 @@ def test_hooks_move_with_the_module():
     m = model(3)
     seen = []
     handle = m.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
-    apply_backend(m, "auto")
+    apply(m, "auto")
     with torch.no_grad():
         m(torch.tensor([[1, 2, 3]]))
     assert seen == [torch.Size([1, 3, 32])]
@@ -96,10 +97,10 @@ def test_fallback_warns_once_and_runs_stock():
     m = model(4).to(torch.float64)
     with pytest.warns(FastPathWarning, match="needs float32"):
         target = HFTarget(m, max_len=32)
-    assert target.backend == "stock" and backend_of(m) == "stock"
+    assert target.execution.weights == "stock" and execution_label(m) == "stock"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        HFTarget(m, max_len=32, backend="stock")  # asking for stock is not a fallback: no warning
+        HFTarget(m, max_len=32, weights="stock")  # asking for stock is not a fallback: no warning
 
 
 class QuantizedLinear(nn.Linear):
@@ -113,19 +114,23 @@ def test_linear_subclasses_are_left_stock_with_a_warning():
     attn.q_proj = QuantizedLinear(old.in_features, old.out_features, bias=False)
     attn.q_proj.weight = old.weight
     with pytest.warns(FastPathWarning, match="not plain nn.Linear"):
-        report = apply_backend(m, "auto")
-    assert report.backend == "cpu-packed" and report.skipped == 1
+        report = apply(m, "auto")
+    assert report.weights == "packed" and report.skipped == 1
     assert type(attn.q_proj) is QuantizedLinear
 
 
 def test_no_linear_at_all_falls_back():
     with pytest.warns(FastPathWarning, match="no plain nn.Linear"):
-        assert apply_backend(nn.Sequential(nn.ReLU(), nn.LayerNorm(4)), "auto").backend == "stock"
+        assert apply(nn.Sequential(nn.ReLU(), nn.LayerNorm(4)), "auto").weights == "stock"
 
 
-def test_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="unknown backend 'gpu-magic'"):
-        HFTarget(model(6), max_len=16, backend="gpu-magic")
+def test_unknown_or_conflicting_choices_are_refused():
+    with pytest.raises(BackendError, match="unknown weights 'gpu-magic'"):
+        HFTarget(model(6), max_len=16, weights="gpu-magic")
+    with pytest.raises(BackendError, match="static shapes compile plain weights"):
+        HFTarget(model(6), max_len=16, weights="packed", static_shapes=True)
+    with pytest.raises(BackendError, match="static_shapes must be"):
+        HFTarget(model(6), max_len=16, static_shapes="yes")
 
 
 def test_pack_unpack_counts():
@@ -140,9 +145,10 @@ def test_fast_and_stock_targets_agree_on_trees_and_greedy_decoding(attn):
     stock_model, fast_model = model(8), model(8)
     for m in (stock_model, fast_model):
         m.config._attn_implementation = attn
-    stock, fast = HFTarget(stock_model, max_len=64, backend="stock"), HFTarget(fast_model, max_len=64)
-    assert fast.backend == "cpu-packed"
-    assert fast_model.config._attn_implementation == (GQA_ATTENTION if attn == "sdpa" else "eager")
+    stock, fast = HFTarget(stock_model, max_len=64, weights="stock"), HFTarget(fast_model, max_len=64)
+    assert fast.execution.weights == "packed"
+    assert fast.model.config._attn_implementation == (GQA_ATTENTION if attn == "sdpa" else "eager")
+    assert fast_model.config._attn_implementation == attn  # the caller's model is left as it was
     prompt = torch.randint(0, 32, (9,), generator=torch.Generator().manual_seed(0))
     tree = DraftTree.from_parents(torch.tensor([3, 5, 7, 9, 11]), torch.tensor([-1, 0, 0, 1, 1]), 2)
     for t in (stock, fast):
@@ -157,16 +163,13 @@ def test_fast_and_stock_targets_agree_on_trees_and_greedy_decoding(attn):
 @pytest.mark.slow
 def test_smollm2_fast_path_matches_stock():
     """The real model: same greedy tokens, tree logits within float32 noise, prepacked copy only for the tied head."""
-    import copy
-
     from specdec.assets import chat_ids, mtbench_prompts
     from specdec.models import load_smollm2
 
-    stock_model, tokenizer = load_smollm2()
-    fast_model = copy.deepcopy(stock_model)
-    stock, fast = HFTarget(stock_model, max_len=256, backend="stock"), HFTarget(fast_model, max_len=256)
-    assert fast.backend == "cpu-packed"
-    assert fast_model.lm_head.weight is fast_model.model.embed_tokens.weight
+    model, tokenizer = load_smollm2()
+    stock, fast = HFTarget(model, max_len=256, weights="stock"), HFTarget(model, max_len=256)
+    assert fast.execution.weights in ("packed", "packed-vocab") and stock.model is model
+    assert fast.model.lm_head.weight is model.model.embed_tokens.weight  # the tied head is shared, not copied
     ids = chat_ids(tokenizer, mtbench_prompts()[0])
     sampling, stop = SamplingParams(), StopCondition(max_new_tokens=24)
     assert VanillaGenerator(fast).generate(ids, sampling, stop).tokens == (
@@ -185,25 +188,25 @@ def test_deepcopy_of_a_packed_model_keeps_ties_and_outputs():
 
     m = model(9)
     m.lm_head.weight = m.model.embed_tokens.weight
-    apply_backend(m, "auto")
+    apply(m, "auto")
     clone = copy.deepcopy(m)
-    assert backend_of(clone) == "cpu-packed"
+    assert execution_label(clone) == "packed"
     assert clone.lm_head.weight is clone.model.embed_tokens.weight  # still tied, in the copy
     assert clone.lm_head.weight is not m.lm_head.weight
     ids = torch.tensor([[4, 5, 6, 7]])
     with torch.no_grad():
         torch.testing.assert_close(clone(ids).logits, m(ids).logits, atol=0, rtol=0)
-    apply_backend(clone, "stock")
-    assert backend_of(clone) == "stock" and backend_of(m) == "cpu-packed"
+    apply(clone, "stock")
+    assert execution_label(clone) == "stock" and execution_label(m) == "packed"
 
 
 def test_int8_is_for_drafters_only():
-    from specdec.fastpath import Int8Linear
+    from specdec.backends import Int8Linear
 
     with pytest.raises(ValueError, match="for drafters only"):
-        HFTarget(model(10), max_len=16, backend="cpu-int8")
-    assert resolve_backend(model(10), "auto", draft=True)[0] == "cpu-int8"
-    assert resolve_backend(model(10), "cpu-packed", draft=True)[0] == "cpu-packed"
+        HFTarget(model(10), max_len=16, weights="int8")
+    assert resolve(model(10), "auto", draft=True)[0] == "int8"
+    assert resolve(model(10), "packed", draft=True)[0] == "packed"
     lin = nn.Linear(64, 48)
     q = Int8Linear(lin)
     x = torch.randn(5, 64)
@@ -216,35 +219,63 @@ def test_int8_is_for_drafters_only():
 
 def test_auto_packs_what_pays_on_this_kind_of_cpu(monkeypatch):
     """``"auto"``: every linear where oneDNN wins (AMD), only vocabulary projections where MKL is fast (Intel)."""
-    from specdec.fastpath import VOCAB_ROWS, cpu_gemm_profile
+    from specdec.backends import VOCAB_ROWS, cpu_gemm_profile
 
     def net() -> nn.Module:
         return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, VOCAB_ROWS))
 
     monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
     everything = net()
-    assert cpu_gemm_profile() == "onednn" and apply_backend(everything, "auto").packed == 2
-    assert backend_of(everything) == "cpu-packed"
+    assert cpu_gemm_profile() == "onednn" and apply(everything, "auto").packed == 2
+    assert execution_label(everything) == "packed"
 
     monkeypatch.setenv("SPECDEC_CPU_GEMM", "mkl")
     stock, mixed = net(), net()
     mixed.load_state_dict(stock.state_dict())
-    report = apply_backend(mixed, "auto")
+    report = apply(mixed, "auto")
     assert report.packed == 1 and isinstance(mixed[2], PackedLinear) and type(mixed[0]) is nn.Linear
-    assert report.backend == backend_of(mixed) == "cpu-packed-vocab"
+    assert report.weights == execution_label(mixed) == "packed-vocab" and "vocabulary projection" in report.reason
     x = torch.randn(3, 8)
     with torch.no_grad():
         torch.testing.assert_close(mixed(x), stock(x), atol=1e-4, rtol=1e-4)
-    assert apply_backend(mixed, "cpu-packed").packed == 2  # asked for by name: everything
+    assert apply(mixed, "packed").packed == 2  # asked for by name: everything
     # a model with only small linears stays stock on such a CPU, without a fallback warning
     small = nn.Sequential(nn.Linear(8, 8))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert apply_backend(small, "auto").backend == "stock" and backend_of(small) == "stock"
-    # the Intel choice can be asked for by name anywhere; a bad override is an error
-    monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
-    named = net()
-    assert apply_backend(named, "cpu-packed-vocab").backend == "cpu-packed-vocab"
+        assert apply(small, "auto").weights == "stock" and execution_label(small) == "stock"
+    # a bad override is an error
     monkeypatch.setenv("SPECDEC_CPU_GEMM", "fast")
     with pytest.raises(ValueError, match="SPECDEC_CPU_GEMM"):
         cpu_gemm_profile()
+
+
+def test_a_target_leaves_the_callers_model_as_it_was():
+    """``HFTarget(model)`` runs a transformed copy that shares the caller's tensors: the caller's modules, attention
+    implementation, training flag and parameters are unchanged, and the copy's outputs equal the stock model's.
+    Control: ``in_place=True`` (the documented opt-in) does transform the caller's model."""
+    m = model(11)
+    m.train()
+    before = {name: type(mod) for name, mod in m.named_modules()}
+    params = {name: p for name, p in m.named_parameters()}
+    target = HFTarget(m, max_len=32)
+    assert target.execution.weights == "packed" and target.model is not m
+    assert {name: type(mod) for name, mod in m.named_modules()} == before
+    assert m.training and m.config._attn_implementation == "sdpa"
+    assert all(p is params[name] for name, p in m.named_parameters())
+    shared = {id(p) for p in target.model.parameters()}
+    assert id(m.model.embed_tokens.weight) in shared  # tensors the backend does not change are shared, not copied
+    ids = torch.tensor([[1, 2, 3, 4]])
+    m.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(target.model(ids).logits, m(ids).logits, atol=1e-4, rtol=1e-4)
+    HFTarget(m, max_len=32, in_place=True)
+    assert isinstance(m.lm_head, PackedLinear)  # the control: in place means in place
+
+
+def test_static_shapes_leave_no_process_wide_setting_changed():
+    """The compiled path raises dynamo's recompile limit for its own calls only."""
+    limit = torch._dynamo.config.recompile_limit
+    target = HFTarget(model(12), max_len=32, static_shapes=True, buckets=(1,))
+    VanillaGenerator(target).generate(torch.tensor([1, 2, 3]), SamplingParams(), StopCondition(max_new_tokens=2))
+    assert torch._dynamo.config.recompile_limit == limit

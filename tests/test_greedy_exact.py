@@ -121,7 +121,7 @@ def test_smollm2_shipped_heads_greedy_exact_and_accepting(method):
     for q in (prompts[0], prompts[10]):
         prompt = chat_ids(tokenizer, q)
         target = HFTarget(model, max_len=256)
-        gen = build_method(method, target, GREEDY, MethodOptions(adaptive=False, total_tokens=16))
+        gen = build_method(method, target, MethodOptions(total_tokens=16))
         result = gen.generate(prompt, GREEDY, StopCondition(max_new_tokens=24))
         assert_same_or_near_tie(model, prompt, vanilla_tokens(model, tuple(prompt.tolist()), 24, 256), result.tokens)
         accepted += sum(a + 1 for a in result.metrics.accept_lengths)

@@ -37,10 +37,10 @@ PROMPT = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
 STOP = StopCondition(max_new_tokens=24, eos_token_ids=())
 T1 = SamplingParams(temperature=1.0)
 #: Drafters run fp32 here. The default CPU draft backend is int8 with activations quantized per call
-#: (:class:`~specdec.fastpath.Int8Linear`), so its q depends on which rows share a forward: a drafter that ran
+#: (:class:`~specdec.backends.Int8Linear`), so its q depends on which rows share a forward: a drafter that ran
 #: its pending pairs in one call and a fresh one that ran them in another differ by more than rounding. That is
 #: lossless (the verifier sees the q that was sampled from) but not a state to compare.
-EXACT_BACKEND = "cpu-packed"
+EXACT_WEIGHTS = "packed"
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +91,14 @@ def test_state_after_every_cycle_equals_a_fresh_start(model, drafter, policy, sa
     for seed in range(3, 11):
         decoder = SpeculativeGenerator(
             HFTarget(model, max_len=MAX_LEN),
-            make_drafter(drafter, model, MAX_LEN, backend=EXACT_BACKEND),
+            make_drafter(drafter, model, MAX_LEN, weights=EXACT_WEIGHTS),
             policy_for(policy),
             verifier_for(policy, sampling),
         )
         report = check_cycle_invariants(
             decoder,
             lambda: HFTarget(model, max_len=MAX_LEN),
-            lambda: make_drafter(drafter, model, MAX_LEN, backend=EXACT_BACKEND),
+            lambda: make_drafter(drafter, model, MAX_LEN, weights=EXACT_WEIGHTS),
             PROMPT,
             sampling,
             STOP,
@@ -121,7 +121,7 @@ def test_a_compaction_bug_is_caught(model):
     accepted path leaves index order."""
     decoder = SpeculativeGenerator(
         IndexOrderCompactionTarget(model, max_len=MAX_LEN),
-        make_drafter("eagle1", model, MAX_LEN, backend=EXACT_BACKEND),
+        make_drafter("eagle1", model, MAX_LEN, weights=EXACT_WEIGHTS),
         make_policy("stochastic"),
         StochasticMultiRoundVerifier(),
     )
@@ -131,7 +131,7 @@ def test_a_compaction_bug_is_caught(model):
             check_cycle_invariants(
                 decoder,
                 lambda: HFTarget(model, max_len=MAX_LEN),
-                lambda: make_drafter("eagle1", model, MAX_LEN, backend=EXACT_BACKEND),
+                lambda: make_drafter("eagle1", model, MAX_LEN, weights=EXACT_WEIGHTS),
                 PROMPT,
                 T1,
                 STOP,

@@ -235,20 +235,18 @@ def test_exact_distribution_refuses_ambiguous_warps():
     assert fine.shape == (4, 4) and abs(float(fine.sum()) - 1.0) < 1e-12 and float(fine[3].sum()) == 0.0
 
 
-def test_default_verifier_rounds_match_the_policy_width(model):
-    """``methods._speculative`` gives the stochastic verifier the widest sibling group, not N - 1 rounds."""
+def test_chosen_verifier_rounds_match_the_policy_width(model):
+    """A generator with no pinned verifier gives the stochastic verifier the widest sibling group, not N - 1 rounds,
+    and the greedy verifier at T = 0 (the same generator object)."""
     from specdec.drafters import NGramDrafter
-    from specdec.methods import _speculative
-    from specdec.verify import GreedyVerifier, default_verifier
+    from specdec.verify import GreedyVerifier
 
     target = HFTarget(model, max_len=MAX_LEN)
-    gen = _speculative(target, NGramDrafter(VOCAB), make_policy("stochastic"), SamplingParams(temperature=1.0))
-    assert isinstance(gen.verifier, StochasticMultiRoundVerifier) and gen.verifier.max_children == 2
-    gen = _speculative(target, NGramDrafter(VOCAB), make_policy("stochastic"), SamplingParams(temperature=0.0))
-    assert isinstance(gen.verifier, GreedyVerifier)
-    assert default_verifier(True, 1.0).max_children is None
-    assert default_verifier(True, 1.0, max_children=3).max_children == 3
-    assert isinstance(default_verifier(False, 1.0, max_children=3), MultiRoundVerifier)
+    gen = SpeculativeGenerator(target, NGramDrafter(VOCAB), make_policy("stochastic"))
+    _, verifier = gen.parts_for(SamplingParams(temperature=1.0))
+    assert isinstance(verifier, StochasticMultiRoundVerifier) and verifier.max_children == 2
+    _, verifier = gen.parts_for(SamplingParams(temperature=0.0))
+    assert isinstance(verifier, GreedyVerifier)
 
 
 #: Configurations in the README's quick test command; the others are ``heavy`` (CI runs them as a second step).

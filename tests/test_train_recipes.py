@@ -6,13 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head
+from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
 from specdec.models import tiny_llama
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies, vocab_maps
 from specdec.train.features import FeatureSpec, eagle3_layers, target_hidden
+from specdec.train.heads import build_head
 from specdec.train.losses import feature_regression_loss, soft_cross_entropy, topk_distillation_loss
 from specdec.train.recipes import eagle1_loss, eagle3_loss, hass_loss, target_logits
-from specdec.train.trainer import build_head
 
 # ------------------------------------------------------------------------------------------------ loss terms
 

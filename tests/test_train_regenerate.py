@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
+from specdec.errors import SpecdecError
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
@@ -132,21 +134,30 @@ def test_generation_settings_may_change_between_runs_and_are_recorded_per_shard(
     assert "loop cut at 6 repeated tokens" in card
 
 
-def test_a_manifest_from_before_per_shard_settings_is_upgraded(tmp_path):
+def test_a_manifest_from_before_per_shard_settings_is_refused(tmp_path):
     regenerate(model(), StubTokenizer(), tmp_path, 4, CONFIG, prompts=prompts(8), progress=False)
     old = read_manifest(tmp_path)
     old["config"].update(old["shards"][0].pop("generation"))  # the first format: all settings in "config"
     del old["config"]["loop_window"], old["config"]["batching"], old["shards"][0]["looped"]
     (tmp_path / "manifest.json").write_text(json.dumps(old))
-    manifest = regenerate(model(), StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
-    assert manifest["shards"][0]["generation"] == {
-        "max_new_tokens": 7,
-        "batch_size": 3,
-        "loop_window": 0,
-        "batching": "per batch",
-    }
-    assert manifest["shards"][1]["generation"]["batching"] == "continuous"
-    assert set(manifest["config"]) == set(RegenerateConfig.FIXED)
+    with pytest.raises(ShardError, match=r"manifest from before per-shard generation settings.*shard-00000"):
+        regenerate(model(), StubTokenizer(), tmp_path, 8, CONFIG, prompts=prompts(8), progress=False)
+    with pytest.raises(ShardError, match="before per-shard generation settings"):
+        load_regenerated(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({**old, "format": 0}))
+    with pytest.raises(ShardError, match="has format 0; this version reads format 1"):
+        read_manifest(tmp_path)
+    assert issubclass(ShardError, SpecdecError) and issubclass(ShardError, ValueError)
+
+
+def test_the_committed_self_distilled_manifest_is_of_the_current_format():
+    """The data in data/ (shards made per batch and continuously) reads without any upgrade."""
+    folder = Path(__file__).resolve().parents[1] / "data" / "self-distilled" / "smollm2-135m-instruct"
+    manifest = read_manifest(folder)
+    assert manifest is not None and len(manifest["shards"]) > 100
+    assert {s["generation"]["batching"] for s in manifest["shards"]} == {"per batch", "continuous"}
+    first = manifest["shards"][0]
+    assert read_shard(folder / first["file"], first["sha256"])["offsets"].shape[0] == first["sequences"] + 1
 
 
 def looped(response: list[int] | torch.Tensor, window: int = 4) -> bool:

@@ -13,11 +13,14 @@ import torch
 from specdec.checkpoints import load_eagle_head
 from specdec.models import tiny_llama
 from specdec.train.cli import _config_from_args, add_train_parser
+from specdec.train.config import TrainConfig, UnknownOptionError
 from specdec.train.data import TokenDataset
 from specdec.train.evaluate import chain_acceptance
 from specdec.train.features import FeatureStore, eagle3_layers
+from specdec.train.heads import build_head
+from specdec.train.run_folder import read_log
 from specdec.train.tau import dynamic_tree_tau, heldout_prompts, tree_tau_counts
-from specdec.train.trainer import TrainConfig, build_head, lr_lambda, read_log, train
+from specdec.train.trainer import lr_lambda, train
 from specdec.trees import DynamicTreePolicy
 
 
@@ -158,10 +161,13 @@ def test_cli_maps_arguments_to_config(tmp_path) -> None:
     )  # fmt: skip
     assert args.func.__name__ == "run_train"
     cfg = _config_from_args(args)
-    assert (cfg.recipe, cfg.out, cfg.max_conversations, cfg.max_len, cfg.epochs) == ("hass", tmp_path, 7, 64, 3)
-    assert (cfg.lr, cfg.seed, cfg.passes, cfg.noise, cfg.progress) == (1e-4, 5, 2, 0.05, False)
-    assert cfg.skip_sequences == 3 and cfg.captured_features == tmp_path / "cap"
-    with pytest.raises(ValueError):
+    data = cfg.data
+    assert (cfg.recipe, cfg.out, data.max_conversations, data.max_len, cfg.optim.epochs) == ("hass", tmp_path, 7, 64, 3)
+    assert (cfg.optim.lr, cfg.optim.seed, cfg.loss.passes, cfg.loss.noise) == (1e-4, 5, 2, 0.05)
+    assert cfg.run.progress is False and cfg.run.resume is True  # a switch not given keeps the config's default
+    assert data.skip_sequences == 3 and data.captured_features == tmp_path / "cap"
+    assert cfg.data.heldout_fraction == TrainConfig(recipe="hass", out="x").data.heldout_fraction  # not given: default
+    with pytest.raises(UnknownOptionError, match="unknown training option 'no_such_field'.*valid keys: .*steps"):
         _config_from_args(parser.parse_args(["train", "eagle1", "--out", "x", "--set", "no_such_field=1"]))
 
 
@@ -383,7 +389,7 @@ def test_a_run_continued_from_an_unshipped_run_keeps_its_lineage(target, tmp_pat
 def test_a_new_draft_vocabulary_keeps_the_heads_predictions() -> None:
     """Moving a trained head onto a larger vocabulary leaves its argmax on every row where the old argmax survives
     (new tokens start at an average logit, never on top)."""
-    from specdec.train.trainer import with_draft_vocab
+    from specdec.train.heads import with_draft_vocab
 
     torch.manual_seed(0)
     cfg = tiny_llama(vocab_size=64, hidden_size=32, num_layers=4).config
@@ -405,28 +411,34 @@ def test_checkpoint_state_loads_weights_only(tmp_path) -> None:
 
     import numpy as np
 
-    from specdec.train.trainer import _load_checkpoint, _rng_state, _set_rng_state
+    from specdec.train.run_folder import RUN_FORMAT
+    from specdec.train.state import load_checkpoint, rng_state, set_rng_state
 
     random.seed(3), np.random.seed(3), torch.manual_seed(3)
     random.gauss(0, 1), np.random.standard_normal()  # leave a cached gaussian behind in both
     path = tmp_path / "step_00000001.pt"
-    torch.save({"rng": _rng_state(), "step": 1}, path)
+    torch.save({"format": RUN_FORMAT, "rng": rng_state(), "step": 1}, path)
     expected = (random.random(), random.gauss(0, 1), np.random.standard_normal(), torch.rand(2))
-    _set_rng_state(_load_checkpoint(path)["rng"])
+    set_rng_state(load_checkpoint(path)["rng"])
     got = (random.random(), random.gauss(0, 1), np.random.standard_normal(), torch.rand(2))
     assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])
 
 
-def test_checkpoint_with_pickled_objects_is_refused(tmp_path) -> None:
+def test_checkpoint_with_pickled_objects_or_of_an_earlier_format_is_refused(tmp_path) -> None:
     import numpy as np
 
-    from specdec.checkpoints import CheckpointError
-    from specdec.train.trainer import _load_checkpoint
+    from specdec.errors import SpecdecError
+    from specdec.train.run_folder import RUN_FORMAT, RunFolderError
+    from specdec.train.state import load_checkpoint, rng_state
 
     path = tmp_path / "step_00000001.pt"
     torch.save({"rng": {"numpy": np.random.get_state()}}, path)
-    with pytest.raises(CheckpointError, match="weights-only"):
-        _load_checkpoint(path)
+    with pytest.raises(RunFolderError, match="weights-only"):
+        load_checkpoint(path)
+    torch.save({"rng": rng_state(), "step": 1}, path)  # no format: an earlier specdec's checkpoint
+    with pytest.raises(RunFolderError, match=f"format 1, this version resumes format {RUN_FORMAT}.*--no-resume"):
+        load_checkpoint(path)
+    assert issubclass(RunFolderError, SpecdecError) and issubclass(RunFolderError, ValueError)
 
 
 @pytest.mark.parametrize("recipe", ["eagle1", "eagle3"])
@@ -475,13 +487,52 @@ def test_init_from_target_refuses_biases_the_head_cannot_hold() -> None:
 
 
 def test_card_names_a_parent_head_relative_to_the_checkout(tmp_path, monkeypatch) -> None:
-    from specdec.train.card import _parent_facts
+    from specdec.train.card import _parent_facts, head_facts
+    from specdec.train.run_folder import write_parent_facts
 
     parent = tmp_path / "specdec" / "heads" / "h"
     parent.mkdir(parents=True)
     (parent / "training.json").write_text(json.dumps({"recipe": "eagle3", "steps": 7}))
     monkeypatch.chdir(tmp_path)
-    run = tmp_path / "run"  # a run older than init_head_training.json: the folder's facts are read
-    assert _parent_facts(str(parent), run) == {"path": "specdec/heads/h", "recipe": "eagle3", "steps": 7}
+    run = tmp_path / "run"
+    run.mkdir()
+    write_parent_facts(run, head_facts(parent))  # what the trainer keeps when the run starts
+    assert _parent_facts(parent, run) == {"path": "specdec/heads/h", "recipe": "eagle3", "steps": 7}
     elsewhere = tmp_path.parent / "not-under-cwd"
-    assert _parent_facts(str(elsewhere), run)["path"] == str(elsewhere)  # outside the checkout: kept as given
+    assert _parent_facts(elsewhere, run)["path"] == str(elsewhere)  # outside the checkout: kept as given
+    # a run that kept no facts (its parent had none) records the parent's path only
+    assert _parent_facts(parent, tmp_path / "no-facts") == {"path": "specdec/heads/h"}
+
+
+def card_gaps(config: TrainConfig, facts: dict, card: str) -> set[str]:
+    """The recipe options of ``config`` that a shipped head's ``training.json`` facts or its card text leave out."""
+    listed = facts["recipe_options"]
+    return {k for k, v in config.recipe_options().items() if listed.get(k, object()) != v or f'"{k}"' not in card}
+
+
+@pytest.mark.parametrize(("recipe", "head_options"), [
+    ("hass", {"init_from_target", "intermediate_size"}),
+    ("eagle3", {"init_from_target", "intermediate_size", "draft_vocab_size", "eagle3_layers"}),
+])  # fmt: skip
+def test_model_card_lists_every_recipe_option(target, tmp_path, recipe: str, head_options: set[str]) -> None:
+    """The card's recipe options are every option of the run's recipe: its loss's keyword arguments (read from the
+    loss itself) and the head's options; a card that drops one is caught (control)."""
+    import inspect
+
+    from specdec.train.card import model_card, ship_head
+    from specdec.train.recipes import RECIPES
+
+    run = tmp_path / "run"
+    cfg = config(run, recipe, max_steps=1, eval_tau_prompts=0, pass_decay=0.5, detach_hidden=True)
+    train(cfg, target=target, train_data=greedy_data(target, 4), heldout_data=TokenDataset([]))
+    dest = ship_head(run, tmp_path / "shipped", hardware="test cpu", title="t")
+    facts, card = json.loads((dest / "training.json").read_text()), (dest / "README.md").read_text()
+    loss = inspect.signature(RECIPES[recipe]).parameters.values()
+    keywords = {p.name for p in loss if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert set(cfg.recipe_options()) == keywords | head_options
+    assert card_gaps(cfg, facts, card) == set()
+    dropped = "pass_decay" if recipe == "hass" else "detach_hidden"  # the two the cards used to leave out
+    assert facts["recipe_options"][dropped] == (0.5 if recipe == "hass" else True)
+    # control: a card written without one of the options is caught
+    partial = {**facts, "recipe_options": {k: v for k, v in facts["recipe_options"].items() if k != dropped}}
+    assert card_gaps(cfg, partial, model_card(partial, "t")) == {dropped}

@@ -299,7 +299,7 @@ def test_traversal_is_exactly_lossless(case: VerifyCase) -> None:
 
 
 def test_traversal_can_accept_fewer_tokens_than_multi_round_on_a_tree() -> None:
-    """Why ``default_verifier`` keeps multi-round verification for sampled trees: on chains traversal verification
+    """Why ``verifier_for`` keeps multi-round verification for sampled trees: on chains traversal verification
     is block verification and never worse, but on trees it is not a theorem, and here is a counterexample (found
     by search; traversal is better on average over these shapes, not on every tree)."""
     g = torch.Generator().manual_seed(16)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from specdec.interfaces import Verdict
+from specdec.interfaces import IncompatibleVerifierError, TreeKind, Verdict
 from specdec.sampling import SamplingParams, greedy_tokens, sample, sample_distinct, warp
 from specdec.testing import assert_same_distribution, stop_probabilities
 from specdec.tree import DraftTree
@@ -17,8 +17,10 @@ from specdec.verify import (
     GreedyVerifier,
     MultiRoundVerifier,
     StochasticMultiRoundVerifier,
+    TraversalVerifier,
     VerifyPlan,
-    default_verifier,
+    check_verifier,
+    verifier_for,
     walk,
 )
 
@@ -338,14 +340,38 @@ def test_wrong_tree_kind_and_temperature_raise() -> None:
         ChainVerifier().verify(_tree([-1, 0, 1, 1], [0, 1, 2, 3]), logits[:4], T1, None)
 
 
-def test_default_verifier() -> None:
-    assert type(default_verifier(False, 0.0)) is GreedyVerifier
-    assert type(default_verifier(True, 0.0)) is GreedyVerifier
-    assert type(default_verifier(False, 0.7)) is MultiRoundVerifier
-    assert type(default_verifier(True, 1.0)) is StochasticMultiRoundVerifier
-    assert type(default_verifier(True, 1.0, chain=True)) is BlockVerifier
-    assert type(default_verifier(False, 0.7, chain=True)) is BlockVerifier
-    assert type(default_verifier(False, 0.0, chain=True)) is GreedyVerifier
+def test_verifier_for_follows_the_tree_kind_and_temperature() -> None:
+    greedy, warm, hot = SamplingParams(), SamplingParams(temperature=0.7), SamplingParams(temperature=1.0)
+    assert type(verifier_for(TreeKind(), greedy)) is GreedyVerifier
+    assert type(verifier_for(TreeKind(sampled=True), greedy)) is GreedyVerifier
+    assert type(verifier_for(TreeKind(), warm)) is MultiRoundVerifier
+    assert type(verifier_for(TreeKind(sampled=True), hot)) is StochasticMultiRoundVerifier
+    assert verifier_for(TreeKind(sampled=True, max_children=3), hot).max_children == 3
+    assert type(verifier_for(TreeKind(sampled=True, chain=True), hot)) is BlockVerifier
+    assert type(verifier_for(TreeKind(chain=True), warm)) is BlockVerifier
+    assert type(verifier_for(TreeKind(chain=True), greedy)) is GreedyVerifier
+
+
+def test_each_verifier_says_which_calls_it_refuses() -> None:
+    """The refusals the generator checks before the first token, with a control per verifier (a kind it serves)."""
+    greedy, hot = SamplingParams(), SamplingParams(temperature=1.0)
+    tree, chain, sampled = TreeKind(), TreeKind(chain=True), TreeKind(sampled=True)
+    cases = [  # (verifier, kind, sampling, refused?)
+        (GreedyVerifier(), tree, hot, True),
+        (GreedyVerifier(), sampled, greedy, False),
+        (ChainVerifier(), tree, hot, True),
+        (BlockVerifier(), chain, hot, False),
+        (MultiRoundVerifier(), sampled, hot, True),
+        (MultiRoundVerifier(), tree, hot, False),
+        (StochasticMultiRoundVerifier(), tree, greedy, True),
+        (StochasticMultiRoundVerifier(), sampled, hot, False),
+        (TraversalVerifier(), tree, hot, True),
+        (TraversalVerifier(), chain, hot, False),
+    ]
+    for verifier, kind, sampling, refused in cases:
+        assert (verifier.refuses(kind, sampling) is not None) == refused, (verifier, kind, sampling)
+    with pytest.raises(IncompatibleVerifierError, match="pin StochasticMultiRoundVerifier"):
+        check_verifier(MultiRoundVerifier(), sampled, hot)
 
 
 # ----------------------------------------------------------------------------------------------- greedy

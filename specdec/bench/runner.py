@@ -26,13 +26,11 @@ Rows with ``status == "skipped"`` carry the ``reason`` (missing assets); ``"erro
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 import json
 import os
 import platform
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +38,10 @@ from pathlib import Path
 import torch
 
 from specdec.assets import Prompt, chat_ids, load_prompts
-from specdec.fastpath import apply_backend
-from specdec.generate import GenerationMetrics, GenerationResult, StopCondition
+from specdec.bench.baselines import HFGenerate
+from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, row_key
+from specdec.errors import SpecdecError
+from specdec.generate import GenerationMetrics, StopCondition
 from specdec.methods import (
     DYNAMIC_TREE_METHODS,
     SAMPLED_TREE_METHODS,
@@ -67,8 +67,6 @@ __all__ = [
 ]
 
 HF_METHODS = ("hf-generate", "hf-prompt-lookup")
-#: Top-2 logit margin under which a greedy divergence is attributed to floating-point rounding.
-NEAR_TIE = 1e-2
 PROMPT_LOOKUP_TOKENS = 10
 WARMUP_TOKENS = 4
 
@@ -106,7 +104,7 @@ def plan_variants(
     The default options make dynamic-tree methods adaptive, so ``ngram`` itself is the sweep's adaptive row.
     """
     options = options or MethodOptions()
-    adaptive = "adaptive" if options.adaptive and options.total_tokens is None else options.total_tokens
+    adaptive = "adaptive" if options.total_tokens is None else options.total_tokens
     unknown = [m for m in [*methods, *([sweep_method] if sweep_method else [])] if m not in all_method_names()]
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(all_method_names())}")
@@ -131,11 +129,6 @@ def plan_variants(
         sampled = [v.method for v in variants if v.name == v.method and v.method in SAMPLED_TREE_METHODS]
         variants += [Variant(f"{m}+dynamic", m, adaptive, unsampled, sampling_only=True) for m in sampled]
     return variants
-
-
-def row_key(row: dict) -> tuple:
-    """The identity of a measurement: (prompt, row label, temperature, max_new_tokens)."""
-    return (row["prompt_id"], row["method"], float(row["temperature"]), int(row["max_new_tokens"]))
 
 
 def hardware_info(device: torch.device | str = "cpu") -> dict:
@@ -164,124 +157,6 @@ def hardware_info(device: torch.device | str = "cpu") -> dict:
     }
 
 
-# ----------------------------------------------------------------------------------------------- HF baselines
-class HFGenerate:
-    """``model.generate`` behind the ``generate(ids, sampling, stop)`` call of our generators."""
-
-    def __init__(self, model, eos_token_id: int | None, prompt_lookup: int | None = None) -> None:
-        self.model = model
-        self.eos_token_id = eos_token_id
-        self.prompt_lookup = prompt_lookup
-
-    def config(self, sampling: SamplingParams, max_new_tokens: int):
-        gc = copy.deepcopy(self.model.generation_config)
-        eos = self.eos_token_id
-        gc.update(
-            eos_token_id=eos,
-            pad_token_id=eos if eos is not None else 0,
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=None,
-            min_length=0,
-            max_length=None,
-            do_sample=not sampling.greedy,
-            temperature=None if sampling.greedy else sampling.temperature,
-            top_k=None if sampling.greedy else (sampling.top_k or 0),
-            top_p=None if sampling.greedy else sampling.top_p,
-            repetition_penalty=None,
-            num_beams=1,
-            prompt_lookup_num_tokens=self.prompt_lookup,
-        )
-        return gc
-
-    @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition) -> GenerationResult:
-        device = self.model.get_output_embeddings().weight.device
-        ids = input_ids.to(device)[None]
-        gc = self.config(sampling, stop.max_new_tokens)
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
-        _sync(device)
-        t0 = time.perf_counter()
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc)
-        _sync(device)
-        elapsed = time.perf_counter() - t0
-        tokens = out[0, ids.shape[1] :].tolist()
-        metrics = GenerationMetrics(new_tokens=len(tokens), time_total=elapsed)
-        return GenerationResult(tokens, stop.check(tokens) or "length", metrics)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-# ----------------------------------------------------------------------------------------------- results file
-class ResultsFile:
-    """``results.jsonl``: append-only, one flushed line per measurement."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if path.is_file() and path.stat().st_size:
-            with path.open("rb") as f:
-                f.seek(-1, os.SEEK_END)
-                cut = f.read(1) != b"\n"
-            if cut:  # an interrupted write left half a line: end it, so the next row starts on its own line
-                with path.open("a") as f:
-                    f.write("\n")
-
-    def rows(self) -> list[dict]:
-        if not self.path.is_file():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by an interrupt
-        return out
-
-    def done(self) -> set[tuple]:
-        return {row_key(r) for r in self.rows() if r.get("status") == "ok"}
-
-    def append(self, row: dict) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-
-# ----------------------------------------------------------------------------------------------- greedy checks
-@torch.no_grad()
-def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: list[int]) -> dict | None:
-    """Where ``tokens`` first departs from the vanilla greedy ``reference``, and how close the call was there.
-
-    Returns None when equal; else ``position``, ``vanilla_token``, ``method_token``, ``top2_margin`` (vanilla
-    top-2 logit margin after ``prompt + reference[:position]``, from one fresh forward), ``logit_gap`` (vanilla
-    token's logit minus the method token's) and ``near_tie`` (``top2_margin < NEAR_TIE``).
-    """
-    if reference == tokens:
-        return None
-    n = min(len(reference), len(tokens))
-    i = next((k for k in range(n) if reference[k] != tokens[k]), n)
-    out = {"position": i, "vanilla_token": None, "method_token": None, "top2_margin": None, "logit_gap": None}
-    if i == n:  # one is a prefix of the other (a stop condition differed)
-        out["near_tie"] = False
-        return out
-    device = model.get_output_embeddings().weight.device
-    context = torch.cat([prompt.cpu(), torch.tensor(reference[:i], dtype=torch.long)]).to(device)
-    logits = model(context[None]).logits[0, -1].float()
-    top2 = logits.topk(2).values
-    margin = float(top2[0] - top2[1])
-    out.update(
-        vanilla_token=reference[i],
-        method_token=tokens[i],
-        top2_margin=margin,
-        logit_gap=float(logits[reference[i]] - logits[tokens[i]]),
-        near_tie=margin < NEAR_TIE,
-    )
-    return out
-
-
 # ----------------------------------------------------------------------------------------------- rows
 def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
     """The row's tree: the variant's (fixed size, ``"adaptive"``, None) or ``"sampled SHAPE"`` where it samples."""
@@ -289,7 +164,7 @@ def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
     return variant.tree_size if shape is None else f"sampled {shape}"
 
 
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(SpecdecError, ValueError):
     """A results folder holds rows of a row label measured with another tree than this run would use."""
 
 
@@ -368,7 +243,7 @@ def _build(variant: Variant, model, tokenizer, target: HFTarget, sampling: Sampl
         return HFGenerate(model, tokenizer.eos_token_id)
     if variant.method == "hf-prompt-lookup":
         return HFGenerate(model, tokenizer.eos_token_id, prompt_lookup=PROMPT_LOOKUP_TOKENS)
-    return build_method(variant.method, target, sampling, variant.options)
+    return build_method(variant.method, target, variant.options)
 
 
 def _max_tree(variants: Iterable[Variant]) -> int:
@@ -396,7 +271,8 @@ def run_bench(
     options: MethodOptions | None = None,
     model=None,
     tokenizer=None,
-    backend: str = "auto",
+    weights: str = "auto",
+    static_shapes: bool | str = "auto",
     deferred_rows: bool = False,
     dynamic_rows: bool = False,
 ) -> Path:
@@ -419,8 +295,9 @@ def run_bench(
         progress: show a tqdm bar.
         options: tree and drafter settings of the named methods (default :class:`MethodOptions`).
         model, tokenizer: the target (default: SmolLM2-135M-Instruct).
-        backend: execution backend of our target (:mod:`specdec.fastpath`). The HF baselines always run a stock copy
-            of the model, as a user of ``generate`` would: the fast path is ours to be measured against it.
+        weights, static_shapes: the backend choices of our target (:mod:`specdec.backends`). Our target runs a
+            transformed copy; the HF baselines run ``model`` as passed (stock), as a user of ``generate`` would: the
+            fast path is ours to be measured against it.
         deferred_rows: also run each adaptive method with the deferred tree budget (rows ``M+deferred``).
         dynamic_rows: also run each method that samples its tree at T > 0 with its dynamic tree (rows
             ``M+dynamic``, at T > 0 only).
@@ -448,18 +325,15 @@ def run_bench(
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
     limit_len = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
     max_len = min(max(e.shape[0] for e in encoded) + max_new_tokens + _max_tree(variants) + 8, limit_len)
-    # The HF baselines run the model as loaded (a stock copy taken before our target transforms it).
+    # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
     hf_model = model
-    if any(v.method in HF_METHODS for v in variants):
-        hf_model = copy.deepcopy(model)
-        apply_backend(hf_model, "stock")
-    target = HFTarget(model, max_len=max_len, backend=backend)
+    target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes)
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
     meta = {
         "command": command,
         "hardware": hardware_info(device),
-        "backend": target.backend,
+        "backend": target.execution.label,
         "methods": [v.name for v in variants],
         "dataset": dataset if isinstance(dataset, str) else "custom",
         "temperatures": [float(t) for t in temperatures],

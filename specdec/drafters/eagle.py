@@ -22,8 +22,8 @@ State kept between calls (gpt-fast style, preallocated, indexed by position, rol
 Committed pairs are not run at :meth:`commit`; they run lazily in the next tree's first :meth:`expand`, batched
 with the root pair in one forward.
 
-Static steps (``backend="compile"``, for ``torch.compile(fullgraph=True)`` and CUDA graphs): the head keeps plain
-linears and its forward is compiled (:func:`specdec.compiled.compile_forward`); every step it runs has a fixed
+Static steps (``static_shapes=True``, for ``torch.compile(fullgraph=True)`` and CUDA graphs): the head keeps plain
+linears and its forward is compiled (:func:`specdec.backends.compiled.compile_forward`); every step it runs has a fixed
 shape, so it compiles once per shape and never per cycle:
 
 * the root step's ``n`` rows (pending pairs + root pair, at most the last tree's depth + 1) are padded to
@@ -36,23 +36,23 @@ shape, so it compiles once per shape and never per cycle:
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from specdec.compiled import BUCKETS, bucket, compile_forward
-from specdec.drafters.eagle_modules import (
-    Eagle1Head,
-    Eagle3Head,
-    KVSlots,
-    additive_bias,
-    check_draft_vocab,
-    check_head_target,
-    fuse_for_inference,
-    scatter_vocab,
-)
-from specdec.fastpath import Int8Linear, PackedLinear, packed_copy, resolve_backend
+from specdec.attention import additive_mask
+from specdec.backends import Execution, Int8Linear, PackedLinear, StaticShapes, packed_copy, resolve
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward
+from specdec.drafters.eagle_checks import check_draft_vocab, check_head_target
+from specdec.drafters.eagle_fusion import fuse_for_inference
+from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head, KVSlots, scatter_vocab
 from specdec.interfaces import Drafter, HiddenRequest, TargetHidden, top_children
 from specdec.tree import PartialTree
+
+if TYPE_CHECKING:
+    from specdec.target import HFTarget
 
 __all__ = ["EagleDrafter", "EagleDrafterBase"]
 
@@ -79,7 +79,8 @@ class EagleDrafterBase(Drafter):
         target: nn.Module,
         max_len: int,
         feature_size: int,
-        backend: str = "auto",
+        weights: str = "auto",
+        static_shapes: StaticShapes = False,
     ) -> None:
         if max_len <= 0:
             raise ValueError(f"max_len must be positive, got {max_len}")
@@ -88,12 +89,12 @@ class EagleDrafterBase(Drafter):
             head.attach_target_embedding(target.get_input_embeddings().weight)
         tcfg = _target_config(target)
         # The fast path runs a packed (fp32 or int8) copy that shares every other tensor: the caller's head (perhaps
-        # still training) is left as it is; the copy is a snapshot of its weights. "compile" runs the head's plain
+        # still training) is left as it is; the copy is a snapshot of its weights. Static shapes run the head's plain
         # linears in fixed-shape steps compiled once per shape (the module docstring's "Static steps").
-        self.static = backend == "compile"
-        self.backend = "compile" if self.static else resolve_backend(head, backend, draft=True)[0]
-        plain = self.backend in ("stock", "compile")
-        int8 = self.backend == "cpu-int8"  # the copy fuses q/k/v, gate/up and the norms (same values, fewer ops)
+        kind, self.static, reason = resolve(head, weights, static_shapes, draft=True)
+        self.execution = Execution(kind, self.static, reason=reason)
+        plain = kind == "stock"
+        int8 = kind == "int8"  # the copy fuses q/k/v, gate/up and the norms (same values, fewer ops)
         self.head = head if plain else packed_copy(head, int8=int8, transform=fuse_for_inference)
         self._head_step = compile_forward(self.head) if self.static else self.head
         self.vocab_size = tcfg.vocab_size
@@ -264,7 +265,7 @@ class EagleDrafterBase(Drafter):
         cache = KVSlots(self._k, self._v, slots, span)
         step = self._head_step if compiled else self.head
         out, _ = step(
-            self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), cache=cache
+            self.head.embed(tokens)[None], hidden[None], positions[None], additive_mask(mask, self._dtype), cache=cache
         )
         out = self._own(out)
         self._pairs_done = c - 1
@@ -296,7 +297,7 @@ class EagleDrafterBase(Drafter):
             mask = torch.cat((torch.ones(f, base, dtype=torch.bool, device=self._device), anc), dim=1)
         cache = KVSlots(self._k, self._v, base + idx, span)
         out, _ = self._head_step(
-            self.head.embed(tokens)[None], hidden[None], positions[None], additive_bias(mask, self._dtype), cache=cache
+            self.head.embed(tokens)[None], hidden[None], positions[None], additive_mask(mask, self._dtype), cache=cache
         )
         out = self._own(out)
         self._node_out[idx] = out[0]
@@ -321,9 +322,10 @@ class EagleDrafter(EagleDrafterBase):
             tokens of the training data), or None for the whole vocabulary. The head's features go through the
             target lm_head's rows for these ids only (``V_d / V`` of the full lm_head's cost); every other token
             gets draft probability 0.
-        backend: :mod:`specdec.fastpath` backend of the head and of the lm_head rows it scores: ``"auto"`` (int8
-            draft weights on CPU, :class:`~specdec.fastpath.Int8Linear`, with an int8 copy of the lm_head rows),
-            ``"cpu-int8"``, ``"cpu-packed"`` (fp32 oneDNN) or ``"stock"``.
+        weights: how the head and the lm_head rows it scores run (:mod:`specdec.backends`): ``"auto"`` (int8 draft
+            weights on CPU, :class:`~specdec.backends.Int8Linear`, with an int8 copy of the lm_head rows), ``"int8"``,
+            ``"packed"`` (fp32 oneDNN) or ``"stock"``.
+        static_shapes: fixed-shape head steps compiled once per shape (the module docstring's "Static steps").
 
     Contract (losslessness is untouched): q is the softmax over the shortlist and exactly 0 elsewhere; the verifier
     scores the target's full vocabulary, so a token outside the shortlist is still emitted with its target
@@ -338,7 +340,8 @@ class EagleDrafter(EagleDrafterBase):
         target: nn.Module,
         max_len: int,
         draft_vocab: torch.Tensor | None = None,
-        backend: str = "auto",
+        weights: str = "auto",
+        static_shapes: StaticShapes = False,
     ) -> None:
         if not isinstance(head, Eagle1Head):
             raise TypeError(f"EagleDrafter needs an Eagle1Head, got {type(head).__name__} (use Eagle3Drafter)")
@@ -348,8 +351,8 @@ class EagleDrafter(EagleDrafterBase):
         if lm_head is None or shape != (tcfg.vocab_size, tcfg.hidden_size):
             raise ValueError("the target has no lm_head of shape [vocab_size, hidden_size]")
         self.lm_head, self.draft_vocab = lm_head, None
-        kind = "stock" if backend == "compile" else resolve_backend(head, backend, draft=True)[0]
-        if draft_vocab is not None or kind == "cpu-int8":  # the draft's own copy of the lm_head rows it scores
+        kind = resolve(head, weights, static_shapes, draft=True)[0]
+        if draft_vocab is not None or kind == "int8":  # the draft's own copy of the lm_head rows it scores
             ids = None if draft_vocab is None else check_draft_vocab(draft_vocab, tcfg.vocab_size)
             rows = nn.Linear(tcfg.hidden_size, tcfg.vocab_size if ids is None else ids.shape[0], bias=False).eval()
             if getattr(lm_head, "bias", None) is not None:
@@ -358,14 +361,35 @@ class EagleDrafter(EagleDrafterBase):
                 w = lm_head.weight.detach()
                 rows.weight.copy_(w if ids is None else w[ids.to(w.device)])
             rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
-            if kind == "cpu-int8":
+            if kind == "int8":
                 self.lm_head = Int8Linear(rows, keep_weight=False)  # the float rows are not needed (no copy kept)
             elif kind == "stock":
                 self.lm_head = rows
             else:
                 self.lm_head = PackedLinear(rows)
             self.draft_vocab = None if ids is None else ids.to(lm_head.weight.device)
-        super().__init__(head, target, max_len, feature_size=head.config.hidden_size, backend=backend)
+        super().__init__(head, target, max_len, head.config.hidden_size, weights, static_shapes)
+
+    @classmethod
+    def from_target(
+        cls, target: HFTarget, head: str | Path | Eagle1Head, draft_shortlist: bool = True, weights: str = "auto"
+    ) -> EagleDrafter:
+        """The drafter of an EAGLE-1 / HASS head for ``target``: device, dtype, cache size and static shapes follow
+        the target.
+
+        Args:
+            head: a head folder (or file) in any supported checkpoint format, or a loaded :class:`Eagle1Head`.
+            draft_shortlist: draft over the shortlist saved beside the head (``draft_vocab.safetensors``) when there
+                is one, instead of the full vocabulary.
+            weights: the head's weights (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU).
+        """
+        vocab = None
+        if not isinstance(head, nn.Module) and draft_shortlist:
+            from specdec.checkpoints import load_draft_vocab
+
+            vocab = load_draft_vocab(head, target.vocab_size) if Path(head).is_dir() else None
+        loaded = _head_for(target, head)
+        return cls(loaded, target.model, target.max_len, vocab, _draft_weights(target, weights), target.static)
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         if hidden.final is None:
@@ -383,3 +407,17 @@ class EagleDrafter(EagleDrafterBase):
         if self.draft_vocab is None:
             return logits
         return scatter_vocab(logits, self.draft_vocab, self.vocab_size)
+
+
+def _head_for(target: HFTarget, head: str | Path | nn.Module) -> nn.Module:
+    """``head`` loaded (a path; checked against the target's model) and moved to the target's device and dtype."""
+    if not isinstance(head, nn.Module):
+        from specdec.checkpoints import load_eagle_head
+
+        head = load_eagle_head(head, target_model=target.model)
+    return head.to(device=target.device, dtype=target.dtype).eval()
+
+
+def _draft_weights(target: HFTarget, weights: str) -> str:
+    """A draft's weights on ``target``: static shapes compile plain weights, so ``"auto"`` becomes ``"stock"``."""
+    return "stock" if target.static and weights == "auto" else weights

@@ -12,13 +12,20 @@ Same alignment, positions and cache layout as :mod:`specdec.drafters.eagle`. Dif
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from specdec.drafters.eagle import EagleDrafterBase, _target_config
-from specdec.drafters.eagle_modules import Eagle3Head, default_aux_layers
+from specdec.backends import StaticShapes
+from specdec.drafters.eagle import EagleDrafterBase, _draft_weights, _head_for, _target_config
+from specdec.drafters.eagle_config import default_aux_layers
+from specdec.drafters.eagle_heads import Eagle3Head
 from specdec.interfaces import HiddenRequest, TargetHidden
+
+if TYPE_CHECKING:
+    from specdec.target import HFTarget
 
 __all__ = ["Eagle3Drafter"]
 
@@ -32,8 +39,9 @@ class Eagle3Drafter(EagleDrafterBase):
         max_len: capacity in committed tokens.
         layers: target decoder layers whose inputs are fused, low -> high. Default: the head config's
             ``aux_layer_ids`` if set, else ``(2, L//2, L-3)`` with ``L`` the target's ``num_hidden_layers``.
-        backend: ``"auto"`` (int8 draft weights on CPU), ``"cpu-int8"``, ``"cpu-packed"`` or ``"stock"`` for the head
-            (:mod:`specdec.fastpath`).
+        weights: ``"auto"`` (int8 draft weights on CPU), ``"int8"``, ``"packed"`` or ``"stock"`` for the head
+            (:mod:`specdec.backends`).
+        static_shapes: fixed-shape head steps compiled once per shape.
     """
 
     head: Eagle3Head
@@ -44,7 +52,8 @@ class Eagle3Drafter(EagleDrafterBase):
         target: nn.Module,
         max_len: int,
         layers: Sequence[int] | None = None,
-        backend: str = "auto",
+        weights: str = "auto",
+        static_shapes: StaticShapes = False,
     ) -> None:
         if not isinstance(head, Eagle3Head):
             raise TypeError(f"Eagle3Drafter needs an Eagle3Head, got {type(head).__name__} (use EagleDrafter)")
@@ -60,7 +69,19 @@ class Eagle3Drafter(EagleDrafterBase):
             raise ValueError(f"head fuses {head.num_fused} target states but {len(layers)} layers were given")
         self.layers = layers
         self.hidden_request = HiddenRequest(layers=layers)
-        super().__init__(head, target, max_len, feature_size=len(layers) * tcfg.hidden_size, backend=backend)
+        super().__init__(head, target, max_len, len(layers) * tcfg.hidden_size, weights, static_shapes)
+
+    @classmethod
+    def from_target(cls, target: HFTarget, head: str | Path | Eagle3Head, weights: str = "auto") -> Eagle3Drafter:
+        """The drafter of an EAGLE-3 head for ``target``: device, dtype, cache size and static shapes follow the
+        target.
+
+        Args:
+            head: a head folder (or file) in any supported checkpoint format, or a loaded :class:`Eagle3Head`.
+            weights: the head's weights (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU).
+        """
+        loaded = _head_for(target, head)
+        return cls(loaded, target.model, target.max_len, None, _draft_weights(target, weights), target.static)
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         return hidden.fused(self.layers)

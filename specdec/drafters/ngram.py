@@ -1,21 +1,19 @@
 """Prompt-lookup drafting: propose what followed the last time the context's ending appeared.
 
 This is also the worked example of adding a drafter. A drafter is a :class:`~specdec.interfaces.Drafter` with
-four methods and a ``vocab_size``; the engine calls them in this order::
+one method, ``expand``, and a ``vocab_size``; the engine drives it in this order::
 
-    reset(); prefill(prompt, hidden)                  # once per generation
+    reset(); prefill(prompt, hidden)                  # once per generation (the base class keeps the history)
     repeat:
         expand(tree, [0]); expand(tree, frontier)...  # driven by the tree policy, one call per level
-        commit([root, accepted...], hidden)           # what the target kept this cycle
+        commit([root, accepted...], hidden)           # what the target kept this cycle (appended to the history)
 
-What each method must do here:
+What ``expand`` must do here:
 
-* ``prefill`` / ``commit`` keep the committed token history (a long tensor). ``hidden`` (target features) is
-  ignored: this drafter is training-free and token-level, so its ``hidden_request`` stays empty.
-* ``expand(tree, frontier)`` returns ``[F, V]`` logits, one row per frontier node. A node's context is the
-  history followed by the tokens on the node's root path, which the drafter reads from the
-  :class:`~specdec.tree.PartialTree` (``ancestor_mask`` marks the path; ids increase with depth, so the marked
-  tokens are already in path order). Nothing is kept between calls, so any frontier order works.
+* return ``[F, V]`` logits, one row per frontier node. A node's context is the committed history followed by the
+  tokens on the node's root path (:meth:`~specdec.interfaces.Drafter.contexts`). Nothing is kept between calls,
+  so any frontier order works; ``hidden`` (target features) is never needed: this drafter is training-free and
+  token-level, so its ``hidden_request`` stays empty.
 * The logits must make ``softmax`` a proper distribution q whose top-k are the proposals, in rank order: the
   r-th candidate gets logit ``-r`` and every other token ``miss_logit`` (default ``-20``). With no match at
   all, every token gets ``miss_logit`` and q is uniform: the policy still builds a tree and the verifier simply
@@ -35,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.interfaces import Drafter, TargetHidden
+from specdec.interfaces import Drafter, Target
 from specdec.tree import PartialTree
 
 __all__ = ["NGramDrafter"]
@@ -74,17 +72,10 @@ class NGramDrafter(Drafter):
         self.miss_logit = miss_logit
         self.reset()
 
-    def reset(self) -> None:
-        """Forget the history."""
-        self.history = torch.zeros(0, dtype=torch.long)
-
-    def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
-        """Start the history with the prompt ``input_ids [L]``."""
-        self.history = input_ids.reshape(-1).to("cpu", torch.long).clone()
-
-    def commit(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
-        """Append ``tokens [k]`` (root + accepted) to the history."""
-        self.history = torch.cat([self.history, tokens.reshape(-1).to("cpu", torch.long)])
+    @classmethod
+    def from_target(cls, target: Target, **options: float) -> NGramDrafter:
+        """A drafter over ``target``'s vocabulary (``options``: the constructor's keyword arguments)."""
+        return cls(target.vocab_size, **options)
 
     def candidates(self, context: torch.Tensor) -> list[int]:
         """Proposed next tokens for ``context [L]`` (long, CPU), best first; empty if nothing matches."""
@@ -103,11 +94,9 @@ class NGramDrafter(Drafter):
 
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """``[F, V]`` float32 logits: ``-rank`` for each node's candidates, ``miss_logit`` elsewhere."""
-        on_path = tree.ancestor_mask(frontier).cpu()  # [F, size]: root path of each frontier node
-        tokens = tree.tokens[: tree.size].cpu()
         logits = torch.full((frontier.shape[0], self.vocab_size), self.miss_logit, dtype=torch.float32)
-        for row in range(frontier.shape[0]):
-            found = self.candidates(torch.cat([self.history, tokens[on_path[row]]]))
+        for row, context in enumerate(self.contexts(tree, frontier)):
+            found = self.candidates(context)
             if found:
                 logits[row, found] = -torch.arange(len(found), dtype=torch.float32)
         return logits.to(tree.device)

@@ -15,9 +15,9 @@ Tree slots are scratch: the next tree overwrites them. The tokens a cycle commit
 they are recomputed by the next catch-up forward, which starts exactly where the root's scratch entry was, so
 nothing is counted twice. Recomputing costs ``accepted + 1`` extra tokens in a forward that runs anyway.
 
-Static steps (``backend="compile"``, for ``torch.compile(fullgraph=True)`` and CUDA graphs; see
-:mod:`specdec.compiled`): the cache holds transformers' ``StaticLayer`` s (write position on the device, attention
-over the whole capacity), every forward's ``n`` rows are padded to ``bucket(n)`` and its mask spans the whole
+Static steps (``static_shapes=True``, for ``torch.compile(fullgraph=True)`` and CUDA graphs; see
+:mod:`specdec.backends.compiled`): the cache holds transformers' ``StaticLayer`` s (write position on the device,
+attention over the whole capacity), every forward's ``n`` rows are padded to ``bucket(n)`` and its mask spans the whole
 capacity, so the model's forward compiles once per bucket. Padding rows are written after the real ones and see
 only themselves; no real row ever sees their slots, and later forwards overwrite them before a real row can. A
 generation's first catch-up (the prompt, which allocates the static cache) and any catch-up longer than the largest
@@ -28,17 +28,21 @@ host ints the drafter already holds (no device read).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout
-from specdec.compiled import BUCKETS, bucket, compile_forward, run_compiled
-from specdec.fastpath import apply_backend
+from specdec.backends import StaticShapes, prepare_model
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward, run_compiled
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.tree import PartialTree
+
+if TYPE_CHECKING:
+    from specdec.target import HFTarget
 
 __all__ = ["SmallLMDrafter"]
 
@@ -51,10 +55,12 @@ class SmallLMDrafter(Drafter):
             keyword is read from the signature).
         max_len: cache capacity in positions: committed context plus one tree's expanded nodes.
         target_vocab_size: if given, the drafter's output vocabulary must have exactly this size.
-        backend: how the model's forward executes (:mod:`specdec.fastpath`); transforms ``model`` in place. A drafter
-            cut from the target's layers shares the target's (already transformed) modules. ``"compile"``: fixed-shape
-            forwards compiled once per bucket (the module docstring's "Static steps").
-        buckets: forward sizes of the ``"compile"`` backend (rows are padded to the next one).
+        weights: how the model's weights run (:mod:`specdec.backends`; ``"auto"``: packed where that pays on a CPU).
+            The drafter runs a copy that shares ``model``'s tensors unless ``in_place``; a drafter cut from the target's
+            layers (:meth:`from_target`) shares the target's (already prepared) modules.
+        static_shapes: fixed-shape forwards compiled once per bucket (the module docstring's "Static steps").
+        in_place: transform ``model`` itself instead of a copy.
+        buckets: forward sizes of static shapes (rows are padded to the next one).
 
     Attributes:
         vocab_size: rows of the model's output embedding (lm_head).
@@ -70,8 +76,10 @@ class SmallLMDrafter(Drafter):
         model: PreTrainedModel,
         max_len: int,
         target_vocab_size: int | None = None,
-        backend: str = "auto",
+        weights: str = "auto",
+        static_shapes: StaticShapes = False,
         buckets: tuple[int, ...] = BUCKETS,
+        in_place: bool = False,
     ) -> None:
         head = model.get_output_embeddings()
         vocab = getattr(head, "out_features", None) or model.config.get_text_config().vocab_size
@@ -79,9 +87,9 @@ class SmallLMDrafter(Drafter):
             raise VocabMismatchError(f"draft model vocabulary {vocab} != target vocabulary {target_vocab_size}")
         if max_len < 2:
             raise ValueError(f"max_len must be at least 2, got {max_len}")
-        self.model = model.eval()
-        self.backend = apply_backend(model, backend).backend
-        self.static = self.backend == "compile"
+        model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place)
+        self.model = model
+        self.static = self.execution.static
         self.buckets = tuple(buckets)
         self._run = compile_forward(model) if self.static else model
         self.layout = AttentionLayout.of(model, warn=False)
@@ -100,14 +108,18 @@ class SmallLMDrafter(Drafter):
         target_model: PreTrainedModel,
         num_layers: int,
         max_len: int,
-        backend: str = "auto",
+        weights: str = "auto",
+        static_shapes: StaticShapes = False,
         buckets: tuple[int, ...] = BUCKETS,
+        in_place: bool = False,
     ) -> SmallLMDrafter:
         """A drafter made of the target's first ``num_layers`` decoder layers, final norm and lm_head.
 
         The new model has the target's class and config with ``num_hidden_layers = num_layers``; its modules are
         the target's own (shared, not copied), so it costs no extra memory. Works for HF decoder-only models laid
-        out like Llama (``model.{embed_tokens, layers, norm, rotary_emb}`` + ``lm_head``).
+        out like Llama (``model.{embed_tokens, layers, norm, rotary_emb}`` + ``lm_head``). ``in_place``: apply the
+        backend to those shared modules themselves (:meth:`from_target`, whose modules are the target's prepared
+        copy); default: the drafter runs a copy, and ``target_model`` is left as it was.
         """
         config = copy.deepcopy(target_model.config)
         total = config.num_hidden_layers
@@ -130,7 +142,16 @@ class SmallLMDrafter(Drafter):
             raise ValueError(f"{type(target_model).__name__} has a layout this constructor does not know: {left}")
         head = target_model.get_output_embeddings()
         vocab = None if head is None else getattr(head, "out_features", None)
-        return cls(small.eval(), max_len, target_vocab_size=vocab, backend=backend, buckets=buckets)
+        return cls(small.eval(), max_len, vocab, weights, static_shapes, buckets, in_place=in_place)
+
+    @classmethod
+    def from_target(cls, target: HFTarget, num_layers: int | None = None) -> SmallLMDrafter:
+        """A drafter made of ``target``'s first ``num_layers`` decoder layers (default: a fifth of them, at least one;
+        6 of SmolLM2's 30), on the target's device, dtype, cache size and backend (:meth:`from_target_layers`)."""
+        layers = num_layers or max(1, target.num_layers // 5)
+        return cls.from_target_layers(
+            target.model, layers, target.max_len, target.weights_choice, target.static, target.buckets, in_place=True
+        )
 
     def reset(self) -> None:
         """Forget all context; the cache buffers are kept and overwritten."""

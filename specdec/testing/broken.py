@@ -12,10 +12,11 @@ from specdec.sampling import SamplingParams, warp
 from specdec.target import HFTarget
 from specdec.testing.reference import RoundByRoundStochasticVerifier
 from specdec.tree import DraftTree
+from specdec.verify.base import PlanVerifier
 from specdec.verify.block import BlockVerifier
 from specdec.verify.greedy import GreedyVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
-from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index
+from specdec.verify.plan import VerifyPlan, earlier_siblings, parent_index
 from specdec.verify.traversal import TraversalVerifier
 
 __all__ = [

@@ -21,7 +21,8 @@ import torch
 
 from specdec.testing.cases import VerifyCase, prefix_index
 from specdec.tree import DraftTree
-from specdec.verify.plan import PlanVerifier, VerifyPlan
+from specdec.verify.base import PlanVerifier
+from specdec.verify.plan import VerifyPlan
 from specdec.verify.walk import end_nodes
 
 __all__ = [

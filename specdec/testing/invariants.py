@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.errors import SpecdecError
 from specdec.generate import GenerationResult, SpeculativeGenerator, StopCondition
 from specdec.interfaces import Drafter, HiddenRequest, Target, TargetHidden, TargetStep
 from specdec.sampling import SamplingParams
@@ -37,7 +38,7 @@ from specdec.tree import DraftTree, PartialTree
 __all__ = ["CycleInvariantError", "InvariantReport", "check_cycle_invariants"]
 
 
-class CycleInvariantError(AssertionError):
+class CycleInvariantError(SpecdecError, AssertionError):
     """The live decoder's state differs from a fresh start fed the same tokens."""
 
 

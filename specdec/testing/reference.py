@@ -10,7 +10,8 @@ import torch
 
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
-from specdec.verify.plan import PlanVerifier, VerifyPlan, earlier_siblings, parent_index, safe_div
+from specdec.verify.base import PlanVerifier
+from specdec.verify.plan import VerifyPlan, earlier_siblings, parent_index, safe_div
 
 __all__ = ["RoundByRoundStochasticVerifier"]
 

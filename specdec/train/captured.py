@@ -32,12 +32,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from specdec.errors import SpecdecError
 from specdec.train.features import FeatureSpec, _covers, _target_sample
 
-__all__ = ["CaptureSettings", "CapturedFeatures", "write_captured"]
+__all__ = ["CaptureError", "CaptureSettings", "CapturedFeatures", "write_captured"]
 
 CAPTURE = "capture.json"
 VERSION = 1
+_SETTINGS_KEYS = {"version", "spec", "dtype", "target", "target_dtype", "hidden_size"}
+
+
+class CaptureError(SpecdecError, ValueError):
+    """A capture folder or file that cannot serve this extraction (named in the message)."""
 
 
 def _key(ids: torch.Tensor) -> str:
@@ -63,7 +69,7 @@ class CaptureSettings:
     """Where and what a generation run captures; checks a folder's earlier settings.
 
     Raises:
-        ValueError: the folder was captured with another spec, dtype or target.
+        CaptureError: the folder was captured with another spec, dtype or target.
     """
 
     def __init__(self, folder: str | Path, model: Any, spec: FeatureSpec, dtype: torch.dtype = torch.bfloat16):
@@ -74,7 +80,7 @@ class CaptureSettings:
         if path.is_file():
             theirs = json.loads(path.read_text())
             if theirs != self.settings:
-                raise ValueError(
+                raise CaptureError(
                     f"{self.folder} holds features captured with {theirs}, this run asks for {self.settings}"
                 )
         else:
@@ -91,12 +97,12 @@ def write_captured(
     """Write one data shard's captured features: ``(token ids, final [T, H], fused [T, kH])`` per sequence.
 
     Raises:
-        ValueError: a sequence's features do not have one row per token, or a wanted feature is missing.
+        CaptureError: a sequence's features do not have one row per token, or a wanted feature is missing.
     """
     for ids, final, fused in sequences:
         for feature, wanted in ((final, settings.spec.final), (fused, bool(settings.spec.layers))):
             if wanted and (feature is None or feature.shape[0] != len(ids)):
-                raise ValueError(f"captured features of {name} do not have one row per token of every sequence")
+                raise CaptureError(f"captured features of {name} do not have one row per token of every sequence")
     tensors = {
         "input_ids": torch.tensor([t for ids, _, _ in sequences for t in ids], dtype=torch.int64),
         "lengths": torch.tensor([len(ids) for ids, _, _ in sequences], dtype=torch.int64),
@@ -124,8 +130,8 @@ class CapturedFeatures:
             first ``max_len`` tokens.
 
     Raises:
-        ValueError: no capture folder, other target or dtype, a spec the folder does not cover, or a capture file
-            whose settings or shapes are not the folder's (named).
+        CaptureError: no capture folder (or one of an earlier format), other target or dtype, a spec the folder
+            does not cover, or a capture file whose settings or shapes are not the folder's (named).
     """
 
     def __init__(
@@ -134,21 +140,26 @@ class CapturedFeatures:
         self.folder = Path(folder)
         path = self.folder / CAPTURE
         if not path.is_file():
-            raise ValueError(f"{self.folder} is not a capture folder (no {CAPTURE})")
+            raise CaptureError(f"{self.folder} is not a capture folder (no {CAPTURE})")
         meta = json.loads(path.read_text())
+        if meta.get("version") != VERSION or set(meta) != _SETTINGS_KEYS:
+            raise CaptureError(
+                f"{path} is of another capture format than version {VERSION} (keys {sorted(_SETTINGS_KEYS)}): "
+                "captured by an earlier specdec; capture again or extract the features"
+            )
         stored = FeatureSpec(final=meta["spec"]["final"], layers=tuple(meta["spec"]["layers"]))
         theirs = _name(target.get_input_embeddings().weight.dtype)
-        if meta.get("target_dtype") != theirs:
-            raise ValueError(
-                f"features in {self.folder} were captured from the target in {meta.get('target_dtype')}, extraction "
+        if meta["target_dtype"] != theirs:
+            raise CaptureError(
+                f"features in {self.folder} were captured from the target in {meta['target_dtype']}, extraction "
                 f"runs it in {theirs}: captures serve extraction with the target as generation ran it (fp32, CPU)"
             )
         if meta["target"] != _target_sample(target):
-            raise ValueError(f"features in {self.folder} were captured from another target (weights sample differs)")
+            raise CaptureError(f"features in {self.folder} were captured from another target (weights sample differs)")
         if meta["dtype"] != _name(dtype):
-            raise ValueError(f"features in {self.folder} are {meta['dtype']}, extraction asks for {_name(dtype)}")
+            raise CaptureError(f"features in {self.folder} are {meta['dtype']}, extraction asks for {_name(dtype)}")
         if not _covers(stored, spec):
-            raise ValueError(f"features in {self.folder} hold {stored}, which does not cover {spec}")
+            raise CaptureError(f"features in {self.folder} hold {stored}, which does not cover {spec}")
         self.spec = spec
         hidden = int(meta["hidden_size"])
         widths = {"final": hidden if stored.final else None, "fused": hidden * len(stored.layers) or None}
@@ -157,10 +168,10 @@ class CapturedFeatures:
             with safe_open(str(file), framework="pt") as f:
                 written = f.metadata() or {}
                 if json.loads(written.get("capture", "null")) != meta:
-                    raise ValueError(f"capture file {file} was written with other settings than {path}")
+                    raise CaptureError(f"capture file {file} was written with other settings than {path}")
                 for key, width in widths.items():
                     if width is not None and f.get_slice(key).get_shape()[1:] != [width]:
-                        raise ValueError(f"capture file {file}: {key} is not {width} wide")
+                        raise CaptureError(f"capture file {file}: {key} is not {width} wide")
                 ids, lengths = f.get_tensor("input_ids"), f.get_tensor("lengths").tolist()
             offset = 0
             for n in lengths:

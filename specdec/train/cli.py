@@ -3,6 +3,10 @@
 Wire into the main command with :func:`add_train_parser` (adds the ``train`` sub-command) and :func:`run_train`.
 Standalone: ``python -m specdec.train.cli eagle1 --out runs/e1 --max-conversations 200 --max-len 512``; on several
 GPUs: ``accelerate launch -m specdec.train.cli eagle3 --out runs/e3 …``.
+
+Each flag sets one :class:`~specdec.train.config.TrainConfig` option; a flag left out is not passed on, so the
+config's own default applies (the help shows it). ``--set KEY=VALUE`` sets any option by its name (``--set steps=3``)
+or as ``section.field`` (``--set ttt.steps=3``), VALUE parsed as JSON; an unknown KEY is refused with the valid ones.
 """
 
 from __future__ import annotations
@@ -11,71 +15,82 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from specdec.train.config import RECIPE_NAMES, DataConfig, OptimConfig, TrainConfig, default_of, nest_options
 
 __all__ = ["add_train_parser", "run_train", "main"]
 
-_HELP = {
-    "out": "output folder (features, checkpoints, log.jsonl, head/, eval.json)",
-    "target": "'smollm2' (default), a local HF model folder or a .gguf file",
-    "max_conversations": "training conversations taken from ShareGPT (default 1000)",
-    "max_len": "truncate conversations to this many tokens (default 1024)",
-    "epochs": "epochs (default 1)",
-    "lr": "peak learning rate (default 3e-5, the reference's)",
-    "seed": "seed of the head init, data order and noise (default 0)",
-}
+_DTYPES = get_args(DataConfig.model_fields["feature_dtype"].annotation)
+_PRECISIONS = get_args(OptimConfig.model_fields["mixed_precision"].annotation)
+
+#: ``(flag, option, help, argparse keywords)`` of the flags that set one option each.
+_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("--max-conversations", "max_conversations", "training sequences taken", {"type": int}),
+    ("--data", "data_dir", "self-distilled data folder (specdec data regenerate); None: ShareGPT", {"type": Path}),
+    ("--init-head", "init_head", "continue training this head folder (e.g. a shipped head)", {"type": Path}),
+    ("--skip-sequences", "skip_sequences", "leave out the data's first N (the lineage's) sequences", {"type": int}),
+    ("--max-len", "max_len", "truncate sequences to this many tokens", {"type": int}),
+    ("--max-heldout", "max_heldout", "held-out conversations", {"type": int}),
+    ("--epochs", "epochs", "epochs", {"type": int}),
+    ("--max-steps", "max_steps", "stop after this many optimizer steps", {"type": int}),
+    ("--batch-size", "batch_size", "sequences per step and process", {"type": int}),
+    ("--lr", "lr", "peak learning rate", {"type": float}),
+    ("--warmup-steps", "warmup_steps", "warmup steps; None: min(2000, 5%% of the steps)", {"type": int}),
+    ("--seed", "seed", "seed of the head init, data order and noise", {"type": int}),
+    ("--draft-vocab-size", "draft_vocab_size", "EAGLE-3 draft vocabulary; None: min(V, 32000)", {"type": int}),
+    ("--features-dir", "features_dir", "feature cache; None: OUT/features", {"type": Path}),
+    (
+        "--captured-features",
+        "captured_features",
+        "features captured while generating the data (specdec data regenerate --capture-features): sequences "
+        "found there skip the target forward of the extraction",
+        {"type": Path},
+    ),
+    (
+        "--feature-dtype",
+        "feature_dtype",
+        "storage dtype of the features",
+        {"choices": _DTYPES},
+    ),
+    ("--mixed-precision", "mixed_precision", "autocast of the head's steps", {"choices": _PRECISIONS}),
+    ("--save-every", "save_every", "checkpoint every N steps", {"type": int}),
+    ("--eval-depth", "eval_depth", "greedy-chain depth of the held-out evaluation", {"type": int}),
+)
+
+#: ``(flag, option, value it sets, help)`` of the switches.
+_SWITCHES: tuple[tuple[str, str, bool, str], ...] = (
+    ("--no-resume", "resume", False, "ignore existing checkpoints in OUT"),
+    ("--no-progress", "progress", False, "no progress bars"),
+    ("--extract-only", "extract_only", True, "cache the target features and stop"),
+)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recipe", choices=["eagle1", "hass", "eagle3"], help="training recipe")
-    p.add_argument("--out", type=Path, required=True, help=_HELP["out"])
-    p.add_argument("--model", "--target", dest="target", default="smollm2", help=_HELP["target"])
-    p.add_argument("--max-conversations", type=int, default=1000, help=_HELP["max_conversations"])
+    p.add_argument("recipe", choices=RECIPE_NAMES, help="training recipe")
+    p.add_argument("--out", type=Path, required=True, help="run folder (features, checkpoints, log.jsonl, head/, …)")
     p.add_argument(
-        "--data", type=Path, default=None, help="self-distilled data folder (specdec data regenerate); default ShareGPT"
+        "--model",
+        "--target",
+        dest="target",
+        default=argparse.SUPPRESS,
+        help="'smollm2' (default), a local HF model folder or a .gguf file",
     )
-    p.add_argument(
-        "--init-head",
-        type=Path,
-        default=None,
-        help="continue training this head folder (e.g. a shipped head) on the run's data instead of a fresh init",
-    )
-    p.add_argument(
-        "--skip-sequences",
-        type=int,
-        default=0,
-        help="leave out the data's first N training sequences (those the --init-head lineage already trained on)",
-    )
-    p.add_argument("--max-len", type=int, default=1024, help=_HELP["max_len"])
-    p.add_argument("--max-heldout", type=int, default=50, help="held-out conversations (default 50)")
-    p.add_argument("--epochs", type=int, default=1, help=_HELP["epochs"])
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
-    p.add_argument("--batch-size", type=int, default=1, help="sequences per step and process (default 1)")
-    p.add_argument("--lr", type=float, default=3e-5, help=_HELP["lr"])
-    p.add_argument("--warmup-steps", type=int, default=None, help="default: min(2000, 5%% of the steps)")
-    p.add_argument("--seed", type=int, default=0, help=_HELP["seed"])
-    p.add_argument("--draft-vocab-size", type=int, default=None, help="EAGLE-3 draft vocab (default min(V, 32000))")
-    p.add_argument("--features-dir", type=Path, default=None, help="feature cache (default OUT/features)")
-    p.add_argument(
-        "--captured-features",
-        type=Path,
-        default=None,
-        help="features captured while generating the data (specdec data regenerate --capture-features): sequences "
-        "found there skip the target forward of the extraction",
-    )
-    p.add_argument("--feature-dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    p.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no")
-    p.add_argument("--save-every", type=int, default=200, help="checkpoint every N steps (default 200)")
-    p.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints in OUT")
-    p.add_argument("--eval-depth", type=int, default=5, help="greedy-chain depth of the held-out evaluation")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--extract-only", action="store_true", help="cache the target features and stop")
+    for flag, leaf, text, kwargs in _FLAGS:
+        default = default_of(leaf)
+        text = text if default is None else f"{text} (default {default})"
+        p.add_argument(flag, dest=leaf, default=argparse.SUPPRESS, help=text, **kwargs)
+    for flag, leaf, value, text in _SWITCHES:
+        action = "store_true" if value else "store_false"
+        p.add_argument(flag, dest=leaf, action=action, default=argparse.SUPPRESS, help=text)
     p.add_argument(
         "--set",
+        dest="set_options",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="any other TrainConfig field, VALUE parsed as JSON (e.g. --set passes=3 --set noise=0.05)",
+        help="any TrainConfig option by its name or as section.field, VALUE parsed as JSON "
+        "(e.g. --set steps=3 --set noise=0.05 --set 'eval_steps=[0,500]')",
     )
 
 
@@ -87,60 +102,40 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _config_from_args(args: argparse.Namespace) -> Any:
-    from specdec.train.trainer import TrainConfig
+def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The config of the parsed arguments: the flags given, then each ``--set`` in order.
 
-    fields: dict[str, Any] = {
-        "recipe": args.recipe,
-        "out": args.out,
-        "target": args.target,
-        "max_conversations": args.max_conversations,
-        "data_dir": args.data,
-        "init_head": args.init_head,
-        "skip_sequences": args.skip_sequences,
-        "max_len": args.max_len,
-        "max_heldout": args.max_heldout,
-        "epochs": args.epochs,
-        "max_steps": args.max_steps,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "warmup_steps": args.warmup_steps,
-        "seed": args.seed,
-        "draft_vocab_size": args.draft_vocab_size,
-        "features_dir": args.features_dir,
-        "captured_features": args.captured_features,
-        "feature_dtype": args.feature_dtype,
-        "mixed_precision": args.mixed_precision,
-        "save_every": args.save_every,
-        "resume": not args.no_resume,
-        "eval_depth": args.eval_depth,
-        "progress": not args.no_progress,
-        "extract_only": args.extract_only,
-    }
-    for item in args.set:
+    Raises:
+        UnknownOptionError: a ``--set`` KEY that no section has (the message lists the valid keys).
+        SystemExit: a ``--set`` item without ``=``.
+    """
+    options = ("recipe", "out", "target", *(leaf for _, leaf, _, _ in _FLAGS), *(leaf for _, leaf, _, _ in _SWITCHES))
+    given = {k: getattr(args, k) for k in options if hasattr(args, k)}
+    for item in args.set_options:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
         try:
-            fields[key.strip().replace("-", "_")] = json.loads(value)
+            given[key.strip().replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
-            fields[key.strip().replace("-", "_")] = value
-    return TrainConfig.model_validate(fields)
+            given[key.strip().replace("-", "_")] = value
+    return TrainConfig.model_validate(nest_options(given))
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Run the ``train`` sub-command; prints the head folder and the held-out evaluation. Returns 0."""
+    from specdec.train.run_folder import read_eval
     from specdec.train.trainer import train
 
     config = _config_from_args(args)
     result = train(config)
-    if config.extract_only:
+    if config.run.extract_only:
         print(f"features: {result}")
         return 0
-    eval_path = Path(config.out) / "eval.json"
     print(f"head: {result}")
-    if eval_path.is_file():
-        print(eval_path.read_text())
+    evaluation = read_eval(config.out)
+    if evaluation is not None:
+        print(json.dumps(evaluation, indent=1))
     return 0
 
 

@@ -18,7 +18,8 @@ Layout of a feature folder::
                                  # final [N, H], fused [N, kH]   (N tokens of n consecutive sequences)
 
 Extraction resumes shard by shard when interrupted, and a folder whose fingerprint (data + spec + dtype + target
-weights sample) matches is reused as is.
+weights sample) matches is reused as is; one of another format is extracted again, and :class:`FeatureStore` refuses
+it (:class:`FeatureCacheError`).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from specdec.errors import SpecdecError
 from specdec.train.data import TokenDataset, TokenizedExample
 
 __all__ = [
+    "FeatureCacheError",
     "FeatureSpec",
     "eagle3_layers",
     "target_hidden",
@@ -49,6 +52,10 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+
+
+class FeatureCacheError(SpecdecError, ValueError):
+    """A feature folder that cannot serve: incomplete, of another format, or without the features asked for."""
 
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
@@ -168,20 +175,20 @@ def extract_features(
     index: dict[str, Any] | None = None
     if index_path.is_file():
         index = json.loads(index_path.read_text())
-        stored = _stored_spec(index)
+        stored = _stored_spec(index) if _is_current(index) else None
         if (
-            index.get("complete")
-            and index.get("version") == FORMAT_VERSION
+            stored is not None
+            and index["complete"]
             and stored != spec
             and _covers(stored, spec)
-            and index.get("fingerprint") == _fingerprint(target, dataset, stored, dtype)
+            and index["fingerprint"] == _fingerprint(target, dataset, stored, dtype)
         ):
             return FeatureStore(out, spec)  # e.g. an EAGLE-3 cache (final + layers) serves EAGLE-1 (final only)
-        if index.get("fingerprint") != fingerprint or index.get("version") != FORMAT_VERSION:
+        if stored is None or index["fingerprint"] != fingerprint:  # other data or another format: rebuilt
             for f in out.glob("shard_*.safetensors"):
                 f.unlink()
             index = None
-        elif index.get("complete"):
+        elif index["complete"]:
             return FeatureStore(out)
     if index is None:
         index = {
@@ -221,7 +228,7 @@ def extract_features(
         save_file(tensors, str(out / (name + ".tmp")))
         (out / (name + ".tmp")).rename(out / name)
         index["shards"].append({"file": name, "num_sequences": len(pending["lengths"]), "num_tokens": pending_tokens})
-        index["captured_sequences"] = index.get("captured_sequences", 0) + pending_captured
+        index["captured_sequences"] += pending_captured
         _write_json(index_path, index)
         for v in pending.values():
             v.clear()
@@ -266,10 +273,28 @@ def extract_features(
     return FeatureStore(out)
 
 
+_INDEX_KEYS = (
+    "version",
+    "fingerprint",
+    "spec",
+    "dtype",
+    "hidden_size",
+    "num_hidden_layers",
+    "vocab_size",
+    "shards",
+    "complete",
+    "captured_sequences",
+)
+
+
+def _is_current(index: dict[str, Any]) -> bool:
+    """Whether an ``index.json`` is of this version's format (every key, :data:`FORMAT_VERSION`)."""
+    return index.get("version") == FORMAT_VERSION and all(k in index for k in _INDEX_KEYS)
+
+
 def _stored_spec(index: dict[str, Any]) -> FeatureSpec:
     """The :class:`FeatureSpec` a feature folder's ``index.json`` was extracted with."""
-    spec = index.get("spec", {})
-    return FeatureSpec(bool(spec.get("final")), tuple(spec.get("layers", ())))
+    return FeatureSpec(bool(index["spec"]["final"]), tuple(index["spec"]["layers"]))
 
 
 def _covers(stored: FeatureSpec, wanted: FeatureSpec) -> bool:
@@ -297,11 +322,18 @@ class FeatureStore(Sequence[dict[str, torch.Tensor]]):
     def __init__(self, path: str | Path, spec: FeatureSpec | None = None) -> None:
         self.path = Path(path)
         self.index = json.loads((self.path / "index.json").read_text())
-        if not self.index.get("complete"):
-            raise ValueError(f"feature folder {self.path} is incomplete; rerun extract_features")
+        if not _is_current(self.index):
+            raise FeatureCacheError(
+                f"feature folder {self.path} has another format than version {FORMAT_VERSION} (an earlier specdec's "
+                "cache): delete it and extract again"
+            )
+        if not self.index["complete"]:
+            raise FeatureCacheError(f"feature folder {self.path} is incomplete; rerun extract_features")
         stored = _stored_spec(self.index)
         if spec is not None and not _covers(stored, spec):
-            raise ValueError(f"feature folder {self.path} holds {stored}, which does not cover the requested {spec}")
+            raise FeatureCacheError(
+                f"feature folder {self.path} holds {stored}, which does not cover the requested {spec}"
+            )
         self.spec = spec or stored
         self._where: list[tuple[int, int, int]] = []  # (shard, token offset, length)
         self.lengths: list[int] = []

@@ -16,8 +16,10 @@ at trained positions.
   feature at position ``t`` is pass ``j−1``'s prediction at ``t − 1`` (detached; position 0 keeps the target
   feature), keys/values are those of every earlier pass (kept in the graph, as if recomputed), bias
   :func:`~specdec.train.masks.hass_attention_bias`. Total ``Σ_j β^j loss_j`` (β = 1).
-- EAGLE-3: 7 training-time-test steps; step ``k`` at slot ``t`` feeds token ``t+1+k`` with the step ``k−1`` pre-norm
-  output (step 0: ``fc(fused_t)``), RoPE position ``t + k``, bias :func:`~specdec.train.masks.ttt_attention_bias`,
+- EAGLE-3: ``steps`` training-time-test steps (3 by default; the paper's 7 lost here, see
+  :class:`~specdec.train.config.TTTConfig`); step ``k`` at slot ``t`` feeds token ``t+1+k`` with the step ``k−1``
+  pre-norm output (step 0: ``fc(fused_t)``), RoPE position ``t + k``, bias
+  :func:`~specdec.train.masks.ttt_attention_bias`,
   and is scored against ``p_{t+k}`` restricted to the draft vocab (softmax over the draft-vocab target logits),
   skipped where the target argmax is outside the draft vocab. Total ``Σ_k 0.8^k loss_k``; no feature loss.
 """
@@ -25,12 +27,11 @@ at trained positions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from specdec.drafters.eagle_modules import Eagle1Head, Eagle3Head
+from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
 from specdec.train.losses import feature_regression_loss, soft_cross_entropy, top1_agreement, topk_distillation_loss
 from specdec.train.masks import as_batch_bias, causal_attention_bias, hass_attention_bias, ttt_attention_bias
 
@@ -44,6 +45,7 @@ __all__ = [
     "first_hidden",
     "draft_logits",
     "target_logits",
+    "RECIPES",
 ]
 
 Metrics = dict[str, torch.Tensor]
@@ -255,7 +257,7 @@ def eagle3_loss(
     lm_head_weight: torch.Tensor,
     generator: torch.Generator | None = None,
     *,
-    steps: int = 7,
+    steps: int = 3,
     decay: float = 0.8,
     detach_hidden: bool = False,
 ) -> tuple[torch.Tensor, Metrics]:
@@ -306,18 +308,10 @@ def eagle3_loss(
     return total, metrics
 
 
+#: Each recipe's loss; its keyword arguments are the recipe's options of :class:`~specdec.train.config.LossConfig`
+#: and :class:`~specdec.train.config.TTTConfig`, with the same defaults (tested).
 RECIPES: dict[str, Callable[..., tuple[torch.Tensor, Metrics]]] = {
     "eagle1": eagle1_loss,
     "hass": hass_loss,
     "eagle3": eagle3_loss,
 }
-
-
-def recipe_kwargs(recipe: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of ``recipe``'s loss picked from a flat options dict (unknown keys ignored)."""
-    names = {
-        "eagle1": ("noise", "feature_weight", "ce_weight"),
-        "hass": ("passes", "noise", "feature_weight", "ce_weight", "topk", "topk_weight", "pass_decay"),
-        "eagle3": ("steps", "decay", "detach_hidden"),
-    }[recipe]
-    return {k: options[k] for k in names if k in options}

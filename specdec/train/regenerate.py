@@ -68,6 +68,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from specdec.errors import SpecdecError
 from specdec.train.captured import CaptureSettings, write_captured
 from specdec.train.continuous import Finished, Job, generate_continuous
 from specdec.train.data import TokenDataset, is_heldout, iter_sharegpt_records, record_to_messages
@@ -89,8 +90,8 @@ MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 
 
-class ShardError(ValueError):
-    """A shard is missing, corrupt, truncated, or does not belong to this run."""
+class ShardError(SpecdecError, ValueError):
+    """A shard is missing, corrupt, truncated, or does not belong to this run; or a manifest of another format."""
 
 
 @dataclass(frozen=True)
@@ -205,22 +206,36 @@ def _shard_name(k: int) -> str:
     return f"shard-{k:05d}.safetensors"
 
 
+_SHARD_KEYS = ("file", "sha256", "temperature", "sequences", "response_tokens", "tokens", "finished", "looped")
+_GENERATION_KEYS = ("max_new_tokens", "batch_size", "loop_window", "batching")
+
+
 def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    """The folder's ``manifest.json``, or None when there is none.
+
+    Raises:
+        ShardError: a manifest of another format, e.g. one from before per-shard generation settings (the message
+            names what differs).
+    """
     path = Path(folder) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _upgrade(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A manifest from before per-shard generation settings: move them from ``config`` into each shard's entry."""
-    if manifest is None:
+    if not path.is_file():
         return None
-    config = manifest["config"]
-    generation = {k: config.pop(k) for k in list(config) if k not in RegenerateConfig.FIXED}
-    generation.setdefault("loop_window", 0)
-    for entry in manifest["shards"]:
-        entry.setdefault("looped", 0)
-        entry.setdefault("generation", generation)
-        entry["generation"].setdefault("batching", "per batch")  # before continuous batching: HF generate per batch
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT_VERSION:
+        raise ShardError(f"{path} has format {manifest.get('format')}; this version reads format {FORMAT_VERSION}")
+    moved = sorted(set(manifest["config"]) - set(RegenerateConfig.FIXED))
+    old = [
+        entry.get("file")
+        for entry in manifest["shards"]
+        if any(k not in entry for k in _SHARD_KEYS)
+        or any(k not in entry.get("generation", {}) for k in _GENERATION_KEYS)
+    ]
+    if moved or old:
+        raise ShardError(
+            f"{path} is a manifest from before per-shard generation settings (generation settings {moved} in its "
+            f"config; shards {old[:3]}{'...' if len(old) > 3 else ''} without {_SHARD_KEYS} and a generation entry "
+            f"with {_GENERATION_KEYS}); this version reads the current format only"
+        )
     return manifest
 
 
@@ -376,7 +391,7 @@ def regenerate(
         "vocab_size": vocab,
         "eos_token_id": eos,
     }
-    manifest = _upgrade(read_manifest(out))
+    manifest = read_manifest(out)
     if manifest is None:
         manifest = {**settings, "shards": [], "commands": []}
     elif {k: manifest.get(k) for k in settings} != settings:
@@ -437,7 +452,7 @@ def regenerate(
 def write_data_card(folder: str | Path) -> Path:
     """``README.md`` beside the shards, written from the manifest: source, filter, sampling, sizes, checksums."""
     folder = Path(folder)
-    m = _upgrade(read_manifest(folder))
+    m = read_manifest(folder)
     if m is None:
         raise ShardError(f"{folder} has no {MANIFEST}")
     c, shards = m["config"], m["shards"]

@@ -1,12 +1,14 @@
 """Tree policies: how a draft tree is shaped from a drafter's proposals (one policy per file)."""
 
 from specdec.trees.adaptive import AdaptiveTreePolicy
+from specdec.trees.by_temperature import ByTemperature
 from specdec.trees.dynamic import DynamicTreePolicy
 from specdec.trees.static import EAGLE1_DEFAULT_PATHS, StaticTreePolicy, validate_paths
 from specdec.trees.stochastic import StochasticTreePolicy
 
 __all__ = [
     "AdaptiveTreePolicy",
+    "ByTemperature",
     "EAGLE1_DEFAULT_PATHS",
     "DynamicTreePolicy",
     "StaticTreePolicy",

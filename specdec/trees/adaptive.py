@@ -75,8 +75,6 @@ class AdaptiveTreePolicy(TreePolicy):
             host sync (see the module docstring); False: transfer this cycle's pool values (one extra sync).
 
     Attributes:
-        by_level: the depth is chosen level by level (``adapt_depth`` without ``deferred``); set it to False to choose
-            it from the previous cycle instead, as the deferred mode does (for comparisons).
         last_budget: the :class:`~specdec.budget.Budget` of the latest cycle (for inspection).
         last_levels: expand steps (levels) drafted in the latest cycle, root step included.
         current_depth: the largest expansion depth the next cycle may use (``depth`` when chosen level by level).
@@ -113,7 +111,7 @@ class AdaptiveTreePolicy(TreePolicy):
         self.draft_seconds = draft_seconds
         self.overhead_seconds = overhead_seconds
         self.deferred = deferred
-        self.by_level = adapt_depth and not deferred
+        self._by_level = adapt_depth and not deferred  # the two regimes: level by level (eager), deferred
         self.max_nodes = self._full.max_nodes
         self.max_depth = depth
         self.current_depth = depth
@@ -156,7 +154,7 @@ class AdaptiveTreePolicy(TreePolicy):
             root: 0-dim long, the last emitted token.
             sampling, generator: unused (deterministic candidates).
         """
-        if self.by_level:
+        if self._by_level:
             return self._grow_by_level(drafter, root)
         depth = self.current_depth
         t0 = time.perf_counter()

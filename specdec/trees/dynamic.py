@@ -36,6 +36,13 @@ from specdec.tree import DraftTree, PartialTree
 __all__ = ["DynamicTreePolicy"]
 
 
+#: The library's one set of dynamic-tree defaults (the named methods use them too,
+#: :class:`specdec.methods.MethodOptions`): CPU-sized, measured on the 2-core machines of the results page. The
+#: EAGLE-2 paper's GPU setting is K = 10, depth 5-6, 60 nodes; on a CPU a forward of 60 nodes costs several 1-token
+#: steps, so smaller trees pay.
+DEFAULT_TOPK, DEFAULT_DEPTH, DEFAULT_TOTAL_TOKENS = 8, 5, 24
+
+
 class DynamicTreePolicy(TreePolicy):
     """EAGLE-2 dynamic draft tree.
 
@@ -51,7 +58,13 @@ class DynamicTreePolicy(TreePolicy):
         pool_capacity: ``1 + K + (depth - 1) * K^2``, every node growth can create.
     """
 
-    def __init__(self, topk: int = 10, depth: int = 5, total_tokens: int = 60, strict: bool = False) -> None:
+    def __init__(
+        self,
+        topk: int = DEFAULT_TOPK,
+        depth: int = DEFAULT_DEPTH,
+        total_tokens: int = DEFAULT_TOTAL_TOKENS,
+        strict: bool = False,
+    ) -> None:
         if topk < 1:
             raise ValueError(f"topk must be at least 1, got {topk}")
         if depth < 1:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.interfaces import Drafter, TreePolicy
+from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree, PartialTree
 
@@ -179,6 +179,10 @@ class StaticTreePolicy(TreePolicy):
                 ],
             )
         return self._device_cache[device]
+
+    def kind(self, sampling: SamplingParams) -> TreeKind:
+        """Deterministic candidates (top-ranked children); a chain if every node has at most one child."""
+        return TreeKind(chain=self.is_chain)
 
     def grow(
         self,

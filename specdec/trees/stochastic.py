@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.interfaces import Drafter, TreePolicy
+from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams, sample_distinct
 from specdec.tree import DraftTree, PartialTree
 from specdec.trees.static import StaticTreePolicy
@@ -73,6 +73,13 @@ class StochasticTreePolicy(TreePolicy):
     def eagle1_default(cls) -> StochasticTreePolicy:
         """The EAGLE-1 ``mc_sim_7b_63`` shape with sampled children."""
         return cls(StaticTreePolicy.eagle1_default())
+
+    def kind(self, sampling: SamplingParams) -> TreeKind:
+        """Sampled candidates at T > 0 (``max_children``: the widest sibling group); at T = 0 the deterministic tree
+        of :attr:`shape`."""
+        if sampling.greedy:
+            return self.shape.kind(sampling)
+        return TreeKind(sampled=True, chain=self.is_chain, max_children=max(lv.width for lv in self.shape.levels))
 
     def grow(
         self,

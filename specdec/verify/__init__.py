@@ -14,16 +14,20 @@ distributions, tensor ops only) and hands it to the shared :func:`walk`. Which o
 * :class:`TraversalVerifier`: sampled candidates (or a chain); traversal verification (Weng et al. 2025) judges
   whole paths from the leaves up, in post-order; block verification on a chain.
 
-At temperature 0 every one of them reduces to greedy because ``warp`` returns one-hot p.
+At temperature 0 every one of them reduces to greedy because ``warp`` returns one-hot p. A generator with no pinned
+verifier asks :func:`verifier_for` on every call; each verifier's ``refuses`` says which trees it serves.
 """
 
 from __future__ import annotations
 
+from specdec.interfaces import IncompatibleVerifierError, TreeKind, Verifier
+from specdec.sampling import SamplingParams
+from specdec.verify.base import PlanVerifier
 from specdec.verify.block import BlockVerifier
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.greedy import GreedyVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
-from specdec.verify.plan import PlanVerifier, VerifyPlan
+from specdec.verify.plan import VerifyPlan
 from specdec.verify.stochastic import StochasticMultiRoundVerifier
 from specdec.verify.traversal import TraversalVerifier
 from specdec.verify.walk import walk
@@ -37,34 +41,36 @@ __all__ = [
     "StochasticMultiRoundVerifier",
     "TraversalVerifier",
     "VerifyPlan",
-    "default_verifier",
+    "check_verifier",
     "multiround_plan",
+    "verifier_for",
     "walk",
 ]
 
 
-def default_verifier(
-    tree_is_stochastic: bool, temperature: float, max_children: int | None = None, chain: bool = False
-) -> PlanVerifier:
-    """The verifier to use for a tree policy and temperature (float32 plans).
+def verifier_for(kind: TreeKind, sampling: SamplingParams) -> PlanVerifier:
+    """The verifier for trees of ``kind`` at ``sampling`` (float32 plans); what a generator uses when none is pinned.
 
     Temperature 0 -> :class:`GreedyVerifier` (lossless for any candidates, no coins needed); chains ->
     :class:`BlockVerifier` (never fewer accepted tokens in expectation than token-level or multi-round
-    verification of a chain); sampled candidates -> :class:`StochasticMultiRoundVerifier`; deterministic
-    candidates -> :class:`MultiRoundVerifier`.
-
-    Args:
-        tree_is_stochastic: the policy samples its candidates (fills ``q_dist``).
-        temperature: the sampling temperature.
-        max_children: for sampled candidates, the most children any node of the policy's trees has (the
-            stochastic verifier runs one round per sibling rank). ``None`` reads the widest sibling group from each
-            tree (one host read per plan). Must not be below the true maximum (candidates past it would be dropped).
-        chain: every tree of the policy is a chain (at most one child per node).
+    verification of a chain); sampled candidates -> :class:`StochasticMultiRoundVerifier` (one round per sibling
+    rank, ``kind.max_children`` of them); deterministic candidates -> :class:`MultiRoundVerifier`.
     """
-    if temperature == 0:
+    if sampling.greedy:
         return GreedyVerifier()
-    if chain:
+    if kind.chain:
         return BlockVerifier()
-    if tree_is_stochastic:
-        return StochasticMultiRoundVerifier(max_children=max_children)
+    if kind.sampled:
+        return StochasticMultiRoundVerifier(max_children=kind.max_children)
     return MultiRoundVerifier()
+
+
+def check_verifier(verifier: Verifier, kind: TreeKind, sampling: SamplingParams) -> None:
+    """Raise :class:`~specdec.interfaces.IncompatibleVerifierError` if ``verifier`` cannot serve trees of ``kind`` at
+    ``sampling``, naming the verifier that would."""
+    reason = verifier.refuses(kind, sampling)
+    if reason is not None:
+        fit = type(verifier_for(kind, sampling)).__name__
+        raise IncompatibleVerifierError(
+            f"{reason}. Leave the verifier unset so each call picks one (here: {fit}), or pin {fit}"
+        )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
-from specdec.verify.plan import PlanVerifier, VerifyPlan, has_children, parent_index, safe_div
+from specdec.verify.base import PlanVerifier
+from specdec.verify.plan import VerifyPlan, has_children, parent_index, safe_div
 
 __all__ = ["ChainVerifier", "chain_q"]
 
@@ -42,6 +44,11 @@ class ChainVerifier(PlanVerifier):
     def __init__(self, dtype: torch.dtype = torch.float32, check_chain: bool = True) -> None:
         super().__init__(dtype)
         self.check_chain = check_chain
+
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        if self.check_chain and not kind.chain:
+            return f"{type(self).__name__} verifies chains only; the policy grows {kind.describe()}"
+        return None
 
     def _check(self, tree: DraftTree) -> None:
         n = tree.num_nodes

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, greedy_tokens
 from specdec.tree import DraftTree
-from specdec.verify.plan import PlanVerifier, VerifyPlan, parent_index
+from specdec.verify.base import PlanVerifier
+from specdec.verify.plan import VerifyPlan, parent_index
 
 __all__ = ["GreedyVerifier"]
 
@@ -25,6 +27,11 @@ class GreedyVerifier(PlanVerifier):
     lossless but may be shorter than the longest matching path under a later duplicate.
     """
 
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        if not sampling.greedy:
+            return f"GreedyVerifier serves temperature 0 only (this call asks for {sampling.temperature:g})"
+        return None
+
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
         """``accept_prob [N]`` = ``[token == argmax p_parent]``; the residual rows are the one-hots of ``bonus [N]``
         (the argmax at each node), named by ``bonus`` and never built as ``[N, V]``.
@@ -35,7 +42,7 @@ class GreedyVerifier(PlanVerifier):
         if not sampling.greedy:
             raise ValueError(
                 f"GreedyVerifier needs temperature 0 (got {sampling.temperature}); use MultiRoundVerifier or "
-                "StochasticMultiRoundVerifier (see specdec.verify.default_verifier)"
+                "StochasticMultiRoundVerifier (see specdec.verify.verifier_for)"
             )
         top = greedy_tokens(target_logits, self.dtype)  # [N]: p_u is the one-hot of top[u] (warp at T=0)
         accept_prob = (tree.tokens == top[parent_index(tree)]).to(self.dtype)

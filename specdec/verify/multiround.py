@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
+from specdec.verify.base import PlanVerifier
 from specdec.verify.plan import (
-    PlanVerifier,
     VerifyPlan,
     earlier_siblings,
     parent_index,
@@ -86,6 +87,11 @@ class MultiRoundVerifier(PlanVerifier):
     record: because the argument above holds for *any* candidate list drawn independently of the coins, this rule
     would still be lossless on sampled candidates, only wasteful; we refuse to make misuse silent.)
     """
+
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        if kind.sampled:
+            return f"MultiRoundVerifier is for deterministic candidates; the policy grows {kind.describe()}"
+        return None
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
         """``accept_prob [N]`` and the residual rows from p = ``warp(target_logits, sampling)``.

@@ -1,6 +1,6 @@
 """The plan every verifier computes, and the tensor helpers the plans share.
 
-A verifier here is "plan + shared walk" (see :mod:`specdec.verify.walk`):
+A verifier here is "plan + shared walk" (:class:`~specdec.verify.base.PlanVerifier`, :mod:`specdec.verify.walk`):
 
 * the *plan* says, for every node ``c``, the probability of accepting ``c`` given that its parent was reached
   and all earlier siblings were rejected, and, for every node ``u``, the distribution of the bonus token when
@@ -13,20 +13,15 @@ plan into the exact distribution of the emitted tokens, so a wrong plan cannot h
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from specdec.interfaces import Verdict, Verifier
-from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.verify.walk import walk
 
 __all__ = [
     "VerifyPlan",
-    "PlanVerifier",
     "safe_div",
     "parent_index",
     "sibling_pairs",
@@ -136,40 +131,6 @@ class VerifyPlan:
         reach = torch.where(tree.attn_mask, step[None, :], one[None, :]).prod(-1)  # ancestors-or-self
         child = (tree.parents[None, :] == torch.arange(n, device=a.device)[:, None]) & (tree.parents[None, :] >= 0)
         return reach * torch.where(child, keep[None, :], one[None, :]).prod(-1)
-
-
-class PlanVerifier(Verifier):
-    """A verifier defined by its :class:`VerifyPlan`; :meth:`verify` is the shared :func:`walk`.
-
-    Subclasses implement :meth:`plan` only. ``dtype`` is the dtype of the plan's probabilities: float32 in
-    production, float64 in the exact tests.
-    """
-
-    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
-        self.dtype = dtype
-
-    @abstractmethod
-    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """Accept probabilities ``[N]`` and residual distributions ``[N, V]`` for ``tree``.
-
-        Args:
-            tree: the verified tree (``N`` nodes).
-            target_logits: ``[N, V]``; row ``i`` is the target's logits for the children of node ``i``.
-            sampling: settings; p = ``warp(target_logits, sampling, self.dtype)``.
-        """
-
-    def verify(
-        self,
-        tree: DraftTree,
-        target_logits: torch.Tensor,
-        sampling: SamplingParams,
-        generator: torch.Generator | None,
-    ) -> Verdict:
-        """:meth:`plan`, then :func:`~specdec.verify.walk.walk` with ``generator`` (no host sync)."""
-        return walk(tree, self.plan(tree, target_logits, sampling), generator)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(dtype={self.dtype})"
 
 
 def safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

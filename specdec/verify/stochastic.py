@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
+from specdec.verify.base import PlanVerifier
 from specdec.verify.plan import (
-    PlanVerifier,
     VerifyPlan,
     earlier_siblings,
     parent_index,
@@ -77,6 +78,12 @@ class StochasticMultiRoundVerifier(PlanVerifier):
     def __init__(self, dtype: torch.dtype = torch.float32, max_children: int | None = None) -> None:
         super().__init__(dtype)
         self.max_children = max_children
+
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        if not kind.sampled:
+            at = " at temperature 0" if sampling.greedy else ""
+            return f"StochasticMultiRoundVerifier needs sampled candidates; the policy grows {kind.describe()}{at}"
+        return None
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
         """``accept_prob [N]`` and the residual rows (``residual_at``) from p = ``warp(target_logits)`` and

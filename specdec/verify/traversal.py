@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
+from specdec.verify.base import PlanVerifier
 from specdec.verify.chain import chain_q
-from specdec.verify.plan import PlanVerifier, VerifyPlan, safe_div
+from specdec.verify.plan import VerifyPlan, safe_div
 
 __all__ = ["TraversalVerifier"]
 
@@ -54,7 +56,7 @@ class TraversalVerifier(PlanVerifier):
 
     Benefit: on a chain this is block verification, never worse than token-level verification. On trees it is
     better on average in our exact comparisons, but not on every tree (``tests/test_verify_exact.py`` keeps a
-    counterexample), so :func:`~specdec.verify.default_verifier` does not pick it for trees.
+    counterexample), so :func:`~specdec.verify.verifier_for` does not pick it for trees.
 
     How it runs: the scan is a fixed sequence of ``(node, acceptance probability)`` pairs (the order is the
     post-order, and every update is deterministic given that the earlier nodes were rejected), so the law of
@@ -69,6 +71,11 @@ class TraversalVerifier(PlanVerifier):
 
     Raises ValueError on a deterministic tree with more than one child at a node (top-k candidates carry no q).
     """
+
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        if not (kind.sampled or kind.chain):
+            return f"TraversalVerifier needs sampled candidates or a chain; the policy grows {kind.describe()}"
+        return None
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
         """Post-order scan (see the class docstring); ``stop law [N]`` -> ``accept_prob [N]``, ``residual [N, V]``."""

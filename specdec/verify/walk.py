@@ -1,4 +1,4 @@
-"""The walk shared by every :class:`~specdec.verify.plan.PlanVerifier`: coins in, :class:`Verdict` out.
+"""The walk shared by every :class:`~specdec.verify.base.PlanVerifier`: coins in, :class:`Verdict` out.
 
 Semantics: every non-root node ``c`` gets one uniform coin ``u[c]`` and is *accepted* iff
 ``u[c] < accept_prob[c]``. At a reached node the walk moves to its lowest-index accepted child, which is the same as
@@ -11,16 +11,12 @@ that node's residual. All coins are independent, so the probability of moving fr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from specdec.interfaces import Verdict
 from specdec.sampling import sample
 from specdec.tree import DraftTree
-
-if TYPE_CHECKING:  # plan.py imports this module
-    from specdec.verify.plan import VerifyPlan
+from specdec.verify.plan import VerifyPlan
 
 __all__ = ["end_nodes", "walk"]
 

@@ -34,7 +34,7 @@ res = {"prompts": len(ids), "max_new_tokens": 128, "tree": "dynamic, 16 nodes, d
 for m in methods:
     method, _, head_dir = m.partition("=")
     options = MethodOptions(total_tokens=16, head_dir=Path(head_dir) if head_dir else None)
-    gen = build_method(method, target, s, options)
+    gen = build_method(method, target, options)
     t0 = time.perf_counter()
     per = []
     for x in ids:

@@ -1,4 +1,4 @@
-"""The static-shape compiled forward: what the ``"compile"`` backend (:mod:`specdec.fastpath`) runs.
+"""The static-shape compiled forward: what ``static_shapes=True`` (:mod:`specdec.backends`) runs.
 
 A CUDA graph replays fixed shapes at fixed addresses; ``torch.compile(fullgraph=True)`` on a CPU refuses the same
 things capture does (a cache slice whose length changes, a Python-int position, a host-side count), so it is the
@@ -58,14 +58,21 @@ def compile_forward(model: torch.nn.Module) -> Callable[..., object]:
     weights are folded in as constants, so they must not change afterwards).
 
     Dynamo keeps at most ``recompile_limit`` graphs per forward function, shared by every model of one class in the
-    process (default 8); this raises it to at least :data:`RECOMPILE_LIMIT` so several buckets of several models
-    fit (a process-wide setting of torch).
+    process (default 8). Each call runs with the limit raised to at least :data:`RECOMPILE_LIMIT`, so several buckets
+    of several models fit, inside ``torch._dynamo.config.patch``: no process-wide setting is left changed.
     """
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     device = next(model.parameters()).device
     if device.type == "cuda":
-        return torch.compile(model, fullgraph=True, dynamic=False, mode="reduce-overhead")
-    return torch.compile(model, fullgraph=True, dynamic=False, options={"freezing": True})
+        compiled = torch.compile(model, fullgraph=True, dynamic=False, mode="reduce-overhead")
+    else:
+        compiled = torch.compile(model, fullgraph=True, dynamic=False, options={"freezing": True})
+
+    def run(*args: Any, **kwargs: Any) -> object:
+        limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            return compiled(*args, **kwargs)
+
+    return run
 
 
 def compiled_graphs() -> int:
@@ -85,7 +92,7 @@ def run_compiled(
     runs eagerly. ``retry`` restores any state the failed attempt may have changed (e.g. the cache's write position)
     before the eager call. Returns the output and whether it fell back (the caller then stops compiling).
     """
-    from specdec.fastpath import FastPathWarning
+    from specdec.backends.kernels import FastPathWarning
 
     if compiled is eager:
         return eager(**inputs), False

@@ -19,7 +19,8 @@ keep the raw hidden state as the residual). Variants our heads do not represent 
 ``norm_before_fc``, EAGLE-1 ``layernorms``, non-Llama layers, MLP biases) are refused with a ``ValueError`` naming the
 field; the loader turns it into a ``CheckpointError`` naming the file.
 
-All functions here work on plain dicts and raise ``ValueError``; :mod:`specdec.checkpoints` does the file I/O.
+All functions here work on plain dicts and raise ``ValueError``; :mod:`specdec.checkpoints.load` and
+:mod:`specdec.checkpoints.export` do the file I/O.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Any
 
 import torch
 
-from specdec.drafters.eagle_modules import EagleConfig
+from specdec.checkpoints.formats import export_rope_scaling
+from specdec.drafters.eagle_config import EagleConfig
 
 __all__ = [
-    "export_rope_scaling",
     "is_speculators_config",
     "from_speculators_config",
     "from_speculators_keys",
@@ -48,18 +49,6 @@ _EAGLE1_KEYS = (("fc.", "fusion_fc."), ("layers.0.", "transformer."))
 _EAGLE3_KEYS = (("midlayer.", "layers.0."),)
 
 
-def export_rope_scaling(scaling: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``rope_scaling`` spelled for every reader: both ``type`` (the official EAGLE code indexes
-    ``rope_scaling["type"]``) and ``rope_type`` (transformers, vLLM, SGLang)."""
-    if not scaling:
-        return None
-    out = dict(scaling)
-    name = out.get("rope_type", out.get("type"))
-    if name is not None:
-        out["rope_type"] = out["type"] = name
-    return out
-
-
 def is_speculators_config(raw: Mapping[str, Any]) -> bool:
     """True for a speculators ``config.json`` (it names ``speculators_model_type``)."""
     return "speculators_model_type" in raw
@@ -67,7 +56,7 @@ def is_speculators_config(raw: Mapping[str, Any]) -> bool:
 
 def from_speculators_config(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(kind, flat)``: the head kind (``"eagle1"`` / ``"eagle3"``) and a flat HF-style dict for
-    :meth:`EagleConfig.from_hf <specdec.drafters.eagle_modules.EagleConfig.from_hf>`.
+    :meth:`EagleConfig.from_hf <specdec.drafters.eagle_config.EagleConfig.from_hf>`.
 
     Raises:
         ValueError: an unknown kind, a missing or non-dict ``transformer_layer_config``, or a variant our heads do

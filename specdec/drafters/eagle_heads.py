@@ -5,8 +5,10 @@ Shapes: ``B`` batch, ``T`` new positions, ``S`` attended positions (past + new),
 
 Both heads take their input embeddings from outside (``input_embeds``): normally the target's embedding, looked up
 with :meth:`Eagle1Head.embed` / :meth:`Eagle3Head.embed`. Attention state is explicit: every forward takes the
-keys/values of earlier positions (``past_kv``) and an additive bias over all attended positions, and returns the
-new keys/values. Callers own the cache (drafters keep preallocated buffers; training builds custom masks).
+keys/values of earlier positions (``past_kv``) and an additive bias over all attended positions (built with
+:func:`specdec.attention.additive_mask`, as the target's masks are), and returns the new keys/values. Callers own
+the cache (drafters keep preallocated buffers; training builds custom masks). Inference copies fuse projections
+(:mod:`specdec.drafters.eagle_fusion`); checkpoints are read and written by :mod:`specdec.checkpoints`.
 
 Positions: the pair (feature of token ``t``, token ``t+1``) sits at RoPE position ``t`` (the reference's
 convention: pair index = position). A draft-tree node at depth ``k`` under a root pair at position ``r`` sits at
@@ -17,36 +19,30 @@ uses ``t + k``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
-from specdec.interfaces import VocabMismatchError
+from specdec.attention import additive_mask
+from specdec.drafters.eagle_config import EagleConfig
+from specdec.errors import SpecdecError
 
 __all__ = [
-    "EagleConfig",
+    "KV",
+    "KVSlots",
+    "MissingEmbeddingError",
+    "causal_bias",
+    "EagleRotary",
     "EagleAttention",
     "EagleMLP",
     "Eagle1Layer",
     "Eagle3Layer",
     "Eagle1Head",
     "Eagle3Head",
-    "KV",
-    "KVSlots",
-    "additive_bias",
-    "causal_bias",
-    "default_aux_layers",
-    "fuse_for_inference",
-    "MissingEmbeddingError",
-    "check_draft_vocab",
-    "check_head_target",
     "scatter_vocab",
 ]
 
@@ -70,30 +66,8 @@ class KVSlots:
     span: int
 
 
-class MissingEmbeddingError(RuntimeError):
+class MissingEmbeddingError(SpecdecError, RuntimeError):
     """A head without its own ``embed_tokens`` was asked to embed tokens before a target embedding was attached."""
-
-
-def default_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's fused target layers ``(2, L//2, L-3)``: indices of decoder layers whose *inputs* are fused.
-
-    Layer ``i``'s input is HF ``hidden_states[i]`` (``0`` = the embeddings).
-    """
-    n = num_target_layers
-    return (2, n // 2, n - 3)
-
-
-def additive_bias(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Boolean ``[..., T, S]`` "may attend" mask -> additive bias ``[B, 1, T, S]`` (``0`` / ``-inf``).
-
-    A ``[T, S]`` mask gets batch and head dimensions of size 1; ``[B, T, S]`` gets a head dimension.
-    """
-    if mask.ndim == 2:
-        mask = mask[None]
-    if mask.ndim == 3:
-        mask = mask[:, None]
-    zero = torch.zeros((), dtype=dtype, device=mask.device)
-    return torch.where(mask, zero, torch.full((), float("-inf"), dtype=dtype, device=mask.device))
 
 
 def causal_bias(
@@ -102,141 +76,7 @@ def causal_bias(
     """``[1, 1, T, past + T]`` bias: every new position sees all ``past`` positions and the new ones up to itself."""
     rows = torch.arange(t, device=device)[:, None] + past
     cols = torch.arange(past + t, device=device)[None, :]
-    return additive_bias(cols <= rows, dtype)
-
-
-class EagleConfig(BaseModel):
-    """Configuration of an EAGLE-1 or EAGLE-3 head, parsed from a Llama-style ``config.json``.
-
-    Build it with :meth:`from_hf`, which applies the official quirks (EAGLE family reference, section 1):
-    ``bias`` absent means True (EAGLE-1 ``fc`` bias), ``rope_theta`` absent means 10000, ``qkv_bias`` may be spelled
-    ``attention_bias``, ``draft_vocab_size`` absent means ``vocab_size``.
-
-    Attributes:
-        aux_layer_ids: EAGLE-3 fused target layers in *our* convention (index of the decoder layer whose input is
-            fused = HF ``hidden_states`` index), or None for the default ``(2, L//2, L-3)``.
-    """
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    draft_vocab_size: int = Field(gt=0)
-    target_hidden_size: int = Field(gt=0)
-    rms_norm_eps: float = Field(default=1e-6, gt=0)
-    rope_theta: float = Field(default=10000.0, gt=0)
-    rope_scaling: dict[str, Any] | None = None
-    max_position_embeddings: int = 2048
-    bias: bool = True
-    qkv_bias: bool = False
-    hidden_act: str = "silu"
-    num_hidden_layers: int = 1
-    aux_layer_ids: tuple[int, ...] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            return data
-        d = dict(data)
-        if d.get("num_key_value_heads") is None:
-            d["num_key_value_heads"] = d.get("num_attention_heads")
-        if d.get("head_dim") is None and d.get("hidden_size") and d.get("num_attention_heads"):
-            d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
-        if d.get("draft_vocab_size") is None:
-            d["draft_vocab_size"] = d.get("vocab_size")
-        if d.get("target_hidden_size") is None:
-            d["target_hidden_size"] = d.get("hidden_size")
-        if d.get("rope_theta") is None:
-            d["rope_theta"] = 10000.0
-        if d.get("bias") is None:
-            d["bias"] = True
-        return d
-
-    @model_validator(mode="after")
-    def _check(self) -> EagleConfig:
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads {self.num_key_value_heads}"
-            )
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
-        if self.draft_vocab_size > self.vocab_size:
-            raise ValueError(f"draft_vocab_size {self.draft_vocab_size} exceeds vocab_size {self.vocab_size}")
-        if self.hidden_act not in ACT2FN:
-            raise ValueError(f"unknown hidden_act {self.hidden_act!r}")
-        rope_type = self.rope_type
-        if rope_type not in ("default", "linear", "dynamic", "llama3"):
-            raise ValueError(f"rope_scaling type {rope_type!r} is not supported (default, linear, dynamic, llama3)")
-        return self
-
-    @property
-    def rope_type(self) -> str:
-        if not self.rope_scaling:
-            return "default"
-        return str(self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default")))
-
-    @classmethod
-    def from_hf(cls, raw: Mapping[str, Any]) -> EagleConfig:
-        """Parse a ``config.json`` dict (official EAGLE-1/3, SpecForge/SGLang, vLLM or our own exports).
-
-        Aux layer ids: a top-level ``eagle_aux_hidden_state_layer_ids`` (vLLM / speculators) already uses our
-        convention (input of layer ``i``); ``eagle_config.eagle_aux_hidden_state_layer_ids`` alone is read with the
-        SGLang/SpecForge convention (output of layer ``i`` = input of layer ``i + 1``) and shifted by one.
-        """
-        d = dict(raw)
-        rope_params = d.get("rope_parameters")
-        if isinstance(rope_params, Mapping):  # transformers >= 5 spelling
-            d.setdefault("rope_theta", rope_params.get("rope_theta"))
-            if rope_params.get("rope_type", "default") != "default" and not d.get("rope_scaling"):
-                d["rope_scaling"] = {k: v for k, v in rope_params.items() if k != "rope_theta"}
-        if d.get("qkv_bias") is None:
-            d["qkv_bias"] = bool(d.get("attention_bias", False))
-        aux = d.get("eagle_aux_hidden_state_layer_ids")
-        if aux is None:
-            eagle_config = d.get("eagle_config")
-            if isinstance(eagle_config, Mapping) and eagle_config.get("eagle_aux_hidden_state_layer_ids") is not None:
-                aux = [int(i) + 1 for i in eagle_config["eagle_aux_hidden_state_layer_ids"]]
-        if aux is None:
-            aux = d.get("aux_layer_ids")  # our own field name (already our convention)
-        d["aux_layer_ids"] = tuple(int(i) for i in aux) if aux is not None else None
-        return cls.model_validate(d)
-
-    def to_hf(self, kind: str) -> dict[str, Any]:
-        """A ``config.json`` dict in the official layout for ``kind`` ``"eagle1"`` or ``"eagle3"``."""
-        out: dict[str, Any] = {
-            "architectures": ["LlamaForCausalLMEagle3" if kind == "eagle3" else "LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "num_hidden_layers": 1,
-            "hidden_act": self.hidden_act,
-            "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
-            "rope_scaling": self.rope_scaling,
-            "max_position_embeddings": self.max_position_embeddings,
-            "vocab_size": self.vocab_size,
-            "tie_word_embeddings": False,
-        }
-        if kind == "eagle3":
-            out["draft_vocab_size"] = self.draft_vocab_size
-            # The official EAGLE code reads the presence of this field as "the head carries its own embedding" and
-            # otherwise copies the target's: write it only when the widths differ (then the export must carry one).
-            if self.target_hidden_size != self.hidden_size:
-                out["target_hidden_size"] = self.target_hidden_size
-            out["attention_bias"] = self.qkv_bias
-        else:
-            out["bias"] = self.bias
-            out["qkv_bias"] = self.qkv_bias
-        return out
+    return additive_mask(cols <= rows, dtype)
 
 
 class EagleRotary:
@@ -324,18 +164,7 @@ class EagleAttention(nn.Module):
         self.v_proj = nn.Linear(input_size, self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
         self.rotary = EagleRotary(config)
-        self.qkv_proj: nn.Linear | None = None  # set by fuse_for_inference (inference copies only)
-
-    def fuse_projections(self) -> None:
-        """Replace ``q/k/v_proj`` by one ``qkv_proj`` over their stacked rows (same values: one GEMM, not three).
-
-        For inference copies of a head (the drafters' fast-path copy): the module's state-dict keys change.
-        """
-        if self.qkv_proj is not None:
-            return
-        parts = (self.q_proj, self.k_proj, self.v_proj)
-        self.qkv_proj = _stacked_linear(parts)
-        del self.q_proj, self.k_proj, self.v_proj
+        self.qkv_proj: nn.Linear | None = None  # q/k/v stacked by eagle_fusion (inference copies only)
 
     def forward(
         self,
@@ -350,8 +179,9 @@ class EagleAttention(nn.Module):
         Args:
             x: ``[B, T, Hin]``.
             position_ids: ``[B, T]`` long RoPE positions of the new rows.
-            attn_bias: ``[B, 1, T, S]`` additive float (``0`` attend, ``-inf`` not). With ``past_kv``: ``S = past + T``
-                with the new positions last, in order. With ``cache``: ``S = cache.span``, columns = cache slots.
+            attn_bias: ``[B, 1, T, S]`` additive float (``0`` attend; ``-inf`` or the dtype's min not; every row sees
+                at least one key). With ``past_kv``: ``S = past + T`` with the new positions last, in order. With
+                ``cache``: ``S = cache.span``, columns = cache slots.
             past_kv: ``(k, v)`` each ``[B, h_kv, S - T, d]`` (rotated keys), or None.
             cache: preallocated keys/values; the new rows are written at ``cache.slots`` *before* attending, so a
                 row sees itself through its own slot (no concatenation, no copy of the past).
@@ -397,63 +227,13 @@ class EagleMLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act = ACT2FN[config.hidden_act]
-        self.gate_up_proj: nn.Linear | None = None  # set by fuse_for_inference (inference copies only)
-
-    def fuse_projections(self) -> None:
-        """Replace ``gate/up_proj`` by one ``gate_up_proj`` over their stacked rows (see EagleAttention's)."""
-        if self.gate_up_proj is not None:
-            return
-        self.gate_up_proj = _stacked_linear((self.gate_proj, self.up_proj))
-        del self.gate_proj, self.up_proj
+        self.gate_up_proj: nn.Linear | None = None  # gate/up stacked by eagle_fusion (inference copies only)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_proj is not None:
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
             return self.down_proj(self.act(gate) * up)
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
-def _stacked_linear(parts: tuple[nn.Linear, ...]) -> nn.Linear:
-    """One ``nn.Linear`` whose output rows are ``parts``' rows in order (weights and biases copied)."""
-    w = torch.cat([p.weight.detach() for p in parts])
-    has_bias = parts[0].bias is not None
-    out = nn.Linear(w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
-    with torch.no_grad():
-        out.weight.copy_(w)
-        if has_bias:
-            out.bias.copy_(torch.cat([p.bias.detach() for p in parts]))
-    return out.train(parts[0].training)
-
-
-class FusedRMSNorm(nn.Module):
-    """``LlamaRMSNorm`` through ``torch.nn.functional.rms_norm``: one op instead of seven, same values in float32.
-
-    Shares the replaced norm's ``weight`` parameter. Shapes: ``[..., H]`` -> ``[..., H]``.
-    """
-
-    def __init__(self, norm: LlamaRMSNorm) -> None:
-        super().__init__()
-        self.weight = norm.weight
-        self.eps = float(norm.variance_epsilon)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-
-def fuse_for_inference(module: nn.Module) -> nn.Module:
-    """Fuse ``q/k/v`` and ``gate/up`` of every EAGLE attention and MLP under ``module`` in place; returns it.
-
-    Also swaps float32 ``LlamaRMSNorm`` s for :class:`FusedRMSNorm`. The outputs are the same values (each output
-    row is computed from the same weight row; the norm's math is the same in float32); the state-dict keys change,
-    so this is for inference copies (``specdec.fastpath.packed_copy(..., transform=fuse_for_inference)``).
-    """
-    for sub in list(module.modules()):
-        if isinstance(sub, EagleAttention | EagleMLP):
-            sub.fuse_projections()
-        for name, child in list(sub.named_children()):
-            if type(child) is LlamaRMSNorm and child.weight.dtype == torch.float32:
-                setattr(sub, name, FusedRMSNorm(child))
-    return module
 
 
 class Eagle1Layer(nn.Module):
@@ -674,41 +454,3 @@ def scatter_vocab(draft_logits: torch.Tensor, ids: torch.Tensor, vocab_size: int
     out = draft_logits.new_full((*draft_logits.shape[:-1], vocab_size), float("-inf"), dtype=torch.float32)
     out[..., ids] = draft_logits.float()
     return out
-
-
-def check_draft_vocab(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Validate a draft vocabulary ``[V_d]`` of target ids (strictly increasing, in ``[0, vocab_size)``); long copy."""
-    ids = torch.as_tensor(ids).reshape(-1).to(torch.long)
-    if ids.numel() == 0:
-        raise ValueError("the draft vocabulary is empty")
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-        raise ValueError(f"draft vocabulary ids must lie in [0, {vocab_size}) (the target vocabulary)")
-    if ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
-        raise ValueError("draft vocabulary ids must be strictly increasing (sorted, no duplicates)")
-    return ids
-
-
-def check_head_target(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:
-    """Raise a clear error when ``head`` cannot run on the HF ``target``.
-
-    Raises:
-        VocabMismatchError: ``vocab_size`` differs.
-        ValueError: the head's feature width (EAGLE-1 ``hidden_size``, EAGLE-3 ``target_hidden_size``) differs from
-            the target's ``hidden_size``, or the head has no ``embed_tokens`` and the target's embedding width is not
-            the head's ``hidden_size``.
-    """
-    tcfg = getattr(target.config, "text_config", None) or target.config
-    if tcfg.vocab_size != head.config.vocab_size:
-        raise VocabMismatchError(f"head vocab_size {head.config.vocab_size} != target vocab_size {tcfg.vocab_size}")
-    eagle1 = isinstance(head, Eagle1Head)
-    need = head.config.hidden_size if eagle1 else head.config.target_hidden_size
-    if tcfg.hidden_size != need:
-        what = "hidden_size" if eagle1 else "target_hidden_size"
-        raise ValueError(f"head {what} {need} != target hidden_size {tcfg.hidden_size}")
-    if head.embed_tokens is None:
-        width = target.get_input_embeddings().weight.shape[-1]
-        if width != head.config.hidden_size:
-            raise ValueError(
-                f"head hidden_size {head.config.hidden_size} != target embedding width {width} and the head has "
-                "no embed_tokens of its own"
-            )

@@ -1,0 +1,244 @@
+"""The two backend choices, resolved once per model: how the weights run, and whether shapes are static.
+
+* ``weights``: ``"stock"`` (as loaded), ``"packed"`` (linears prepacked for oneDNN: exact, float32 CPU),
+  ``"int8"`` (int8 linears: drafts only, never a target, since it approximates), or ``"auto"``: packed for a target
+  where the CPU's GEMM library gains from it (:func:`~specdec.backends.kernels.cpu_gemm_profile`; on an Intel CPU
+  with MKL only the vocabulary projection), int8 for a draft, stock where neither applies (not a CPU, not float32,
+  no oneDNN in this torch build; the reason is reported).
+* ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
+  (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
+  itself); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path
+  exists for, off on a CPU (measured on the Intel Xeon: the compiled EAGLE-3 cycle 0.79x the eager one; results page).
+
+:func:`prepare_model` applies both to a *copy* of the caller's model that shares its tensors
+(:func:`~specdec.backends.kernels.shared_copy`), so the caller's model object is never changed; ``in_place=True``
+transforms the model itself (no copy: the packed weights replace the plain ones), for callers that own the model.
+
+Fallback contract: a model the fast path cannot serve runs stock with one :class:`FastPathWarning` that says why;
+linears it cannot pack (subclasses such as quantized linears) are left as they are.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from specdec.backends.gqa import GQA_ATTENTION, set_attention, use_gqa_attention
+from specdec.backends.kernels import (
+    FastPathWarning,
+    PackedLinear,
+    cpu_gemm_profile,
+    own_memory,
+    pack_linears,
+    packing_pays,
+    plain_linear,
+    shared_copy,
+    unpack_linears,
+)
+from specdec.errors import SpecdecError
+
+__all__ = [
+    "WEIGHTS",
+    "BackendError",
+    "Execution",
+    "StaticShapes",
+    "Weights",
+    "apply",
+    "execution_label",
+    "prepare_model",
+    "resolve",
+]
+
+Weights = Literal["auto", "stock", "packed", "int8"]
+WEIGHTS: tuple[str, ...] = ("auto", "stock", "packed", "int8")
+StaticShapes = bool | Literal["auto"]
+STATIC_MARK = "_specdec_static"  # set on a model prepared for static shapes
+
+
+class BackendError(SpecdecError, ValueError):
+    """A backend choice that cannot serve a model exactly (or is not a choice at all)."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a model runs, as resolved by :func:`prepare_model`.
+
+    Attributes:
+        weights: ``"stock"``, ``"packed"`` (every linear), ``"packed-vocab"`` (the vocabulary projection only: the
+            ``"auto"`` choice on an Intel CPU with MKL) or ``"int8"``.
+        static: fixed-shape compiled forwards.
+        packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
+        reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
+    """
+
+    weights: str
+    static: bool = False
+    packed: int = 0
+    skipped: int = 0
+    attention: str = ""
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """``"packed"``, ``"stock+static"``, ... (file names, stats lines)."""
+        return self.weights + ("+static" if self.static else "")
+
+    def describe(self) -> str:
+        """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
+        shapes = "static shapes (compiled)" if self.static else "eager shapes"
+        weights = f"{self.weights} weights" + (f" ({self.packed} linears)" if self.packed else "")
+        return f"{weights}, {shapes}" + (f"; {self.reason}" if self.reason else "")
+
+
+def _params(model: nn.Module) -> tuple[torch.device | None, torch.dtype | None]:
+    for p in model.parameters():
+        return p.device, p.dtype
+    return None, None
+
+
+def resolve(
+    model: nn.Module, weights: str = "auto", static_shapes: StaticShapes = "auto", draft: bool = False
+) -> tuple[str, bool, str]:
+    """``(weights, static, reason)``: what the two choices become for ``model``.
+
+    ``weights`` resolves to ``"stock"``, ``"packed"`` or ``"int8"`` (``"packed"`` may still pack only the vocabulary
+    projection under ``"auto"``, decided by :func:`apply`); a fast choice that cannot serve the model resolves to
+    ``"stock"`` with the reason (the caller warns).
+
+    Raises:
+        BackendError: an unknown name; ``"int8"`` for a target (it approximates the weights; a target runs exactly);
+            static shapes with packed or int8 weights (inductor packs plain weights itself).
+    """
+    if weights not in WEIGHTS:
+        raise BackendError(f"unknown weights {weights!r}; choose from {', '.join(WEIGHTS)}")
+    if static_shapes not in (True, False, "auto"):
+        raise BackendError(f"static_shapes must be True, False or 'auto', got {static_shapes!r}")
+    if weights == "int8" and not draft:
+        raise BackendError("weights 'int8' approximate the model and are for drafters only; a target runs exactly")
+    device, dtype = _params(model)
+    static = bool(device is not None and device.type == "cuda") if static_shapes == "auto" else bool(static_shapes)
+    if static:
+        if weights in ("packed", "int8"):
+            raise BackendError(
+                f"static shapes compile plain weights (inductor packs them itself); use weights 'auto' or 'stock' "
+                f"with static shapes, or weights {weights!r} with static_shapes=False"
+            )
+        return "stock", True, ""
+    if weights == "stock":
+        return "stock", False, ""
+    if device is None or device.type != "cpu":
+        return "stock", False, f"the model is on {device}, packed weights are CPU-only"
+    if dtype != torch.float32:
+        return "stock", False, f"the model is {dtype}; the packed path needs float32"
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return "stock", False, "this torch build has no oneDNN (mkldnn) linear kernels"
+    if draft and weights in ("auto", "int8"):
+        if hasattr(torch.ops.quantized, "linear_dynamic") and "fbgemm" in torch.backends.quantized.supported_engines:
+            return "int8", False, ""
+        if weights == "int8":
+            return "packed", False, "this torch build has no fbgemm dynamic int8 linear"
+    return "packed", False, ""
+
+
+def execution_label(model: nn.Module) -> str:
+    """What a model currently runs, read from its modules: ``"stock+static"`` if it was prepared for static shapes,
+    ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only some are, else ``"stock"``."""
+    if getattr(model, STATIC_MARK, False):
+        return "stock+static"
+    modules = list(model.modules())
+    if not any(isinstance(m, PackedLinear) for m in modules):
+        return "stock"
+    return "packed-vocab" if any(plain_linear(m) for m in modules) else "packed"
+
+
+def _warn(warn: bool, what: str, reason: str) -> None:
+    if warn:
+        warnings.warn(f"{what}: {reason}", FastPathWarning, stacklevel=3)
+
+
+def apply(
+    model: nn.Module,
+    weights: str = "auto",
+    static_shapes: StaticShapes = "auto",
+    warn: bool = True,
+    own_tensors: bool = True,
+) -> Execution:
+    """Put ``model`` itself on the resolved choices (pack or unpack its linears, switch its attention function).
+
+    In place, for every holder of the model: :func:`prepare_model` calls it on a copy unless told otherwise.
+    Idempotent. Weights ``"int8"`` (drafts) are not applied here (:func:`~specdec.backends.kernels.packed_copy`).
+    ``own_tensors``: after packing, copy the remaining tensors out of a memory-mapped weights file
+    (:func:`~specdec.backends.kernels.own_memory`); off for a copy whose tensors are the caller's.
+    """
+    resolved, static, reason = resolve(model, weights, static_shapes)
+    setattr(model, STATIC_MARK, static)
+    if static:  # plain linears for inductor, GQA attention without copies
+        unpack_linears(model)
+        return Execution("stock", True, attention=use_gqa_attention(model))
+    if resolved == "stock":
+        unpack_linears(model)
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_ATTENTION:
+            set_attention(model, "sdpa")
+        if reason and weights != "stock":
+            _warn(warn, "fast path off, running stock", reason)
+        return Execution("stock", reason=reason)
+    try:
+        already = execution_label(model) != "stock"
+        profile = cpu_gemm_profile() if weights == "auto" else "onednn"
+        packed, skipped = pack_linears(model, only=lambda lin: packing_pays(lin, profile))
+        if packed and not already and own_tensors:
+            own_memory(model)
+    except RuntimeError as e:  # an op missing or failing in this torch build: undo and run stock
+        unpack_linears(model)
+        reason = f"oneDNN weight packing failed ({e})"
+        _warn(warn, "fast path off, running stock", reason)
+        return Execution("stock", reason=reason)
+    attention = use_gqa_attention(model)
+    if skipped:
+        reason = f"{skipped} projection(s) are not plain nn.Linear (quantized or Conv1D) and run stock"
+        _warn(warn, "fast path partial", reason)
+    if not packed and profile == "mkl" and any(plain_linear(m) for m in model.modules()):
+        # a choice, not a fallback: on this CPU MKL runs these linears faster than the packed kernel
+        if attention == GQA_ATTENTION:
+            set_attention(model, "sdpa")
+        return Execution("stock", reason="MKL on this Intel CPU runs every linear of this model faster unpacked")
+    if not packed:
+        reason = reason or "the model has no plain nn.Linear projections"
+        _warn(warn, "fast path off, running stock", reason)
+        return Execution("stock", False, 0, skipped, attention, reason)
+    label = execution_label(model)
+    if label == "packed-vocab":
+        reason = reason or "vocabulary projection only: MKL runs the smaller linears faster on this Intel CPU"
+    return Execution(label, False, packed, skipped, attention, reason)
+
+
+def _is_prepared(model: nn.Module, weights: str, static_shapes: StaticShapes) -> bool:
+    """``model`` already runs what :func:`apply` would make of it, in eval mode (so no copy is needed)."""
+    resolved, static, _ = resolve(model, weights, static_shapes)
+    return not model.training and resolved == "stock" and not static and execution_label(model) == "stock"
+
+
+def prepare_model(
+    model: nn.Module,
+    weights: str = "auto",
+    static_shapes: StaticShapes = "auto",
+    in_place: bool = False,
+    warn: bool = True,
+) -> tuple[nn.Module, Execution]:
+    """The model to run (eval mode) and how it runs, without changing ``model`` unless ``in_place``.
+
+    A stock model that stays stock is used as it is; otherwise the choices are applied to a
+    :func:`~specdec.backends.kernels.shared_copy` (same tensors, new modules and config), so the caller's object,
+    its attention implementation and its training flag stay as they were. Packed weights then cost their size on
+    top of the caller's model; ``in_place=True`` swaps them into ``model`` itself instead (a caller that owns it:
+    the command line, the benchmarks).
+    """
+    copied = not in_place and not _is_prepared(model, weights, static_shapes)
+    if copied:
+        model = shared_copy(model)
+    execution = apply(model, weights, static_shapes, warn, own_tensors=not copied)
+    return model.eval(), execution

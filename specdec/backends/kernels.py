@@ -1,0 +1,340 @@
+"""Weight kernels for the CPU: linears prepacked for oneDNN (exact, float32) and int8 linears (drafts only).
+
+Both are module swaps on a model, never a second forward: :func:`pack_linears` puts :class:`PackedLinear` in place of
+plain ``nn.Linear`` s; :func:`packed_copy` makes a copy of a draft head whose linears are packed or int8 while every
+other tensor stays shared; :func:`shared_copy` makes a copy that shares every tensor, so a transformation of the copy
+never reaches the original (:func:`specdec.backends.prepare_model`).
+
+Why prepacking (measured on the 2-core AMD EPYC, 2 threads, see ``benchmarks/fastpath.py`` and the results page):
+MKL's ``sgemm`` runs small-row GEMMs (1-32 rows, the shape of a draft tree) at a fraction of the bandwidth and packs
+the weight on every call; the prepacked oneDNN kernel runs them near the cost of one row.
+
+Which linears ``weights="auto"`` packs depends on the CPU's GEMM library (:func:`cpu_gemm_profile`), measured on both
+kinds of machine this project runs on (2 threads, ``benchmarks/fastpath.py`` and the results page):
+
+* AMD (and any CPU where MKL is not tuned): every linear. Prepacked oneDNN beat MKL at every shape: gate/up
+  576x3072 for 8 rows 0.7 vs 3.4 ms, the 49152x576 lm_head 6.0 vs 11.8 ms for 1 row.
+* Intel with MKL (``"mkl"`` profile): only vocabulary projections (``out_features >= VOCAB_ROWS``). On a 2-core
+  Xeon with AVX-512, MKL ran the decoder's small linears 1.5-2.7x faster than the packed kernel for 1 row (the
+  whole 1-token step 33 vs 43 ms), while the lm_head was even for 1 row (2.6 vs 2.7 ms) and 2x faster packed
+  for 8 rows (4.9 vs 9.9 ms). ``weights="packed"`` asked for by name packs every linear on any CPU.
+
+Memory: a packed weight replaces its ``nn.Linear`` weight where the model is transformed in place (the plain tensor
+is released and rebuilt on demand by :attr:`PackedLinear.weight` and in ``state_dict``), except where the weight is
+shared with another module (a tied lm_head is the input embedding too): that one is kept and the packed copy is
+extra. On a copy that shares the caller's weights, every packed weight is extra while the caller holds its model.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import platform
+import warnings
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+__all__ = [
+    "FastPathWarning",
+    "Int8Linear",
+    "PackedLinear",
+    "VOCAB_ROWS",
+    "cpu_gemm_profile",
+    "pack_linears",
+    "own_memory",
+    "packed_copy",
+    "packing_pays",
+    "plain_linear",
+    "shared_copy",
+    "unpack_linears",
+]
+
+
+class FastPathWarning(UserWarning):
+    """The fast path cannot serve (part of) a model; it runs on the stock path instead."""
+
+
+# ------------------------------------------------------------------------------------------------ packed linears
+class PackedLinear(nn.Module):
+    """``y = x W^T + b`` with ``W`` reordered once into oneDNN's blocked layout (CPU, float32).
+
+    Shapes: ``x [..., in_features]`` -> ``[..., out_features]``. Inference only: the packed weight is not a
+    parameter and gets no gradient.
+
+    Args:
+        linear: the ``nn.Linear`` to replace.
+        keep_weight: keep ``linear.weight`` as this module's parameter (set when the weight is shared with another
+            module); otherwise the plain weight is released and :attr:`weight` rebuilds it on demand.
+    """
+
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        w = linear.weight.detach()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 16)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self._weight = linear.weight if keep_weight else None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The plain ``[out, in]`` weight (the kept parameter, or a fresh dense copy of the packed one)."""
+        return self._weight if self._weight is not None else self.packed.to_dense()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if rows.dtype != torch.float32 or rows.device.type != "cpu":
+            raise TypeError(f"PackedLinear runs float32 CPU inputs, got {rows.dtype} on {rows.device}")
+        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def to_linear(self) -> nn.Linear:
+        """An ``nn.Linear`` with the same weight and bias (the kept parameter itself when there is one)."""
+        lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        lin.weight = self._weight if self._weight is not None else nn.Parameter(self.packed.to_dense())
+        if self.bias is not None:
+            lin.bias = nn.Parameter(self.bias.detach())
+        return lin
+
+    def __deepcopy__(self, memo: dict) -> PackedLinear:
+        # oneDNN's opaque tensors cannot be deep-copied: copy the plain weight (through ``memo``, so a tied weight
+        # stays tied in the copy) and pack the copy again.
+        linear = copy.deepcopy(self.to_linear(), memo)
+        clone = PackedLinear(linear, keep_weight=self._weight is not None)
+        for attr in _HOOK_DICTS:
+            setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
+        clone.train(self.training)
+        return clone
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        # The same keys as the nn.Linear it replaced, so saving a packed model writes a loadable checkpoint.
+        destination[prefix + "weight"] = self.weight if keep_vars else self.weight.detach()
+        if self.bias is not None:
+            destination[prefix + "bias"] = self.bias if keep_vars else self.bias.detach()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Int8Linear(nn.Module):
+    """Draft-only: ``y ~ x W^T + b`` with ``W`` quantized once to int8 per output channel (symmetric) and the
+    activations quantized per call (fbgemm's dynamic int8 GEMM, ``torch.ops.quantized.linear_dynamic``).
+
+    It *approximates* the linear, so only drafters use it, never a target. Speculative decoding stays lossless
+    with any draft: deterministic trees do not use q, and stochastic trees record the q this module produced
+    (contract of :class:`~specdec.interfaces.Drafter`: the verifier sees the q the draft was sampled from).
+    Shapes: ``x [..., in_features]`` (float32, CPU) -> ``[..., out_features]`` float32.
+
+    Args:
+        linear: the ``nn.Linear`` to replace.
+        keep_weight: keep its weight reachable as :attr:`weight` (shared, not copied); otherwise it is released and
+            :attr:`weight` dequantizes the int8 one on demand (for weights made for this copy, e.g. fused ones).
+    """
+
+    def __init__(self, linear: nn.Linear, keep_weight: bool = True) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        w = linear.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).double()
+        zero = torch.zeros(w.shape[0], dtype=torch.long)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        with warnings.catch_warnings():  # torch marks the quantized-tensor constructors deprecated; they still run
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
+        self._weight = linear.weight if keep_weight else None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The float weight ``[out, in]``: the kept one, or the int8 one dequantized."""
+        if self._weight is not None:
+            return self._weight
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.ops.quantized.linear_unpack(self.packed)[0].dequantize()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        y = torch.ops.quantized.linear_dynamic(rows.float(), self.packed, True)  # reduce_range: fbgemm on AVX2
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def _children(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
+    for parent in module.modules():
+        for name, child in parent.named_children():
+            yield parent, name, child
+
+
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+)
+
+
+def _swap(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
+    """Put ``new`` in ``old``'s place; hooks on ``old`` move along (the same dicts, so their handles still work)."""
+    for attr in _HOOK_DICTS:
+        setattr(new, attr, getattr(old, attr))
+    new.train(old.training)
+    setattr(parent, name, new)
+
+
+def plain_linear(module: nn.Module) -> bool:
+    """An exact ``nn.Linear`` (not a subclass such as a quantized linear) with a float32 CPU weight."""
+    return type(module) is nn.Linear and module.weight.dtype == torch.float32 and module.weight.device.type == "cpu"
+
+
+VOCAB_ROWS = 16384  # a linear with at least this many outputs is a vocabulary projection (lm_head)
+
+
+def cpu_gemm_profile() -> str:
+    """``"mkl"`` on an Intel CPU whose torch uses MKL (fast small-row GEMMs), else ``"onednn"`` (pack everything).
+
+    ``SPECDEC_CPU_GEMM=mkl|onednn`` overrides the detection (e.g. to reproduce one machine's choice on another).
+    """
+    forced = os.environ.get("SPECDEC_CPU_GEMM", "")
+    if forced in ("mkl", "onednn"):
+        return forced
+    if forced:
+        raise ValueError(f"SPECDEC_CPU_GEMM must be 'mkl' or 'onednn', got {forced!r}")
+    return "mkl" if torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel" else "onednn"
+
+
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def packing_pays(linear: nn.Linear, profile: str) -> bool:
+    """Whether ``"auto"`` packs this linear on a CPU of ``profile`` (see the module docstring)."""
+    return profile == "onednn" or linear.out_features >= VOCAB_ROWS
+
+
+def _shared_weights(module: nn.Module) -> set[int]:
+    """ids of parameters owned by more than one module (tied weights)."""
+    owners: dict[int, int] = {}
+    for sub in module.modules():
+        for p in sub.parameters(recurse=False):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    return {pid for pid, n in owners.items() if n > 1}
+
+
+def pack_linears(
+    module: nn.Module,
+    release: bool = True,
+    only: Callable[[nn.Linear], bool] | None = None,
+    keep: Callable[[nn.Linear], bool] | None = None,
+) -> tuple[int, int]:
+    """Swap every plain float32 CPU ``nn.Linear`` under ``module`` for a :class:`PackedLinear`, in place.
+
+    Args:
+        module: any module tree.
+        release: drop the plain weight of linears whose weight no other module shares (see the module docstring).
+        only: pack just the linears this predicate accepts (the others stay as they are and are not counted).
+        keep: with ``release``, also keep the plain weight of the linears this predicate accepts.
+
+    Returns:
+        ``(packed, skipped)``: linears now packed (including ones packed before), and linear-like modules left
+        alone (``nn.Linear`` subclasses such as quantized linears, other dtypes or devices).
+    """
+    shared = _shared_weights(module)
+    packed = skipped = 0
+    for parent, name, child in list(_children(module)):
+        if isinstance(child, PackedLinear):
+            packed += 1  # already packed (idempotent)
+            continue
+        if plain_linear(child):
+            if only is not None and not only(child):
+                continue
+            kept = not release or id(child.weight) in shared or (keep is not None and keep(child))
+            _swap(parent, name, child, PackedLinear(child, keep_weight=kept))
+            packed += 1
+        elif isinstance(child, nn.Linear) or type(child).__name__ in ("Conv1D", "Linear8bitLt", "Linear4bit"):
+            skipped += 1
+    return packed, skipped
+
+
+def unpack_linears(module: nn.Module) -> int:
+    """Swap every :class:`PackedLinear` back for an ``nn.Linear`` (same values); returns how many."""
+    count = 0
+    for parent, name, child in list(_children(module)):
+        if isinstance(child, PackedLinear):
+            _swap(parent, name, child, child.to_linear())
+            count += 1
+    return count
+
+
+@torch.no_grad()
+def own_memory(module: nn.Module) -> None:
+    """Copy every remaining parameter and buffer into the process's own memory.
+
+    ``from_pretrained`` maps the safetensors file and its tensors are views of that mapping. The mapping stays
+    resident as long as any one of them lives (the embedding, the norms), even after packing has replaced every
+    linear weight. Copying the rest lets the whole mapping go. Measured on SmolLM2: 617 MB of file pages dropped,
+    +108 MB anonymous.
+    """
+    for p in module.parameters():  # deduplicated: a tied weight is copied once and stays tied
+        p.data = p.data.clone()
+    for sub in module.modules():
+        for name, b in sub.named_buffers(recurse=False):
+            if b is not None:
+                setattr(sub, name, b.clone())
+
+
+def shared_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` that shares every tensor with it (parameters, buffers, plain tensor attributes): a new
+    module tree and new Python attributes (a model's config too), the same weights.
+
+    Swapping the copy's submodules, setting its attention implementation or its training flag leaves ``module`` as it
+    was; writing into a shared tensor in place would not (nothing here does).
+    """
+    memo: dict[int, object] = {}
+    for t in [*module.parameters(), *module.buffers()]:
+        memo[id(t)] = t
+    for sub in module.modules():  # plain tensor attributes (e.g. an attached target embedding) stay shared too
+        for value in vars(sub).values():
+            if isinstance(value, torch.Tensor):
+                memo[id(value)] = value
+    return copy.deepcopy(module, memo)
+
+
+def packed_copy(
+    module: nn.Module, int8: bool = False, transform: Callable[[nn.Module], nn.Module] | None = None
+) -> nn.Module:
+    """A copy of ``module`` whose linears are packed (fp32 oneDNN, or :class:`Int8Linear` with ``int8``) and whose
+    other tensors are *shared* with ``module`` (:func:`shared_copy`).
+
+    For modules that keep training or are used elsewhere (a draft head): the original stays untouched; the copy
+    costs one packed weight per linear. The copy is a snapshot: later updates to the original's linear weights do
+    not reach it.
+
+    Args:
+        transform: applied to the copy before packing (e.g. fusing projections for inference); weights it creates
+            are packed and their plain copies released.
+    """
+    shared = {id(t) for t in [*module.parameters(), *module.buffers()]}
+    for sub in module.modules():
+        shared.update(id(v) for v in vars(sub).values() if isinstance(v, torch.Tensor))
+    clone = shared_copy(module)
+    if transform is not None:
+        clone = transform(clone)
+    if not int8:
+        pack_linears(clone, keep=lambda linear: id(linear.weight) in shared)
+        return clone
+    for parent, name, child in list(_children(clone)):
+        if plain_linear(child):
+            _swap(parent, name, child, Int8Linear(child, keep_weight=id(child.weight) in shared))
+    return clone

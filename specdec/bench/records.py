@@ -1,0 +1,86 @@
+"""The benchmark's records: the append-only ``results.jsonl`` (what resuming skips) and the greedy check's report of
+where a method's tokens first differ from vanilla's (with the target's margin there, to tell a near-tie from a bug)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+__all__ = ["NEAR_TIE", "ResultsFile", "first_difference", "row_key"]
+
+#: Top-2 logit margin under which a greedy divergence is attributed to floating-point rounding.
+NEAR_TIE = 1e-2
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a measurement: (prompt, row label, temperature, max_new_tokens)."""
+    return (row["prompt_id"], row["method"], float(row["temperature"]), int(row["max_new_tokens"]))
+
+
+class ResultsFile:
+    """``results.jsonl``: append-only, one flushed line per measurement."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if path.is_file() and path.stat().st_size:
+            with path.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                cut = f.read(1) != b"\n"
+            if cut:  # an interrupted write left half a line: end it, so the next row starts on its own line
+                with path.open("a") as f:
+                    f.write("\n")
+
+    def rows(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by an interrupt
+        return out
+
+    def done(self) -> set[tuple]:
+        return {row_key(r) for r in self.rows() if r.get("status") == "ok"}
+
+    def append(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------------------------- greedy checks
+@torch.no_grad()
+def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: list[int]) -> dict | None:
+    """Where ``tokens`` first departs from the vanilla greedy ``reference``, and how close the call was there.
+
+    Returns None when equal; else ``position``, ``vanilla_token``, ``method_token``, ``top2_margin`` (vanilla
+    top-2 logit margin after ``prompt + reference[:position]``, from one fresh forward), ``logit_gap`` (vanilla
+    token's logit minus the method token's) and ``near_tie`` (``top2_margin < NEAR_TIE``).
+    """
+    if reference == tokens:
+        return None
+    n = min(len(reference), len(tokens))
+    i = next((k for k in range(n) if reference[k] != tokens[k]), n)
+    out = {"position": i, "vanilla_token": None, "method_token": None, "top2_margin": None, "logit_gap": None}
+    if i == n:  # one is a prefix of the other (a stop condition differed)
+        out["near_tie"] = False
+        return out
+    device = model.get_output_embeddings().weight.device
+    context = torch.cat([prompt.cpu(), torch.tensor(reference[:i], dtype=torch.long)]).to(device)
+    logits = model(context[None]).logits[0, -1].float()
+    top2 = logits.topk(2).values
+    margin = float(top2[0] - top2[1])
+    out.update(
+        vanilla_token=reference[i],
+        method_token=tokens[i],
+        top2_margin=margin,
+        logit_gap=float(logits[reference[i]] - logits[tokens[i]]),
+        near_tie=margin < NEAR_TIE,
+    )
+    return out

@@ -1,0 +1,45 @@
+"""One policy per kind of call: a deterministic tree at temperature 0, a sampled one above it.
+
+A generator serves any sampling setting per call (:class:`~specdec.generate.SpeculativeGenerator`); the tree that
+pays best differs between the two regimes (measured: a dynamic top-k tree at T = 0, a small sampled tree at T = 1,
+see the results page). :class:`ByTemperature` holds both and hands the decoding loop the one for each call through
+:meth:`~specdec.interfaces.TreePolicy.for_sampling`; it never grows a tree itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.interfaces import Drafter, TreeKind, TreePolicy
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+
+__all__ = ["ByTemperature"]
+
+
+class ByTemperature(TreePolicy):
+    """``greedy`` at temperature 0, ``sampled`` at temperature > 0.
+
+    Args:
+        greedy: the policy for T = 0 calls (e.g. :class:`~specdec.trees.AdaptiveTreePolicy`).
+        sampled: the policy for T > 0 calls (e.g. :class:`~specdec.trees.StochasticTreePolicy`).
+    """
+
+    def __init__(self, greedy: TreePolicy, sampled: TreePolicy) -> None:
+        self.greedy, self.sampled = greedy, sampled
+        self.max_nodes = max(greedy.max_nodes, sampled.max_nodes)
+        self.max_depth = max(greedy.max_depth, sampled.max_depth)
+
+    def for_sampling(self, sampling: SamplingParams) -> TreePolicy:
+        return (self.greedy if sampling.greedy else self.sampled).for_sampling(sampling)
+
+    def kind(self, sampling: SamplingParams) -> TreeKind:
+        return self.for_sampling(sampling).kind(sampling)
+
+    def grow(
+        self, drafter: Drafter, root: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> DraftTree:
+        return self.for_sampling(sampling).grow(drafter, root, sampling, generator)
+
+    def __repr__(self) -> str:
+        return f"ByTemperature(greedy={self.greedy!r}, sampled={self.sampled!r})"

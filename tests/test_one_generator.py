@@ -1,0 +1,76 @@
+"""One generator object serves any sampling setting, call after call; a pinned verifier that cannot serve a call is
+refused before the first token; ``generate(ids)`` works with defaults."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec import (
+    ByTemperature,
+    DynamicTreePolicy,
+    HFTarget,
+    IncompatibleVerifierError,
+    NGramDrafter,
+    SamplingParams,
+    SmallLMDrafter,
+    SpeculativeGenerator,
+    StochasticTreePolicy,
+    StopCondition,
+    VanillaGenerator,
+)
+from specdec.models import tiny_llama
+from specdec.verify import GreedyVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier
+
+VOCAB = 16
+PROMPT = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+STOP = StopCondition(max_new_tokens=12, eos_token_ids=())
+
+
+@pytest.fixture(scope="module")
+def target():
+    return HFTarget(tiny_llama(vocab_size=VOCAB, hidden_size=16, num_layers=2, seed=3), max_len=64)
+
+
+def test_one_generator_serves_greedy_then_sampled_then_greedy(target):
+    """T = 0, then T = 0.7, then T = 0 on the same object: greedy calls equal vanilla greedy token for token (both
+    times), the sampled call runs the sampled tree with the stochastic verifier, and each call's parts follow its
+    sampling. Control: a generator pinned to the greedy verifier refuses the T = 0.7 call."""
+    policy = ByTemperature(DynamicTreePolicy(topk=2, depth=3, total_tokens=8), StochasticTreePolicy([[0], [1], [0, 0]]))
+    gen = SpeculativeGenerator(target, SmallLMDrafter.from_target(target, 1), policy)
+    greedy, warm = SamplingParams(), SamplingParams(temperature=0.7, seed=0)
+    want = VanillaGenerator(target).generate(PROMPT, greedy, STOP).tokens
+    first = gen.generate(PROMPT, greedy, STOP)
+    sampled = gen.generate(PROMPT, warm, STOP)
+    again = gen.generate(PROMPT, greedy, STOP)
+    assert first.tokens == want and again.tokens == want
+    assert len(sampled.tokens) == 12 and set(sampled.metrics.tree_sizes) == {4}  # the sampled tree's 4 nodes
+    assert isinstance(gen.parts_for(greedy)[1], GreedyVerifier)
+    assert isinstance(gen.parts_for(warm)[1], StochasticMultiRoundVerifier)
+    pinned = SpeculativeGenerator(target, SmallLMDrafter.from_target(target, 1), policy, GreedyVerifier())
+    assert pinned.generate(PROMPT, greedy, STOP).tokens == want
+    with pytest.raises(IncompatibleVerifierError, match="pin StochasticMultiRoundVerifier"):
+        pinned.generate(PROMPT, warm, STOP)
+
+
+def test_a_pinned_verifier_is_refused_before_the_first_token(target):
+    """The refusal comes from ``stream()`` itself, before an iterator (and so a token) exists, and names the fix."""
+    gen = SpeculativeGenerator(target, NGramDrafter.from_target(target), StochasticTreePolicy([[0], [1]]))
+    gen.verifier = MultiRoundVerifier()
+    with pytest.raises(IncompatibleVerifierError, match="MultiRoundVerifier is for deterministic.*pin Stochastic"):
+        gen.stream(PROMPT, SamplingParams(temperature=1.0))
+    assert list(gen.stream(PROMPT, SamplingParams(), STOP))  # the same pinned verifier serves T = 0 (a top-k tree)
+
+
+def test_generate_with_defaults_and_tokenizer_output(target):
+    """``generate(ids)``: greedy, the target's EOS ids, and a budget that fills the cache (the model's generation
+    config sets no max_new_tokens); a tokenizer's mapping output is accepted, a string is refused with the fix."""
+    gen = SpeculativeGenerator(target, NGramDrafter.from_target(target), DynamicTreePolicy(2, 2, 6))
+    result = gen.generate(PROMPT)
+    assert result.finish_reason in ("eos", "length")
+    if result.finish_reason == "length":
+        assert PROMPT.shape[0] + len(result.tokens) + 6 >= target.max_len - 6
+    same = gen.generate({"input_ids": PROMPT[None], "attention_mask": torch.ones(1, 8)}, stop=STOP)
+    assert same.tokens == gen.generate(PROMPT, stop=STOP).tokens
+    with pytest.raises(TypeError, match="tokenizer"):
+        gen.generate("hello")
