@@ -1,12 +1,13 @@
 """Target adapter for Hugging Face causal LMs: prefill, tree forward through an explicit 4-D mask, commit.
 
-The adapter owns a :class:`~specdec.kvcache.PositionCache`. A tree of ``N`` nodes is written at positions
+The adapter runs its model through a :class:`~specdec.runner.ModelRunner` (the one runner the small-LM drafter
+uses too), which owns a :class:`~specdec.kvcache.PositionCache`. A tree of ``N`` nodes is written at positions
 ``length .. length + N - 1`` with ``position_ids = length + depth`` and a mask in which node i sees the
 committed prefix plus its own ancestors. :meth:`HFTarget.commit` moves the accepted path's entries to
 ``length ..`` and advances ``length``; the other entries are overwritten by the next forward.
 
 With ``static_shapes`` the same forward runs with fixed shapes (:mod:`specdec.backends.compiled`): a static cache, a
-mask over the whole capacity, and trees padded to a bucket of sizes.
+mask over the whole capacity, and trees padded to a bucket of sizes (:class:`~specdec.runner.ModelRunner`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout, UnsupportedModelError
 from specdec.backends import StaticShapes, prepare_model
-from specdec.backends.compiled import BUCKETS, bucket, compile_forward, run_compiled
+from specdec.backends.compiled import BUCKETS
 from specdec.errors import SpecdecError
-from specdec.interfaces import HiddenRequest, Target, TargetHidden, TargetStep
-from specdec.kvcache import CacheFullError, PositionCache
+from specdec.interfaces import HiddenRequest, Target, TargetStep
+from specdec.kvcache import CacheFullError
+from specdec.runner import ModelRunner
 from specdec.tree import DraftTree
 
 __all__ = ["HFTarget", "CacheFullError", "EmptyPromptError", "UnsupportedModelError"]
@@ -91,10 +93,8 @@ class HFTarget(Target):
         self.max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)
         self.hidden = hidden or HiddenRequest()
         self.static: bool = self.execution.static
-        self.buckets = tuple(sorted(buckets))
-        # static: room after max_len for a tree padded to its bucket
-        self.cache = PositionCache(self.num_layers, max_len + max(self.buckets) * self.static, self.static)
-        self._run = compile_forward(model) if self.static else model
+        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets)
+        self.buckets, self.cache = self.runner.buckets, self.runner.cache
         self.length = 0
 
     @property
@@ -122,83 +122,6 @@ class HFTarget(Target):
 
     def reset(self) -> None:
         self.length = 0
-
-    def _forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor | None, logits_to_keep: int
-    ) -> TargetStep:
-        """Run ``n`` new tokens at cache slots ``length .. length + n``.
-
-        Args:
-            ids: ``[n]`` long. positions: ``[n]`` long. block_mask: ``[n, n]`` bool among the new tokens, or None
-                for a single token that sees the whole prefix.
-            logits_to_keep: 0 for all rows, else the last k rows.
-        """
-        n = ids.shape[0]
-        if self.length + n > self.max_len:
-            raise CacheFullError(
-                f"{self.length} cached + {n} new tokens exceed the cache of {self.max_len}; raise max_len"
-            )
-        run = self.model
-        mask = None  # causal over the cache: the model's own mask logic (no O(L^2) float mask)
-        if self.static:
-            ids, positions, mask = self._static_inputs(ids, positions, block_mask, compiled=logits_to_keep == 0)
-            run = self._run if logits_to_keep == 0 else self.model  # the prefill (last row only) runs eagerly
-        elif block_mask is not None:
-            allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=ids.device), block_mask], dim=1)
-            keys = torch.cat([torch.arange(self.length, device=ids.device), positions])
-            mask = self.layout.mask(allowed, keys, positions)
-        self.cache.set_write_pos(self.length)
-        want = self.hidden
-        inputs = dict(
-            input_ids=ids[None],
-            attention_mask=mask,
-            position_ids=positions[None],
-            **{self.layout.cache_kwarg: self.cache},
-            use_cache=True,
-            # static: the compiled graph always returns them, so a drafter's request never adds a graph
-            output_hidden_states=want.any or self.static,
-            logits_to_keep=logits_to_keep,
-        )
-        out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(self.length), inputs)
-        if fell_back:
-            self._run = self.model
-        hidden = TargetHidden()
-        rows = slice(0, n if logits_to_keep == 0 else None)  # drop a bucket's dummy rows
-        if want.any:
-            states = out.hidden_states
-            hidden = TargetHidden(
-                final=states[-1][0, rows] if want.final else None,
-                layers={i: states[i][0, rows] for i in want.layers},
-            )
-        logits = out.logits[0, rows].float()
-        if self.static and logits.device.type == "cuda":  # CUDA-graph outputs are overwritten by the next replay
-            logits = logits.clone()
-            hidden = hidden.select(torch.arange(n, device=logits.device)) if want.any else hidden
-        return TargetStep(logits, hidden)
-
-    def _static_inputs(
-        self, ids: torch.Tensor, positions: torch.Tensor, block_mask: torch.Tensor | None, compiled: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]:
-        """Fixed-shape inputs for the static cache: ``ids``/``positions`` padded to the bucket ``b`` (``n`` for the
-        eager prefill) and the mask ``[1, 1, b, capacity]`` over the whole cache.
-
-        Dummy rows (``n .. b``) see the prefix and themselves; no real row sees them, so they change no real logit
-        and their cache entries, written after the real ones, are overwritten before anyone attends to them.
-        """
-        n, device = ids.shape[0], ids.device
-        b = bucket(n, self.buckets) if compiled else n
-        if b > n:
-            ids = torch.cat([ids, ids.new_zeros(b - n)])
-            positions = torch.cat([positions, positions.new_full((b - n,), self.length)])
-        block = torch.eye(b, dtype=torch.bool, device=device)
-        block[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=device).tril() if block_mask is None else block_mask
-        capacity, start = self.cache.max_len, self.length
-        allowed = torch.zeros(b, capacity, dtype=torch.bool, device=device)
-        allowed[:, :start] = True
-        allowed[:, start : start + b] = block
-        keys = torch.arange(capacity, device=device)
-        keys[start : start + b] = positions
-        return ids, positions, self.layout.mask(allowed, keys, positions)
 
     @torch.no_grad()
     def warm_up(self) -> dict[int, float]:
@@ -236,23 +159,33 @@ class HFTarget(Target):
         self.length = 0
         n = input_ids.shape[0]
         positions = torch.arange(n, device=input_ids.device)
-        step = self._forward(input_ids, positions, None, logits_to_keep=1)
+        # the prefill runs eagerly on a static cache too (its length varies), as transformers recommends
+        logits, hidden = self.runner.forward(input_ids, positions, 0, keep=1, hidden=self.hidden, may_compile=False)
         self.length = n
-        return step
+        return TargetStep(logits, hidden)
 
     @torch.no_grad()
     def forward_tree(self, tree: DraftTree) -> TargetStep:
-        """One forward over root + tree; logits ``[N, V]`` and hidden states for all nodes."""
-        return self._forward(tree.tokens, tree.position_ids(self.length), tree.attn_mask, logits_to_keep=0)
+        """One forward over root + tree; logits ``[N, V]`` and hidden states for all nodes.
+
+        Node ``i`` sees the committed prefix and its own ancestors (``tree.attn_mask``), at position
+        ``length + depth[i]``.
+        """
+        n, device = tree.num_nodes, tree.device
+        positions = tree.position_ids(self.length)
+        allowed = torch.cat([torch.ones(n, self.length, dtype=torch.bool, device=device), tree.attn_mask], dim=1)
+        keys = torch.cat([torch.arange(self.length, device=device), positions])
+        logits, hidden = self.runner.forward(tree.tokens, positions, self.length, allowed, keys, hidden=self.hidden)
+        return TargetStep(logits, hidden)
 
     @torch.no_grad()
     def decode_one(self, token: torch.Tensor) -> TargetStep:
         """Run and commit one token (vanilla decoding); logits ``[1, V]``."""
         ids = token.reshape(1)
         positions = torch.full((1,), self.length, dtype=torch.long, device=ids.device)
-        step = self._forward(ids, positions, None, 0)
+        logits, hidden = self.runner.forward(ids, positions, self.length, hidden=self.hidden)
         self.length += 1
-        return step
+        return TargetStep(logits, hidden)
 
     def commit(self, accepted: torch.Tensor, count: int) -> None:
         """Keep nodes ``accepted[:count]`` (root first, so ``accepted[0] == 0``) after the committed prefix."""

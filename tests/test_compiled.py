@@ -93,7 +93,7 @@ def test_greedy_exact_and_no_recompiles(model) -> None:
             assert result.tokens == want
         assert VanillaGenerator(target).generate(p, GREEDY, stop).tokens == want
     assert compiled_graphs() == warm, "a decoding step recompiled"
-    assert target._run is not target.model, "the target fell back to eager"
+    assert target.runner.compiled, "the target fell back to eager"
     assert len({bucket(n, BUCKETS_HERE) for n in sizes}) >= 2  # the trees really spanned several buckets
     assert accepted > 0  # and commits moved accepted entries, not only bonus tokens
 
@@ -167,7 +167,7 @@ def test_a_small_lm_drafter_that_cannot_compile_falls_back_with_one_warning(mode
     with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
         assert loop.generate(prompt, GREEDY, stop).tokens == eager.tokens
     assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
-    assert drafter._run is drafter.model
+    assert not drafter.runner.compiled
 
 
 def test_host_sync_counter_sees_every_value_read() -> None:

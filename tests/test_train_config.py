@@ -47,7 +47,7 @@ def test_every_loss_option_belongs_to_some_recipe() -> None:
 
 def test_eagle3_defaults_to_the_measured_three_training_time_test_steps() -> None:
     assert TrainConfig(recipe="eagle3", out="x").ttt.steps == 3 == default_of("steps")
-    assert "docs/results.md" in TTTConfig.__doc__ and "3.8 vs 8.3 min" in TTTConfig.__doc__
+    assert "docs/results/2026-11-25-cpu-recipes" in TTTConfig.__doc__ and "3.8 vs 8.3 min" in TTTConfig.__doc__
     hass = TrainConfig(recipe="hass", out="x").loss  # EAGLE-1/HASS keep the reference's weights (ties measured)
     assert (hass.noise, hass.ce_weight, hass.topk, hass.topk_weight, hass.passes, hass.pass_decay) == (
         0.1, 0.1, 10, 1.0, 3, 1.0,

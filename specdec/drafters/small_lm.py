@@ -1,7 +1,7 @@
 """A small causal LM as the drafter (classic two-model speculative decoding, as a tree drafter).
 
-Any Hugging Face causal LM that shares the target's tokenizer works. The drafter keeps its own preallocated
-:class:`~specdec.kvcache.PositionCache` and runs in two kinds of forward:
+Any Hugging Face causal LM that shares the target's tokenizer works. The drafter runs it through its own
+:class:`~specdec.runner.ModelRunner` (the target's runner, with a cache of its own) in two kinds of forward:
 
 * **Catch-up** (first ``expand`` of a tree, ``frontier == [0]``): the pending tokens (the prompt, or the tokens
   committed since the last tree) and the root, causally, in one forward. The pending tokens become committed
@@ -15,14 +15,9 @@ Tree slots are scratch: the next tree overwrites them. The tokens a cycle commit
 they are recomputed by the next catch-up forward, which starts exactly where the root's scratch entry was, so
 nothing is counted twice. Recomputing costs ``accepted + 1`` extra tokens in a forward that runs anyway.
 
-Static steps (``static_shapes=True``, for ``torch.compile(fullgraph=True)`` and CUDA graphs; see
-:mod:`specdec.backends.compiled`): the cache holds transformers' ``StaticLayer`` s (write position on the device,
-attention over the whole capacity), every forward's ``n`` rows are padded to ``bucket(n)`` and its mask spans the whole
-capacity, so the model's forward compiles once per bucket. Padding rows are written after the real ones and see
-only themselves; no real row ever sees their slots, and later forwards overwrite them before a real row can. A
-generation's first catch-up (the prompt, which allocates the static cache) and any catch-up longer than the largest
-bucket run the same static forward eagerly, like the target's prefill. Slots, positions and masks are built from
-host ints the drafter already holds (no device read).
+Static steps (``static_shapes=True``, for ``torch.compile(fullgraph=True)`` and CUDA graphs): the runner's
+(:class:`~specdec.runner.ModelRunner`: bucketed rows, one padding convention, the first and overlong forwards eager).
+Slots, positions and masks are built from host ints the drafter already holds (no device read).
 """
 
 from __future__ import annotations
@@ -36,9 +31,9 @@ from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout
 from specdec.backends import StaticShapes, prepare_model
-from specdec.backends.compiled import BUCKETS, bucket, compile_forward, run_compiled
+from specdec.backends.compiled import BUCKETS
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
-from specdec.kvcache import CacheFullError, PositionCache
+from specdec.runner import ModelRunner
 from specdec.tree import PartialTree
 
 if TYPE_CHECKING:
@@ -90,14 +85,12 @@ class SmallLMDrafter(Drafter):
         model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place)
         self.model = model
         self.static = self.execution.static
-        self.buckets = tuple(buckets)
-        self._run = compile_forward(model) if self.static else model
         self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
         self.num_layers = model.config.get_text_config().num_hidden_layers
-        # static: room after max_len for the padding rows of a forward padded to its bucket
-        self.cache = PositionCache(self.num_layers, max_len + max(self.buckets) * self.static, self.static)
+        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets)
+        self.buckets, self.cache = self.runner.buckets, self.runner.cache
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.reset()
@@ -170,57 +163,13 @@ class SmallLMDrafter(Drafter):
         self.pending = torch.cat([self.pending, tokens.reshape(-1).to(self.device, torch.long)])
         self._tree = None
 
-    @torch.no_grad()
     def _forward(
         self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, keep: int
     ) -> torch.Tensor:
         """Run ``tokens [n]`` (at sequence ``positions [n]``) written at slot ``allowed.shape[1] - n``; ``keys [kv]``
         are the sequence positions of the slots. Returns float32 logits of the last ``keep`` (0: all ``n``)."""
-        n, start = tokens.shape[0], allowed.shape[1] - tokens.shape[0]
-        run, keep_rows = self.model, keep
-        if self.static:
-            if start + n > self.max_len:
-                raise CacheFullError(f"cache of {self.max_len} positions cannot hold position {start + n - 1}")
-            # the first forward (the prompt's catch-up) runs eagerly: it allocates the static cache, whose tensors
-            # must be marked as fixed addresses outside any trace (CUDA graphs mutate them in place)
-            compiled = n <= max(self.buckets) and self.cache.layers[0].is_initialized
-            tokens, positions, allowed, keys = self._static_inputs(tokens, positions, allowed, keys, compiled)
-            run, keep_rows = (self._run, 0) if compiled else (self.model, keep)  # a compiled graph keeps every row
-        self.cache.set_write_pos(start)
-        inputs = dict(
-            input_ids=tokens[None],
-            attention_mask=self.layout.mask(allowed, keys, positions),
-            position_ids=positions[None],
-            **{self.layout.cache_kwarg: self.cache},
-            use_cache=True,
-            logits_to_keep=keep_rows,
-        )
-        out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(start), inputs)
-        if fell_back:
-            self._run = self.model
-        logits = out.logits[0, :n]  # drops a bucket's padding rows (a kept tail of `keep` rows is shorter than n)
-        if keep:
-            logits = logits[-keep:]
-        return logits.float().clone() if self.static and logits.device.type == "cuda" else logits.float()
-
-    def _static_inputs(
-        self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, compiled: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Fixed-shape inputs: ``n`` rows padded to ``b = bucket(n)`` (``n`` when not ``compiled``), ``allowed
-        [b, capacity]`` and ``keys [capacity]`` over the whole cache; padding rows sit after the real ones at the
-        last real position and see only their own slot."""
-        n, start, device = tokens.shape[0], allowed.shape[1] - tokens.shape[0], tokens.device
-        b = bucket(n, self.buckets) if compiled else n
-        capacity = self.cache.max_len
-        full = torch.zeros(b, capacity, dtype=torch.bool, device=device)
-        full[:n, : start + n] = allowed
-        full[n:, start + n : start + b] = torch.eye(b - n, dtype=torch.bool, device=device)
-        pad_positions = positions[-1:].expand(b - n)
-        positions = torch.cat([positions, pad_positions])
-        all_keys = torch.arange(capacity, device=device)
-        all_keys[: start + n] = keys
-        all_keys[start + n : start + b] = pad_positions
-        return torch.cat([tokens, tokens.new_zeros(b - n)]), positions, full, all_keys
+        start = allowed.shape[1] - tokens.shape[0]
+        return self.runner.forward(tokens, positions, start, allowed, keys, keep)[0]
 
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """Draft logits for the children of ``frontier [F]``; returns ``[F, V]`` float32.

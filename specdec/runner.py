@@ -1,0 +1,162 @@
+"""One model runner: how every Hugging Face model specdec decodes with (the target, a small-LM drafter) meets its cache.
+
+A :class:`ModelRunner` owns a :class:`~specdec.kvcache.PositionCache` and one forward: ``n`` new tokens written at
+cache slots ``start .. start + n``, at sequence positions ``positions``, each seeing the slots ``allowed`` marks. With
+``allowed=None`` every new token sees all ``start`` slots before it and the new tokens before it (causal), through
+the model's own causal mask logic (no ``O(L^2)`` float mask for a prompt); otherwise the mask is built by the model's
+:class:`~specdec.attention.AttentionLayout` (full, sliding-window or hybrid layers) from ``allowed`` and the
+sequence position (``keys``) of every slot.
+
+Static shapes (:mod:`specdec.backends.compiled`): the cache holds transformers' ``StaticLayer`` s, every forward's
+mask spans the whole capacity, and ``n`` rows are padded to ``bucket(n)`` rows, so the model's forward compiles once
+per bucket. One padding convention for every model: padding rows sit after the real ones, at the last real position,
+and see only their own slot. No real row sees them, and their slots, after the real ones, are overwritten by later
+forwards before any real row can see them. A forward longer than the largest bucket, the first one (it allocates the
+static cache, whose tensors must get fixed addresses outside any trace) and one the caller marks
+(``may_compile=False``, the target's prefill) run the same static forward eagerly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec.attention import AttentionLayout
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward, run_compiled
+from specdec.interfaces import HiddenRequest, TargetHidden
+from specdec.kvcache import CacheFullError, PositionCache
+
+__all__ = ["ModelRunner"]
+
+
+class ModelRunner:
+    """Runs a Hugging Face causal LM on a preallocated, position-indexed cache, eagerly or at static shapes.
+
+    Args:
+        model: the (already prepared, :mod:`specdec.backends`) model; its forward takes a 4-D mask, ``position_ids``
+            and the cache keyword its layout names.
+        layout: the model's attention layout (builds masks, names the cache keyword).
+        capacity: positions real tokens may occupy.
+        static: fixed-shape forwards compiled once per bucket (the module docstring).
+        buckets: forward sizes of static shapes.
+
+    Attributes:
+        cache: the :class:`~specdec.kvcache.PositionCache` (static: ``max(buckets)`` slots of room for padding rows).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: AttentionLayout,
+        capacity: int,
+        static: bool = False,
+        buckets: tuple[int, ...] = BUCKETS,
+    ) -> None:
+        self.model, self.layout, self.capacity, self.static = model, layout, capacity, static
+        self.buckets = tuple(sorted(buckets))
+        layers = int(model.config.get_text_config().num_hidden_layers)
+        self.cache = PositionCache(layers, capacity + max(self.buckets) * static, static)
+        self._run = compile_forward(model) if static else model
+
+    @property
+    def compiled(self) -> bool:
+        """Static forwards run compiled (False on eager shapes, or after torch.compile could not serve the model)."""
+        return self._run is not self.model
+
+    @torch.no_grad()
+    def forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        start: int,
+        allowed: torch.Tensor | None = None,
+        keys: torch.Tensor | None = None,
+        keep: int = 0,
+        hidden: HiddenRequest | None = None,
+        may_compile: bool = True,
+    ) -> tuple[torch.Tensor, TargetHidden]:
+        """Run ``n`` new tokens at cache slots ``start .. start + n``.
+
+        Args:
+            ids: ``[n]`` long token ids. positions: ``[n]`` long sequence positions (RoPE).
+            start: the cache slot of the first new token.
+            allowed: ``[n, start + n]`` bool, which slots each new token sees (its own among them), or None: all
+                earlier slots and causal among the new tokens.
+            keys: ``[start + n]`` long, the sequence position of every slot (with ``allowed``; sliding windows).
+            keep: 0 for the logits of every row, else of the last ``keep`` rows.
+            hidden: hidden states to return for all ``n`` rows (None: none).
+            may_compile: with static shapes, run compiled where the module docstring allows (False: eagerly).
+
+        Returns:
+            ``(logits [n or keep, V] float32, hidden states at the n rows)``.
+
+        Raises:
+            CacheFullError: the new tokens do not fit the capacity.
+        """
+        n, hidden = ids.shape[0], hidden or HiddenRequest()
+        if start + n > self.capacity:
+            raise CacheFullError(f"{start} cached + {n} new tokens exceed the cache of {self.capacity}; raise max_len")
+        if (allowed is None) != (keys is None):
+            raise ValueError("allowed and keys go together (both, or neither for a causal forward)")
+        run, rows = self.model, keep
+        mask = None  # causal over the cache: the model's own mask logic
+        if self.static:
+            compiled = may_compile and n <= max(self.buckets) and bool(self.cache.layers[0].is_initialized)
+            ids, positions, mask = self._static_inputs(ids, positions, start, allowed, keys, compiled)
+            if compiled:
+                run, rows = self._run, 0  # a compiled graph keeps every row
+        elif allowed is not None:
+            mask = self.layout.mask(allowed, keys, positions)
+        self.cache.set_write_pos(start)
+        inputs = dict(
+            input_ids=ids[None],
+            attention_mask=mask,
+            position_ids=positions[None],
+            **{self.layout.cache_kwarg: self.cache},
+            use_cache=True,
+            # static: the compiled graph always returns them, so a drafter's request never adds a graph
+            output_hidden_states=hidden.any or self.static,
+            logits_to_keep=rows,
+        )
+        out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(start), inputs)
+        if fell_back:
+            self._run = self.model
+        logits = out.logits[0, :n]  # drops a bucket's padding rows (a kept tail of `keep` rows is shorter than n)
+        if keep:
+            logits = logits[-keep:]
+        states = TargetHidden()
+        if hidden.any:
+            h = out.hidden_states
+            states = TargetHidden(h[-1][0, :n] if hidden.final else None, {i: h[i][0, :n] for i in hidden.layers})
+        if self.static and logits.device.type == "cuda":  # CUDA-graph outputs are overwritten by the next replay
+            logits = logits.clone()
+            states = states.select(torch.arange(n, device=logits.device)) if hidden.any else states
+        return logits.float(), states
+
+    def _static_inputs(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        start: int,
+        allowed: torch.Tensor | None,
+        keys: torch.Tensor | None,
+        compiled: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | dict[str, torch.Tensor]]:
+        """Fixed-shape inputs: ``n`` rows padded to ``b = bucket(n)`` (``n`` when not ``compiled``) and the mask
+        ``[1, 1, b, capacity]`` over the whole cache, padding rows as the module docstring says."""
+        n, device = ids.shape[0], ids.device
+        if allowed is None:
+            causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+            allowed = torch.cat([torch.ones(n, start, dtype=torch.bool, device=device), causal], dim=1)
+            keys = torch.cat([torch.arange(start, device=device), positions])
+        b = bucket(n, self.buckets) if compiled else n
+        capacity = self.cache.max_len
+        full = torch.zeros(b, capacity, dtype=torch.bool, device=device)
+        full[:n, : start + n] = allowed
+        full[n:, start + n : start + b] = torch.eye(b - n, dtype=torch.bool, device=device)
+        pad = positions[-1:].expand(b - n)
+        positions = torch.cat([positions, pad])
+        all_keys = torch.arange(capacity, device=device)
+        all_keys[: start + n] = keys
+        all_keys[start + n : start + b] = pad
+        return torch.cat([ids, ids.new_zeros(b - n)]), positions, self.layout.mask(full, all_keys, positions)
