@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
-from specdec.train.regenerate import load_regenerated
+from specdec.train.shards import load_regenerated
 
 SIZES = (4096, 8192, 16384, 32768)
 

@@ -10,7 +10,8 @@ import torch
 from specdec.models import tiny_llama
 from specdec.train.captured import CapturedFeatures, CaptureSettings
 from specdec.train.features import FeatureSpec, extract_features
-from specdec.train.regenerate import Prompt, RegenerateConfig, load_regenerated, regenerate
+from specdec.train.regenerate import Prompt, RegenerateConfig, regenerate
+from specdec.train.shards import load_regenerated
 
 VOCAB, EOS, PAD = 64, 1, 0
 SPEC = FeatureSpec(final=True, layers=(0, 2, 3))

@@ -14,16 +14,8 @@ from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.train.continuous import ends_in_loop
-from specdec.train.regenerate import (
-    Prompt,
-    RegenerateConfig,
-    ShardError,
-    first_turn_prompts,
-    load_regenerated,
-    read_manifest,
-    read_shard,
-    regenerate,
-)
+from specdec.train.regenerate import Prompt, RegenerateConfig, first_turn_prompts, regenerate
+from specdec.train.shards import ShardError, load_regenerated, read_manifest, read_shard
 
 VOCAB, EOS, PAD = 64, 1, 0
 

@@ -212,7 +212,8 @@ def test_ship_head_writes_card_from_the_run(target, tmp_path) -> None:
 
 def test_trains_on_regenerated_data(target, tmp_path) -> None:
     """``data_dir``: the trainer reads `specdec data regenerate` shards (loss on the responses only)."""
-    from specdec.train.regenerate import Prompt, RegenerateConfig, load_regenerated, regenerate
+    from specdec.train.regenerate import Prompt, RegenerateConfig, regenerate
+    from specdec.train.shards import load_regenerated
 
     class Tok:
         eos_token_id, pad_token_id = 1, 0

@@ -14,6 +14,8 @@ Positions: the pair (feature of token ``t``, token ``t+1``) sits at RoPE positio
 convention: pair index = position). A draft-tree node at depth ``k`` under a root pair at position ``r`` sits at
 ``r + k``. Training uses ``arange`` positions over pairs, so both agree; EAGLE-3 training-time-test step ``k``
 uses ``t + k``.
+
+One role, read top to bottom (the building blocks, then the two heads), which is why the file runs past ~450 lines.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from specdec.train.captured import CapturedFeatures
 from specdec.train.config import TrainConfig
 from specdec.train.data import TokenDataset, load_sharegpt
 from specdec.train.features import FeatureSpec, FeatureStore, eagle3_layers, extract_features
-from specdec.train.regenerate import load_regenerated
+from specdec.train.shards import load_regenerated
 
 __all__ = ["Rows", "cache_features", "feature_spec", "load_data", "load_target", "open_stores"]
 

@@ -14,12 +14,12 @@ import sys
 import time
 
 import torch
+from specdec.fastpath import apply_backend
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from specdec.fastpath import apply_backend
 from specdec.models import load_smollm2
 from specdec.train.continuous import Job, ends_in_loop, generate_continuous
-from specdec.train.regenerate import read_shard
+from specdec.train.shards import read_shard
 
 FOLDER = "data/self-distilled/smollm2-135m-instruct"
 BATCH, NEW, WINDOW = 32, 512, 64

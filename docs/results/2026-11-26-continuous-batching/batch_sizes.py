@@ -10,11 +10,11 @@ import sys
 import time
 
 import torch
-
 from specdec.fastpath import apply_backend
+
 from specdec.models import load_smollm2
 from specdec.train.continuous import Job, generate_continuous
-from specdec.train.regenerate import read_shard
+from specdec.train.shards import read_shard
 
 FOLDER = "data/self-distilled/smollm2-135m-instruct"
 

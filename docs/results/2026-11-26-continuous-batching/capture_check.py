@@ -7,12 +7,12 @@ same for fp32 features stored in bf16, the floor any cache has.
 from __future__ import annotations
 
 import torch
-
 from specdec.fastpath import apply_backend
+
 from specdec.models import load_smollm2
 from specdec.train.continuous import Job, generate_continuous
 from specdec.train.features import FeatureSpec, eagle3_layers, target_hidden
-from specdec.train.regenerate import read_shard
+from specdec.train.shards import read_shard
 
 
 @torch.no_grad()

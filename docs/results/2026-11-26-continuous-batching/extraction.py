@@ -12,7 +12,7 @@ import torch
 
 from specdec.models import load_smollm2
 from specdec.train.features import FeatureSpec, eagle3_layers, target_hidden
-from specdec.train.regenerate import load_regenerated
+from specdec.train.shards import load_regenerated
 
 SPEC = FeatureSpec(final=True, layers=eagle3_layers(30))
 
