@@ -1,4 +1,5 @@
-"""One model runner: how every Hugging Face model specdec decodes with (the target, a small-LM drafter) meets its cache.
+"""One model runner: how every Hugging Face model specdec runs (the target, a small-LM drafter, the continuous batcher
+of :mod:`specdec.train.continuous`) meets its cache.
 
 A :class:`ModelRunner` owns a :class:`~specdec.kvcache.PositionCache` and one forward: ``n`` new tokens written at
 cache slots ``start .. start + n``, at sequence positions ``positions``, each seeing the slots ``allowed`` marks. With
@@ -160,3 +161,43 @@ class ModelRunner:
         all_keys[: start + n] = keys
         all_keys[start + n : start + b] = pad
         return torch.cat([ids, ids.new_zeros(b - n)]), positions, self.layout.mask(full, all_keys, positions)
+
+    @torch.no_grad()
+    def forward_rows(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        start: int,
+        visible: torch.Tensor,
+        keep: int = 1,
+        hidden: bool = False,
+        cache: PositionCache | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """A batch of ``B`` independent rows (continuous batching, :mod:`specdec.train.continuous`), eager shapes.
+
+        Each row has its own positions and sees the slots ``visible`` marks; among the ``n`` new tokens the model's
+        own mask logic adds causality (a 2-D padding mask, so full attention only: a row's slots may have gaps).
+
+        Args:
+            ids, positions: ``[B, n]`` long. start: the slot of the first new token, shared by the rows.
+            visible: ``[B, start + n]`` bool, the slots each row attends to (its new tokens' own slots included).
+            keep: logits of the last ``keep`` positions. hidden: also return every layer's hidden states.
+            cache: the cache to write (default: :attr:`cache`; a prefill may fill a cache of its own first).
+
+        Returns:
+            ``(logits [B, keep, V] float32, hidden_states or None)``.
+        """
+        if self.static:
+            raise ValueError("batched rows run on eager shapes only")
+        cache = self.cache if cache is None else cache
+        cache.set_write_pos(start)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=visible.long(),
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=keep,
+            output_hidden_states=hidden,
+            **{self.layout.cache_kwarg: cache},
+        )
+        return out.logits.float(), out.hidden_states if hidden else None

@@ -6,7 +6,9 @@ repetition loop or at the budget: on SmolLM2's ShareGPT answers only 52 % of the
 produced a kept token). Here a row that finishes is refilled with the next prompt before the next step, so every
 step works on ``B`` live responses until the prompts run out.
 
-Layout. One :class:`~specdec.kvcache.PositionCache` ``[B, H_kv, C, D]`` per layer and a shared write slot ``P``
+Layout. The model runs through a :class:`~specdec.runner.ModelRunner` (the target's and the drafters' runner; its
+batched-rows forward). One :class:`~specdec.kvcache.PositionCache` ``[B, H_kv, C, D]`` per layer and a shared write
+slot ``P``
 (the clock). Row ``r``'s sequence occupies the slots marked in ``valid[r]`` (``[B, C]`` bool); the slots need not
 be contiguous. A step writes every row's pending token at slot ``P`` with ``position_ids = pos[r]`` (the row's own
 sequence length, so RoPE sees each sequence as if alone) and attends with the 2-D padding mask ``valid[:, :P+1]``.
@@ -47,6 +49,7 @@ import torch
 
 from specdec.attention import AttentionLayout
 from specdec.kvcache import CacheFullError, PositionCache
+from specdec.runner import ModelRunner
 from specdec.sampling import SamplingParams, check_finite, greedy_tokens, sample, warp
 from specdec.train.features import FeatureSpec, select_hidden
 
@@ -155,25 +158,17 @@ class _Batch:
             )
         self.num_layers = int(model.config.get_text_config().num_hidden_layers)
         self.capacity = capacity
-        self.cache = PositionCache(self.num_layers, capacity)
+        self.runner = ModelRunner(model, self.layout, capacity)
+        self.cache = self.runner.cache
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool)  # [B, C] slots each row attends to
         self.clock = 0  # P: the slot the next step writes
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: PositionCache, at: int):
         """``(logits [n, V] of the last position, hidden_states or None)``."""
-        cache.set_write_pos(at)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask.long(),
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            output_hidden_states=self.capture,
-            **{self.layout.cache_kwarg: cache},
-        )
-        logits = out.logits[:, -1].float()  # [n, V]
+        logits, hidden = self.runner.forward_rows(ids, positions, at, mask, keep=1, hidden=self.capture, cache=cache)
+        logits = logits[:, -1]  # [n, V]
         check_finite(logits)
-        return logits, out.hidden_states if self.capture else None
+        return logits, hidden
 
     def admit(self, rows: list[int], prompts: list[list[int]]):
         """Prefill ``prompts`` into ``rows``; returns their last logits ``[n, V]`` and the prefill's hidden states

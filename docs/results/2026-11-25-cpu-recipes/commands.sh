@@ -1,7 +1,7 @@
 # Recipe comparisons (issue 11), 2026-11-25, AMD EPYC family 26 (Zen 5), 2 cores, one run at a time.
 # Every run: a fresh head, one epoch, lr 3e-4, seed 0, held-out tau on 32 held-out ShareGPT prompts (48 new tokens,
 # dynamic tree of 32 nodes), chain acceptance on 50 held-out sequences.
-SD="--data data/self-distilled/smollm2-135m-instruct --skip-sequences 1984 --max-conversations 100000 --max-len 1024 --features-dir /work/runs/sd2-features"
+SD="--data data/self-distilled/smollm2-135m-instruct --skip-sequences 1984 --max-conversations 100000 --max-len 1024 --features-dir runs/sd2-features"
 COMMON="--lr 3e-4 --epochs 1 --save-every 128 --no-progress --set eval_tau_prompts=32"
 specdec train eagle3 $SD $COMMON --draft-vocab-size 16384 --set train_sequences=384 --set 'eval_steps=[128,256]' --out e3-base
 specdec train eagle3 $SD $COMMON --draft-vocab-size 16384 --set train_sequences=384 --set steps=3 --out e3-ttt3

@@ -1,4 +1,4 @@
-"""Ship the second-pass EAGLE-3 head (run from the repository root; the run folder is /work/runs/s6/e3-ep2-sd0)."""
+"""Ship the second-pass EAGLE-3 head (run from the repository root; the run folder is runs/s6/e3-ep2-sd0)."""
 
 import torch
 
@@ -7,7 +7,7 @@ from specdec.train.card import ship_head
 HW = "AMD EPYC family 26 (Zen 5, 2 logical cores, AVX-512, shared VM), CPU only, 2 torch threads"
 notes = (
     "A second pass over all 3,712 self-distilled responses with the recipe the comparisons chose (TTT 3, "
-    "`--set steps=3`), at lr 1e-4, keeping the 16,384-token draft vocabulary. Part 1 (`/work/runs/s6/e3-ep2-sd2`) "
+    "`--set steps=3`), at lr 1e-4, keeping the 16,384-token draft vocabulary. Part 1 (`runs/s6/e3-ep2-sd2`) "
     "continued the head shipped earlier on 2026-11-25 over sequences 1,984-3,711 "
     "(feature cache of the earlier run); "
     "part 2 (this run) continued part 1 over sequences 0-1,983 (`--max-conversations 1984`, a new feature cache, "
@@ -17,7 +17,7 @@ notes = (
     "on 32-node trees."
 )
 d = ship_head(
-    "/work/runs/s6/e3-ep2-sd0",
+    "runs/s6/e3-ep2-sd0",
     "specdec/heads/smollm2-135m-instruct/eagle3",
     hardware=HW,
     title="EAGLE-3 head for SmolLM2-135M-Instruct",

@@ -14,8 +14,8 @@ COMMON = (
     "equal data and schedule. The draft shortlist (`draft_vocab.safetensors`, 16,384 ids) is the one shipped before."
 )
 RUNS = {
-    "eagle1": ("/work/runs/s6/e1-ep2-sd2", "EAGLE-1 head for SmolLM2-135M-Instruct"),
-    "hass": ("/work/runs/s7/hass-ep2-sd2", "EAGLE-1 head trained with HASS for SmolLM2-135M-Instruct"),
+    "eagle1": ("runs/s6/e1-ep2-sd2", "EAGLE-1 head for SmolLM2-135M-Instruct"),
+    "hass": ("runs/s7/hass-ep2-sd2", "EAGLE-1 head trained with HASS for SmolLM2-135M-Instruct"),
 }
 for kind, (run, title) in RUNS.items():
     dest = f"specdec/heads/smollm2-135m-instruct/{kind}"

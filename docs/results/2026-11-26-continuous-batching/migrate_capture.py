@@ -4,7 +4,7 @@ That commit's `capture.json` lacked `target_dtype` and its shard files carried n
 checks that the folder's settings are those of SmolLM2 in fp32 with EAGLE-3's spec in bf16, rewrites `capture.json`,
 and rewrites every shard file with the settings in its metadata (the tensors are unchanged; their widths are checked).
 
-Usage: ``python migrate_capture.py /work/runs/sd-captured``
+Usage: ``python migrate_capture.py runs/sd-captured``
 """
 
 from __future__ import annotations

@@ -6,23 +6,23 @@
 # Training step speed, fp32 vs bf16 autocast, 30 steps each on sequences 3712-3751 (same data, same init):
 for mp in no bf16; do
   specdec train eagle3 --data data/self-distilled/smollm2-135m-instruct --skip-sequences 3712 --max-conversations 40 \
-    --max-len 1024 --features-dir /work/runs/tfeat --init-head specdec/heads/smollm2-135m-instruct/eagle3 --lr 1e-4 \
+    --max-len 1024 --features-dir runs/tfeat --init-head specdec/heads/smollm2-135m-instruct/eagle3 --lr 1e-4 \
     --max-steps 30 --no-progress --set steps=3 --set eval_tau_prompts=0 --mixed-precision $mp --max-heldout 2 \
-    --out /work/runs/t-$mp
+    --out runs/t-$mp
 done
 
 # The continuation (features extracted into the cache first, then one epoch):
 OMP_NUM_THREADS=2 specdec train eagle3 --data data/self-distilled/smollm2-135m-instruct --skip-sequences 3712 \
-  --max-conversations 2880 --max-len 1024 --features-dir /work/runs/sd3h-features \
+  --max-conversations 2880 --max-len 1024 --features-dir runs/sd3h-features \
   --init-head specdec/heads/smollm2-135m-instruct/eagle3 --lr 1e-4 --epochs 1 --save-every 256 --no-progress \
-  --set steps=3 --set eval_tau_prompts=32 --out /work/runs/e3c/run
+  --set steps=3 --set eval_tau_prompts=32 --out runs/e3c/run
 
 # Paired held-out tau, previous shipped head vs the continued one (-> heldout_tau.json):
-PYTHONPATH=scripts python scripts/heldout_tau.py specdec/heads/smollm2-135m-instruct/eagle3 /work/runs/e3c/run/head \
+PYTHONPATH=scripts python scripts/heldout_tau.py specdec/heads/smollm2-135m-instruct/eagle3 runs/e3c/run/head \
   --prompts 50 --new-tokens 128 --total-tokens 16 --threads 2 --out docs/results/2026-11-26-eagle3-continued/heldout_tau.json
 
-# Ship (bf16, card from the run; /work/runs/ship/eagle3 -> /work/runs/e3c/run):
-python scripts/ship_heads.py --runs /work/runs/ship --only eagle3 \
+# Ship (bf16, card from the run; runs/ship/eagle3 -> runs/e3c/run):
+python scripts/ship_heads.py --runs runs/ship --only eagle3 \
   --hardware "Intel Xeon (family 6 model 207, 2 logical cores, AVX-512 and AMX, shared VM), CPU only, 2 torch threads" \
   --note "eagle3=Continued from the previous shipped head over self-distilled sequences 3712-6591 (762,105 response \
 tokens, 2,880 steps at lr 1e-4, 27 min of training after 20 min of feature extraction). Paired held-out tau (50 \

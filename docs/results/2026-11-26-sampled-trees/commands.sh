@@ -18,12 +18,12 @@ specdec bench --methods vanilla hf-generate eagle3 --dynamic-rows --dataset mtbe
 # HASS part 2 (the EAGLE-1 part 2 of 2026-11-25 at equal data: sequences 0-1,983, lr 1e-4, one epoch, no top-K),
 # continued from the part-1 HASS head (its training.json written first, so the card keeps the lineage):
 specdec train hass --data data/self-distilled/smollm2-135m-instruct --max-conversations 1984 --max-len 1024 \
-  --features-dir /work/runs/sd0-features --init-head /work/runs/s7/hass-ep2-sd2/head --lr 1e-4 --epochs 1 \
+  --features-dir runs/sd0-features --init-head runs/s7/hass-ep2-sd2/head --lr 1e-4 --epochs 1 \
   --save-every 256 --no-progress --set eval_tau_prompts=32 --set topk_weight=0 --set 'eval_steps=[992]' \
-  --out /work/runs/s8/hass-ep2-sd0      # -> hass_part2_curve.jsonl, hass_part2_eval.json
+  --out runs/s8/hass-ep2-sd0      # -> hass_part2_curve.jsonl, hass_part2_eval.json
 # Paired held-out tau of the new HASS head (50 prompts x 128 tokens, 16 nodes, bf16); paired with the counts of
 # EAGLE-1 part 2 and HASS part 1 in ../2026-11-25-cpu-verify/heldout_tau.json (same prompts, deterministic):
-python scripts/heldout_tau.py /work/runs/s8/hass-ep2-sd0/head --prompts 50 --new-tokens 128 --total-tokens 16 \
+python scripts/heldout_tau.py runs/s8/hass-ep2-sd0/head --prompts 50 --new-tokens 128 --total-tokens 16 \
   --threads 2 --out heldout_tau_hass_part2.json
 # Ship both part-2 heads (bf16, shortlist kept):
 python docs/results/2026-11-26-sampled-trees/ship_part2.py

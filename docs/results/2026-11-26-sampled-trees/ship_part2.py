@@ -17,8 +17,8 @@ COMMON = (
     "(`draft_vocab.safetensors`, 16,384 ids) is the one shipped before."
 )
 RUNS = {
-    "eagle1": ("/work/runs/s7/e1-ep2-sd0", "EAGLE-1 head for SmolLM2-135M-Instruct"),
-    "hass": ("/work/runs/s8/hass-ep2-sd0", "EAGLE-1 head trained with HASS for SmolLM2-135M-Instruct"),
+    "eagle1": ("runs/s7/e1-ep2-sd0", "EAGLE-1 head for SmolLM2-135M-Instruct"),
+    "hass": ("runs/s8/hass-ep2-sd0", "EAGLE-1 head trained with HASS for SmolLM2-135M-Instruct"),
 }
 SOURCE = "training steps (log.jsonl, pauses of 20 s or more left out)"
 
