@@ -157,19 +157,22 @@ def rss_probe(backend: str, context: int) -> None:
     the process's own memory (the packed weights live there).
     """
     model, _ = load_smollm2()
-    target = HFTarget(model, max_len=context + 16, weights=backend, in_place=True)  # measure the transformed model
+    # "auto" transforms the loaded model in place (what the command line does); "auto-copy" is the library's default,
+    # a transformed copy that shares the caller's tensors while the caller keeps its model
+    weights, copy_mode = backend.removesuffix("-copy"), backend.endswith("-copy")
+    target = HFTarget(model, max_len=context + 16, weights=weights, in_place=not copy_mode)
     with torch.no_grad():
         target.prefill(torch.arange(context) % target.vocab_size)
         for _ in range(8):
             target.decode_one(torch.tensor(5))
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     mb = {k: int(status[k].split()[0]) / 1024 for k in ("VmRSS", "RssAnon", "RssFile")}
-    print(json.dumps({"backend": target.execution.label, **mb}))
+    print(json.dumps({"backend": target.execution.label + ("-copy" if copy_mode else ""), **mb}))
 
 
 def rss(context: int) -> dict:
     out = {}
-    for backend in ("stock", "auto"):
+    for backend in ("stock", "auto", "auto-copy"):
         proc = subprocess.run(
             [sys.executable, __file__, "--rss-probe", backend, "--context", str(context)],
             capture_output=True,
@@ -233,10 +236,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print("5) resident memory, MB (separate processes, prefill + 8 steps; RssFile: pages of the mapped weights file)")
     mem = rss(args.context)
-    for kind in ("VmRSS", "RssAnon", "RssFile"):
-        fast = next(v for k, v in mem.items() if k != "stock")
-        ratio = fast[kind] / max(mem["stock"][kind], 1e-9)
-        print(f"   {kind:8s} stock {mem['stock'][kind]:6.0f}, fast {fast[kind]:6.0f}, ratio {ratio:.2f}")
+    for name, row in mem.items():
+        if name == "stock":
+            continue
+        cells = ", ".join(
+            f"{kind} {row[kind]:.0f} ({row[kind] / max(mem['stock'][kind], 1e-9):.2f}x stock)"
+            for kind in ("VmRSS", "RssAnon", "RssFile")
+        )
+        print(f"   {name:16s} {cells}")
+    print(
+        "   stock            "
+        + ", ".join(f"{kind} {mem['stock'][kind]:.0f}" for kind in ("VmRSS", "RssAnon", "RssFile"))
+    )
     report["rss_mb"] = mem
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
