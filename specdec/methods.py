@@ -102,16 +102,20 @@ def sampled_tree_of(method: str, sampling: SamplingParams, options: MethodOption
     """The :data:`SAMPLED_SHAPES` name ``method`` draws at ``sampling`` (None: its dynamic tree, or not a tree
     method): a method of :data:`SAMPLED_TREE_METHODS` at T > 0 with ``options.sampled_tree``, unless the options fix
     the dynamic tree's size (``total_tokens``)."""
+    return None if sampling.greedy else _sampled_shape(method, options)
+
+
+def _sampled_shape(method: str, options: MethodOptions) -> str | None:
+    """The :data:`SAMPLED_SHAPES` name ``method`` draws at T > 0 (None: its dynamic tree at every temperature)."""
     fixed = options.total_tokens is not None  # a dynamic tree of a size the caller chose
-    sampled = method in SAMPLED_TREE_METHODS and not fixed and not sampling.greedy
-    return options.sampled_tree if sampled else None
+    return options.sampled_tree if method in SAMPLED_TREE_METHODS and not fixed else None
 
 
 def _dynamic(target: HFTarget, o: MethodOptions, method: str) -> TreePolicy:
     """The tree policy of a dynamic-tree ``method``: the dynamic tree of ``o`` (adaptive or fixed) at T = 0, and at
     T > 0 the sampled static tree where :func:`sampled_tree_of` names one (:class:`~specdec.trees.ByTemperature`)."""
     greedy = _dynamic_tree(target, o)
-    shape = sampled_tree_of(method, SamplingParams(temperature=1.0), o)
+    shape = _sampled_shape(method, o)
     return greedy if shape is None else ByTemperature(greedy, StochasticTreePolicy(SAMPLED_SHAPES[shape]))
 
 

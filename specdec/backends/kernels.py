@@ -294,6 +294,14 @@ def own_memory(module: nn.Module) -> None:
                 setattr(sub, name, b.clone())
 
 
+def _own_tensors(module: nn.Module) -> list[torch.Tensor]:
+    """Every tensor ``module`` holds: parameters, buffers and plain tensor attributes (e.g. an attached embedding)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    for sub in module.modules():
+        tensors += [value for value in vars(sub).values() if isinstance(value, torch.Tensor)]
+    return tensors
+
+
 def shared_copy(module: nn.Module) -> nn.Module:
     """A copy of ``module`` that shares every tensor with it (parameters, buffers, plain tensor attributes): a new
     module tree and new Python attributes (a model's config too), the same weights.
@@ -301,13 +309,7 @@ def shared_copy(module: nn.Module) -> nn.Module:
     Swapping the copy's submodules, setting its attention implementation or its training flag leaves ``module`` as it
     was; writing into a shared tensor in place would not (nothing here does).
     """
-    memo: dict[int, object] = {}
-    for t in [*module.parameters(), *module.buffers()]:
-        memo[id(t)] = t
-    for sub in module.modules():  # plain tensor attributes (e.g. an attached target embedding) stay shared too
-        for value in vars(sub).values():
-            if isinstance(value, torch.Tensor):
-                memo[id(value)] = value
+    memo: dict[int, object] = {id(t): t for t in _own_tensors(module)}
     return copy.deepcopy(module, memo)
 
 
@@ -325,9 +327,7 @@ def packed_copy(
         transform: applied to the copy before packing (e.g. fusing projections for inference); weights it creates
             are packed and their plain copies released.
     """
-    shared = {id(t) for t in [*module.parameters(), *module.buffers()]}
-    for sub in module.modules():
-        shared.update(id(v) for v in vars(sub).values() if isinstance(v, torch.Tensor))
+    shared = {id(t) for t in _own_tensors(module)}  # the original's: kept by the copy; tensors made for it are released
     clone = shared_copy(module)
     if transform is not None:
         clone = transform(clone)

@@ -88,7 +88,6 @@ class SmallLMDrafter(Drafter):
         self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
-        self.num_layers = model.config.get_text_config().num_hidden_layers
         self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets)
         self.buckets, self.cache = self.runner.buckets, self.runner.cache
         param = next(model.parameters())
