@@ -2,9 +2,9 @@
 
     specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat] [--weights W]
                      [--sampled-tree SHAPE|off]  (text streams to stdout, the stats line to stderr)
-    specdec bench [--methods ...] [--dataset mtbench|humaneval|FILE] [--temperatures 0 1] [--max-new-tokens 128]
-                  [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh]
-                  [--sampled-tree SHAPE|off] [--dynamic-rows] [--deferred-rows]
+    specdec bench [--methods ...] [--dataset mtbench|humaneval|spec-bench|FILE] [--temperatures 0 1]
+                  [--max-new-tokens 128] [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M]
+                  [--threads N] [--fresh] [--sampled-tree SHAPE|off] [--dynamic-rows] [--deferred-rows]
     specdec train {eagle1,hass,eagle3} --out DIR ...
     specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7]
                             [--batch-size 32] [--loop-window 64] [--capture-features DIR]
@@ -124,12 +124,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown method {m!r}; choose from {', '.join(names)}")
     import json
 
-    from specdec.assets import load_prompts
+    from specdec.assets import load_prompts, select_prompts
 
     if args.dataset not in DATASETS and not Path(args.dataset).is_file():
         raise UsageError(f"unknown dataset {args.dataset!r}: use one of {', '.join(DATASETS)} or a jsonl file path")
     try:
-        if not load_prompts(args.dataset)[: args.limit]:
+        if not select_prompts(load_prompts(args.dataset), args.limit):
             raise UsageError(f"dataset {args.dataset!r} has no prompts (or --limit is 0)")
     except (ValueError, json.JSONDecodeError) as e:
         raise UsageError(f"cannot read dataset {args.dataset!r}: {e}") from None
@@ -302,10 +302,20 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
     b.add_argument("--methods", nargs="+", default=list(BENCH_METHODS), help="methods to run (vanilla always runs)")
-    b.add_argument("--dataset", default="mtbench", help="mtbench (default), humaneval or a jsonl file")
+    b.add_argument(
+        "--dataset",
+        default="mtbench",
+        help="mtbench (default), humaneval, spec-bench (480 questions in 6 task families, reported per family) or a "
+        "jsonl file",
+    )
     b.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 1.0])
     b.add_argument("--max-new-tokens", type=int, default=128)
-    b.add_argument("--limit", type=int, default=None, help="first N prompts only")
+    b.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="first N prompts only (spec-bench: first N of each family, interleaved across families)",
+    )
     b.add_argument("--out", default="bench", help="output folder (default: bench)")
     b.add_argument("--tree-sizes", nargs="+", type=int, default=None, help="fixed tree sizes to sweep")
     b.add_argument("--sweep-method", default=None, help="dynamic-tree method of the sweep (default: first one)")

@@ -10,21 +10,42 @@ Per row label and temperature, over the prompts it ran on:
   top-2 logit margin is below the runner's ``NEAR_TIE`` are counted as near-ties;
 * acceptance per depth ``n-alpha`` pooled over cycles, mean tree size, and the split of decode time.
 
+Where rows carry a task ``family`` (Spec-Bench), a per-family table in the leaderboard's layout follows: per row label
+and temperature, one column per family and ``overall``, each cell the same ``x vanilla`` ratio (and ``x hf-generate``)
+pooled over that family's prompts (``overall``: over every prompt, as in the main table), with τ.
+
 Plots: ``speedup.png`` (bars vs vanilla), ``acceptance_per_depth.png``, and from a tree-size sweep
-``tau_vs_tree_size.png`` and ``tokps_vs_tree_size.png`` (the adaptive row drawn at its mean tree size).
+``tau_vs_tree_size.png`` and ``tokps_vs_tree_size.png`` (the adaptive row drawn at its mean tree size); with families,
+``family_speedup_T{T}.png`` per temperature (bars vs vanilla per family).
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Summary", "aggregate", "load_rows", "markdown", "pooled_acceptance", "sweep_table", "write_report"]
+from specdec.assets import SPEC_BENCH_FAMILIES
+
+__all__ = [
+    "OVERALL",
+    "Summary",
+    "aggregate",
+    "family_summaries",
+    "load_rows",
+    "markdown",
+    "pooled_acceptance",
+    "sweep_table",
+    "write_report",
+]
 
 PHASES = ("draft", "target", "verify", "bookkeeping")
+#: The column of the per-family table pooled over every prompt.
+OVERALL = "overall"
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++")
 
 
 @dataclass
@@ -50,9 +71,8 @@ class Summary:
     prompt_ids: list[str] = field(default_factory=list, repr=False)
 
 
-def load_rows(out_dir: str | Path) -> list[dict]:
-    """Rows of ``out_dir/results.jsonl`` (lines cut short by an interrupt are ignored)."""
-    path = Path(out_dir) / "results.jsonl"
+def _read_jsonl(path: Path) -> list[dict]:
+    """The objects of a jsonl file (none if it is missing; lines cut short by an interrupt are ignored)."""
     rows = []
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -61,6 +81,11 @@ def load_rows(out_dir: str | Path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
     return rows
+
+
+def load_rows(out_dir: str | Path) -> list[dict]:
+    """Rows of ``out_dir/results.jsonl`` (lines cut short by an interrupt are ignored)."""
+    return _read_jsonl(Path(out_dir) / "results.jsonl")
 
 
 def _latest_ok(rows: Sequence[dict]) -> dict[tuple, dict]:
@@ -148,6 +173,33 @@ def aggregate(rows: Sequence[dict]) -> list[Summary]:
     return out
 
 
+def _families(rows: Sequence[dict]) -> list[str]:
+    """The families of ``rows``: Spec-Bench's in leaderboard order, then any others in order of appearance."""
+    seen = list(dict.fromkeys(r["family"] for r in rows if r.get("family")))
+    known = [f for f in SPEC_BENCH_FAMILIES if f in seen]
+    return known + [f for f in seen if f not in known]
+
+
+def family_summaries(rows: Sequence[dict]) -> dict[str, dict[tuple[str, float], Summary]]:
+    """Per task family, then :data:`OVERALL`: the summaries by (row label, temperature), each over that family's
+    prompts (``overall``: every prompt), pooled as :func:`aggregate` pools. Empty when no row carries a family."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    families = _families(ok)
+    if not families:
+        return {}
+    subsets = {f: [r for r in ok if r.get("family") == f] for f in families}
+    subsets[OVERALL] = ok
+    return {f: {(s.method, s.temperature): s for s in aggregate(subset)} for f, subset in subsets.items()}
+
+
+def _family_prompt_counts(rows: Sequence[dict]) -> dict[str, int]:
+    """Distinct prompts measured per family (any method, any temperature), and :data:`OVERALL`."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    counts = {f: len({r["prompt_id"] for r in ok if r.get("family") == f}) for f in _families(ok)}
+    counts[OVERALL] = len({r["prompt_id"] for r in ok})
+    return counts
+
+
 def sweep_table(summaries: Sequence[Summary]) -> dict[tuple[str, float], dict]:
     """Per (swept method, T): the fixed sizes' summaries by size and the adaptive summary (if any)."""
     out: dict[tuple[str, float], dict] = {}
@@ -162,6 +214,64 @@ def sweep_table(summaries: Sequence[Summary]) -> dict[tuple[str, float], dict]:
 
 def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if x is None else f"{x:{spec}}{suffix}"
+
+
+def _label(s: Summary) -> str:
+    """The row label, with the tree where it is not a plain size (``adaptive``, ``sampled SHAPE``)."""
+    return f"{s.method} ({s.tree_size})" if isinstance(s.tree_size, str) else s.method
+
+
+def _greedy_cell(s: Summary) -> str:
+    """``equal/prompts`` at T=0 with the near-ties, else a dash."""
+    if s.greedy_equal is None:
+        return "–"
+    cell = f"{s.greedy_equal}/{s.prompts}"
+    return cell + f" (+{s.greedy_near_ties} near-tie)" if s.greedy_near_ties else cell
+
+
+def _family_table(
+    by_family: dict[str, dict[tuple[str, float], Summary]], counts: dict[str, int], baseline: str
+) -> list[str]:
+    """One markdown table: a row per (row label, T) but ``baseline``'s own, a column per family and overall, each
+    cell the tokens/s ratio to ``baseline`` (with τ and the greedy check when the baseline is vanilla)."""
+    attr = "speedup_vs_vanilla" if baseline == "vanilla" else "speedup_vs_hf"
+    with_tau = baseline == "vanilla"
+    columns = list(by_family)
+    titles = [f"{SPEC_BENCH_FAMILIES.get(f, f)} ({counts.get(f, 0)})" for f in columns]
+    head = ["method", "T", *titles] + (["greedy = vanilla"] if with_tau else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    keys = sorted((k for k in by_family[OVERALL] if k[0] != baseline), key=lambda k: k[1])  # stable: T, then seen
+    for method, t in keys:
+        cells = []
+        for f in columns:
+            s = by_family[f].get((method, t))
+            ratio = None if s is None else getattr(s, attr)
+            tau = f" (τ {s.tau:.2f})" if with_tau and s is not None and s.tau is not None else ""
+            cells.append(_fmt(ratio, ".2f", "×") + tau)
+        overall = by_family[OVERALL][(method, t)]
+        if with_tau:
+            cells.append(_greedy_cell(overall))
+        lines.append(f"| {_label(overall)} | {t:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _family_lines(rows: Sequence[dict]) -> list[str]:
+    """The per-family section of the report (leaderboard layout); no lines when no row carries a family."""
+    by_family = family_summaries(rows)
+    if not by_family:
+        return []
+    counts = _family_prompt_counts(rows)
+    lines = [
+        "",
+        "Per task family (Spec-Bench leaderboard layout; each header gives the prompts measured): tokens/s × vanilla "
+        "over the family's prompts, τ in brackets; overall pools every prompt, as the table above.",
+        "",
+        *_family_table(by_family, counts, "vanilla"),
+    ]
+    if any(method == "hf-generate" for method, _ in by_family[OVERALL]):
+        lines += ["", "Per task family, tokens/s × HF `generate` over the same prompts:", ""]
+        lines += _family_table(by_family, counts, "hf-generate")
+    return lines
 
 
 def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
@@ -189,16 +299,14 @@ def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in summaries:
-        greedy = "–" if s.greedy_equal is None else f"{s.greedy_equal}/{s.prompts}"
-        if s.greedy_near_ties:
-            greedy += f" (+{s.greedy_near_ties} near-tie)"
+        greedy = _greedy_cell(s)
         split = " / ".join(f"{s.time_split[k]:.0%}" for k in PHASES) if s.time_split else "–"  # other = bookkeeping
-        label = f"{s.method} ({s.tree_size})" if isinstance(s.tree_size, str) else s.method
         lines.append(
-            f"| {label} | {s.temperature:g} | {s.prompts} | {_fmt(s.tau)} | {s.tokens_per_second:.1f} "
+            f"| {_label(s)} | {s.temperature:g} | {s.prompts} | {_fmt(s.tau)} | {s.tokens_per_second:.1f} "
             f"| {_fmt(s.speedup_vs_vanilla, '.2f', '×')} | {_fmt(s.speedup_vs_hf, '.2f', '×')} | {greedy} "
             f"| {_fmt(s.mean_tree_size, '.1f')} | {split} |"
         )
+    lines += _family_lines(rows)
     acc = [s for s in summaries if s.acceptance_per_depth]
     if acc:
         lines += ["", "Acceptance per depth (n-α):", ""]
@@ -302,20 +410,76 @@ def _plots(summaries: Sequence[Summary], out: Path) -> list[Path]:
     return written
 
 
+def _hardware_label(runs: Sequence[dict]) -> str:
+    """The device of the latest recorded run: the GPU's name, or the CPU model and torch threads."""
+    hw = next((r["hardware"] for r in reversed(runs) if r.get("hardware")), None)
+    if hw is None:
+        return "hardware not recorded"
+    if hw.get("device", "cpu") != "cpu":
+        return str(hw["device"])
+    return f"{hw.get('cpu', '?')}, {hw.get('torch_threads', '?')} torch threads"
+
+
+def _per_family_label(counts: dict[str, int]) -> str:
+    """``N prompts per family``, or the range where an interrupted run left the families uneven."""
+    sizes = [n for f, n in counts.items() if f != OVERALL]
+    low, high = min(sizes), max(sizes)
+    return f"{high} prompt{'s' * (high != 1)} per family" if low == high else f"{low}–{high} prompts per family"
+
+
+def _family_plots(rows: Sequence[dict], runs: Sequence[dict], out: Path) -> list[Path]:
+    """``family_speedup_T{T}.png`` per temperature: families (and overall) on x, one bar group per row label."""
+    by_family = family_summaries(rows)
+    if not by_family:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = list(by_family)
+    labels = [textwrap.fill(SPEC_BENCH_FAMILIES.get(f, f), 12, break_long_words=False) for f in columns]
+    subtitle = f"{_hardware_label(runs)}; {_per_family_label(_family_prompt_counts(rows))}"
+    written = []
+    for t in sorted({t for _, t in by_family[OVERALL]}):
+        shown = [s for (m, tt), s in by_family[OVERALL].items() if tt == t and m != "vanilla"]
+        if not shown:
+            continue
+        fig, ax = plt.subplots(figsize=(max(9, 0.3 * len(shown) * len(columns)), 4.5))
+        width = 0.8 / len(shown)
+        colors = plt.get_cmap("tab10")
+        top = 1.0
+        for j, s in enumerate(shown):
+            ys = [_speedup_or_zero(by_family[f].get((s.method, t))) for f in columns]
+            xs = [i + (j - (len(shown) - 1) / 2) * width for i in range(len(columns))]
+            ax.bar(xs, ys, width, label=_label(s), color=colors(j % 10), hatch=HATCHES[j % len(HATCHES)],
+                   edgecolor="k", linewidth=0.5)  # fmt: skip
+            top = max(top, *ys)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
+        ax.set_xticks(range(len(columns)), labels, fontsize=8)
+        ax.set_ylabel("speedup vs vanilla (tokens/s ratio)")
+        ax.set_title(f"Speedup per task family, T={t:g}\n{subtitle}", fontsize=10)
+        ax.legend(fontsize=8, loc="upper left", ncols=min(4, len(shown)))
+        fig.tight_layout()
+        written.append(out / f"family_speedup_T{t:g}.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
+def _speedup_or_zero(s: Summary | None) -> float:
+    return 0.0 if s is None or s.speedup_vs_vanilla is None else s.speedup_vs_vanilla
+
+
 def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     """Write ``out_dir/results.md`` (and the PNGs); returns the markdown path."""
     out = Path(out_dir)
     rows = load_rows(out)
-    runs = []
-    runs_path = out / "runs.jsonl"
-    if runs_path.is_file():
-        for line in runs_path.read_text().splitlines():
-            try:
-                runs.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    runs = _read_jsonl(out / "runs.jsonl")
     path = out / "results.md"
     path.write_text(markdown(rows, runs))
     if plots:
         _plots(aggregate(rows), out)
+        _family_plots(rows, runs, out)
     return path

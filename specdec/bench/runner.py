@@ -13,7 +13,8 @@ Besides the named methods of :mod:`specdec.methods`:
   top-p off), on a copy of the model's generation config with the same EOS id as ours and ``pad = eos``;
 * ``hf-prompt-lookup``: the same with ``prompt_lookup_num_tokens`` (HF's n-gram assisted decoding).
 
-Row fields (``status == "ok"``): ``prompt_id``, ``method`` (the row label), ``base_method``, ``tree_size``
+Row fields (``status == "ok"``): ``prompt_id``, ``family`` (the prompt's task family, Spec-Bench; else null),
+``method`` (the row label), ``base_method``, ``tree_size``
 (fixed size, ``"adaptive"``, ``"sampled SHAPE"`` for a sampled tree at T > 0, or null), ``temperature``,
 ``max_new_tokens``, ``seed``, ``prompt_tokens``,
 ``new_tokens``, ``tokens``, ``finish_reason``, ``time_total`` (prefill included), ``time_prefill``,
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.assets import Prompt, chat_ids, load_prompts
+from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
 from specdec.bench.baselines import HFGenerate
 from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, row_key
 from specdec.errors import SpecdecError
@@ -199,6 +200,7 @@ def result_row(
     return {
         "status": "ok",
         "prompt_id": prompt.id,
+        "family": prompt.family,
         "method": variant.name,
         "base_method": variant.method,
         "tree_size": _tree_label(variant, sampling),
@@ -281,10 +283,12 @@ def run_bench(
     Args:
         methods: named methods (:func:`specdec.methods.method_names`) and/or ``hf-generate``,
             ``hf-prompt-lookup``.
-        dataset: ``mtbench``, ``humaneval``, a jsonl path, or a list of :class:`~specdec.assets.Prompt`.
+        dataset: ``mtbench``, ``humaneval``, ``spec-bench``, a jsonl path, or a list of
+            :class:`~specdec.assets.Prompt`.
         temperatures: 0 is greedy (with the token-for-token check against vanilla).
         max_new_tokens: generation budget per prompt (EOS stops earlier).
-        limit: first ``limit`` prompts only.
+        limit: first ``limit`` prompts only; where the prompts carry families (Spec-Bench), the first ``limit`` of
+            each family, interleaved across families (:func:`specdec.assets.select_prompts`).
         out_dir: folder of ``results.jsonl`` and ``runs.jsonl`` (one line per invocation: command, hardware).
         resume: skip measurements already in ``results.jsonl`` (else the file is started afresh).
         threads: ``torch.set_num_threads`` for the run (default: leave as is).
@@ -305,7 +309,7 @@ def run_bench(
     from tqdm.auto import tqdm
 
     variants = plan_variants(methods, tree_sizes, sweep_method, options, deferred_rows, dynamic_rows)
-    prompts = list(load_prompts(dataset) if isinstance(dataset, str) else dataset)[:limit]
+    prompts = select_prompts(load_prompts(dataset) if isinstance(dataset, str) else list(dataset), limit)
     if not prompts:
         raise ValueError("no prompts to run")
     if threads:
@@ -339,6 +343,7 @@ def run_bench(
         "temperatures": [float(t) for t in temperatures],
         "max_new_tokens": max_new_tokens,
         "prompts": len(prompts),
+        "limit": limit,
         "tree_sizes": list(tree_sizes),
     }
     with (out / "runs.jsonl").open("a") as f:
