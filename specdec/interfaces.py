@@ -58,15 +58,19 @@ class TreeKind:
         chain: every tree is a chain (at most one child per node).
         max_children: for sampled trees, the widest sibling group (consecutive draws), or None (read from each
             tree).
+        point_masses: sampled trees only: some children are point masses beside the draws (``DraftTree.point_mass``,
+            e.g. a retrieval chain in an EAGLE sample), so only a verifier that reads each child's own q serves it.
     """
 
     sampled: bool = False
     chain: bool = False
     max_children: int | None = None
+    point_masses: bool = False
 
     def describe(self) -> str:
         """``"a chain of sampled candidates"``, ``"a tree of deterministic candidates"``, ..."""
-        return f"a {'chain' if self.chain else 'tree'} of {'sampled' if self.sampled else 'deterministic'} candidates"
+        what = "sampled and point-mass" if self.point_masses else "sampled" if self.sampled else "deterministic"
+        return f"a {'chain' if self.chain else 'tree'} of {what} candidates"
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,11 @@ class TreePolicy(ABC):
 
 class Verifier(ABC):
     """A pure function from (tree, target logits, sampling, randomness) to a :class:`Verdict`."""
+
+    #: Whether :meth:`verify` reads ``DraftTree.point_mass`` (each child's own q in a mixed tree). A verifier that
+    #: does not would take a point-mass child for a draw from its parent's q: wrong, so mixed trees are refused
+    #: (:func:`specdec.verify.check_verifier`, and at run time by :class:`~specdec.verify.base.PlanVerifier`).
+    reads_point_masses: bool = False
 
     def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
         """Why this verifier cannot verify trees of ``kind`` at ``sampling`` exactly, or None if it can.

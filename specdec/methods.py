@@ -184,6 +184,25 @@ def _eagle3(target, o):
     return SpeculativeGenerator(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o, "eagle3"))
 
 
+def _composed(target: HFTarget, tree_drafter: Drafter | None, base: TreePolicy | None) -> SpeculativeGenerator:
+    """A generator whose tree holds ``tree_drafter``'s tree (grown by ``base``) and a retrieval drafter's
+    continuation where it pays (:class:`~specdec.trees.CompositeTreePolicy`, priced by the target's cost curve)."""
+    from specdec.budget import forward_cost_curve
+    from specdec.drafters import CompositeDrafter, RetrievalDrafter
+    from specdec.trees import CompositeTreePolicy
+
+    drafter = CompositeDrafter.for_target(target, tree_drafter, [RetrievalDrafter.from_target(target)])
+    return SpeculativeGenerator(target, drafter, CompositeTreePolicy(base, curve=forward_cost_curve(target)))
+
+
+def _retrieval(target, o):
+    return _composed(target, None, None)
+
+
+def _composite(target, o):
+    return _composed(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o, "composite"))
+
+
 METHODS: dict[str, Callable] = {
     "vanilla": _vanilla,
     "ngram": _ngram,
@@ -192,14 +211,16 @@ METHODS: dict[str, Callable] = {
     "eagle2": _eagle2,
     "hass": _hass,
     "eagle3": _eagle3,
+    "retrieval": _retrieval,
+    "composite": _composite,
 }
 
 
 #: Methods whose tree is the dynamic (EAGLE-2) tree, so ``MethodOptions`` tree sizes apply to them.
-DYNAMIC_TREE_METHODS = ("ngram", "small-lm", "eagle2", "hass", "eagle3")
+DYNAMIC_TREE_METHODS = ("ngram", "small-lm", "eagle2", "hass", "eagle3", "composite")
 #: Methods that draw ``MethodOptions.sampled_tree`` at temperature > 0: drafters with a real draft distribution (an
 #: n-gram's q is a point mass, so sampling from it would only draw its top candidate).
-SAMPLED_TREE_METHODS = ("small-lm", "eagle2", "hass", "eagle3")
+SAMPLED_TREE_METHODS = ("small-lm", "eagle2", "hass", "eagle3", "composite")
 
 
 def method_names() -> list[str]:

@@ -119,6 +119,11 @@ class DraftTree:
         q_cond: ``[N]`` float or None. Stochastic only: each node's conditional draft probability
             ``q(x_k) / (1 - sum_{j<k} q(x_j))`` given its earlier siblings (root entry unused). Informational:
             verifiers recompute it from ``q_dist``.
+        point_mass: ``[N]`` bool or None. Mixed trees only (sampled and deterministic children side by side, e.g. a
+            retrieval chain beside an EAGLE sample): true for a child proposed as a point mass (a deterministic
+            function of the context and of its earlier siblings), false for a child drawn from its parent's
+            ``q_dist`` row without replacement among the parent's *sampled* children. None: every child is of the
+            tree's one kind (``q_dist`` set: all sampled; unset: all deterministic).
     """
 
     tokens: torch.Tensor
@@ -129,6 +134,7 @@ class DraftTree:
     max_depth: int
     q_dist: torch.Tensor | None = None
     q_cond: torch.Tensor | None = None
+    point_mass: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -137,6 +143,11 @@ class DraftTree:
     @property
     def is_stochastic(self) -> bool:
         return self.q_dist is not None
+
+    @property
+    def is_mixed(self) -> bool:
+        """Sampled children and point-mass children in one tree (``q_dist`` and ``point_mass`` both set)."""
+        return self.q_dist is not None and self.point_mass is not None
 
     @property
     def device(self) -> torch.device:
@@ -173,6 +184,7 @@ class DraftTree:
         q_dist: torch.Tensor | None = None,
         q_cond: torch.Tensor | None = None,
         ancestors: torch.Tensor | None = None,
+        point_mass: torch.Tensor | None = None,
     ) -> DraftTree:
         """Build mask, depth and paths with one tensor step per level (no per-node Python loop).
 
@@ -181,6 +193,7 @@ class DraftTree:
             parents: ``[N]`` long, ``-1`` for the root, ``parents[i] < i``.
             max_depth: upper bound on the depth of any node.
             q_dist, q_cond: see the class docstring (stochastic candidates only).
+            point_mass: see the class docstring (mixed trees only; needs ``q_dist``).
             ancestors: ``[N, N]`` bool ancestor-or-self matrix of ``parents`` when the caller already has it (a
                 policy cutting a subtree out of its pool); contract: equal to :func:`ancestor_matrix`'s.
         """
@@ -198,4 +211,6 @@ class DraftTree:
         cols = torch.where(anc, depth[None, :], max_depth + 1)  # [N, N]
         ids = torch.arange(n, device=tokens.device).expand(n, n)
         paths = torch.full((n, max_depth + 2), -1, dtype=torch.long, device=tokens.device).scatter_(1, cols, ids)
-        return cls(tokens, parents, depth, anc, paths[:, : max_depth + 1], max_depth, q_dist, q_cond)
+        if point_mass is not None and (q_dist is None or point_mass.shape != tokens.shape):
+            raise ValueError("point_mass [N] marks the deterministic children of a tree with sampled ones (q_dist)")
+        return cls(tokens, parents, depth, anc, paths[:, : max_depth + 1], max_depth, q_dist, q_cond, point_mass)

@@ -26,6 +26,7 @@ NAMES = [
     "compose_pipeline",
     "compare_tree_policies",
     "custom_drafter",
+    "compose_drafters",
     "prove_verifier",
     "train_head",
     "load_checkpoint",
@@ -62,6 +63,15 @@ def test_every_example_has_a_tutorial_and_a_test() -> None:
     tutorials = "\n".join(p.read_text() for p in TUTORIALS.glob("*.md"))
     for name in NAMES:
         assert f"examples/{name}.py" in tutorials, f"no tutorial runs examples/{name}.py"
+
+
+def test_compose_drafters_matches_vanilla_goes_deeper_and_mixes(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_example("compose_drafters", [], capsys)
+    assert "identical to vanilla greedy: yes" in out
+    assert int(re.search(r"longest accepted path: (\d+)", out).group(1)) > 4  # deeper than the model drafter's tree
+    assert int(re.search(r"retrieval nodes: (\d+)", out).group(1)) > 0
+    out = run_example("compose_drafters", ["--temperature", "1.0", "--max-new-tokens", "24"], capsys)
+    assert "-> MixedMultiRoundVerifier" in out
 
 
 def test_compose_pipeline_prints_tokens_tau_and_matches_vanilla(capsys: pytest.CaptureFixture[str]) -> None:

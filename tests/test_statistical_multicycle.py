@@ -31,14 +31,21 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec.drafters import CompositeDrafter, RetrievalDrafter
 from specdec.generate import SpeculativeGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
-from specdec.testing.broken import IndexOrderCompactionTarget
+from specdec.testing.broken import IndexOrderCompactionTarget, PointMassAsDrawVerifier
 from specdec.testing.e2e import e2e_check, exact_sequence_distribution
-from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
-from specdec.verify import BlockVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier, TraversalVerifier
+from specdec.trees import CompositeTreePolicy, DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
+from specdec.verify import (
+    BlockVerifier,
+    MixedMultiRoundVerifier,
+    MultiRoundVerifier,
+    StochasticMultiRoundVerifier,
+    TraversalVerifier,
+)
 from tests.factories import make_drafter
 
 VOCAB = 4
@@ -69,6 +76,7 @@ CONFIGS = {
     ),
     "ngram-static-multiround-T1.5-topk": ("ngram", "static", "multiround", SamplingParams(temperature=1.5, top_k=3)),
     "eagle3-stochastic-chain-block-T1": ("eagle3", "stochastic-chain", "block", SamplingParams(temperature=1.0)),
+    "composite-mixed-T1": ("eagle3+retrieval", "composite", "mixed", SamplingParams(temperature=1.0)),
 }
 FAMILY = len(CONFIGS)
 QUICK: set[str] = set()  # the invariant tests (tests/test_multicycle.py) cover multi-cycle state in `make test`
@@ -81,6 +89,8 @@ def policy(kind: str):
         "dynamic": lambda: DynamicTreePolicy(topk=2, depth=2, total_tokens=5),
         "static": lambda: StaticTreePolicy(SHAPE),
         "stochastic-chain": lambda: StochasticTreePolicy.chain(2),
+        # EAGLE-3's sampled tree with a retrieval chain beside it wherever the context repeats (every node added)
+        "composite": lambda: CompositeTreePolicy(StochasticTreePolicy(SHAPE), max_draft=2, min_prob=0.0),
     }[kind]()
 
 
@@ -90,7 +100,17 @@ def verifier(kind: str):
         "multiround": MultiRoundVerifier,
         "traversal": TraversalVerifier,
         "block": BlockVerifier,
+        "mixed": MixedMultiRoundVerifier,
+        "point-mass-as-draw": PointMassAsDrawVerifier,
     }[kind]()
+
+
+def drafter(kind: str, model):
+    """``make_drafter``'s drafters, and ``"eagle3+retrieval"``: EAGLE-3 and a retrieval drafter in one composite."""
+    if kind == "eagle3+retrieval":
+        retrieval = RetrievalDrafter(VOCAB, max_draft=2, min_match=1)
+        return CompositeDrafter(make_drafter("eagle3", model, MAX_LEN), [retrieval])
+    return make_drafter(kind, model, MAX_LEN)
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +122,9 @@ def model():
     "name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.heavy) for n in CONFIGS], ids=list(CONFIGS)
 )
 def test_several_cycles_emit_the_target_distribution(model, name):
-    drafter, tree, verify, sampling = CONFIGS[name]
+    draft, tree, verify, sampling = CONFIGS[name]
     decoder = SpeculativeGenerator(
-        HFTarget(model, max_len=MAX_LEN), make_drafter(drafter, model, MAX_LEN), policy(tree), verifier(verify)
+        HFTarget(model, max_len=MAX_LEN), drafter(draft, model), policy(tree), verifier(verify)
     )
     seed = 2000 + list(CONFIGS).index(name)
     report = e2e_check(decoder, model, PROMPT, sampling, N_SAMPLES, N_TOKENS, seed, ALPHA, FAMILY)
@@ -125,3 +145,18 @@ def test_a_compaction_bug_is_caught(model):
     exact = exact_sequence_distribution(model, PROMPT, sampling, N_TOKENS)
     report = e2e_check(decoder, model, PROMPT, sampling, N_CONTROL, N_TOKENS, 7, ALPHA, FAMILY, exact=exact)
     assert not report.passed, f"the compaction bug went unnoticed (p = {report.p_value:.3g})"
+
+
+def test_a_retrieval_child_judged_with_the_drafts_q_is_caught(model):
+    """Negative control of the mixed configuration: the composite's retrieval point masses judged as draws from
+    EAGLE's q (:class:`~specdec.testing.broken.PointMassAsDrawVerifier`), same trees, same level."""
+    sampling = SamplingParams(temperature=1.0)
+    decoder = SpeculativeGenerator(
+        HFTarget(model, max_len=MAX_LEN),
+        drafter("eagle3+retrieval", model),
+        policy("composite"),
+        verifier("point-mass-as-draw"),
+    )
+    exact = exact_sequence_distribution(model, PROMPT, sampling, N_TOKENS)
+    report = e2e_check(decoder, model, PROMPT, sampling, N_CONTROL, N_TOKENS, 8, ALPHA, FAMILY, exact=exact)
+    assert not report.passed, f"a point mass judged as a draw went unnoticed (p = {report.p_value:.3g})"

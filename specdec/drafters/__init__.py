@@ -5,15 +5,19 @@ line below and its name to ``__all__``. Keep one import per line so parallel add
 """
 
 # --- drafters: one import per line, one per file ---
+from specdec.drafters.composite import CompositeDrafter
 from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.drafters.ngram import NGramDrafter
+from specdec.drafters.retrieval import RetrievalDrafter
 from specdec.drafters.small_lm import SmallLMDrafter
 
 # --- end of drafter imports (EAGLE drafters go above this line) ---
 
 __all__ = [
+    "CompositeDrafter",
     "NGramDrafter",
+    "RetrievalDrafter",
     "SmallLMDrafter",
     "EagleDrafter",
     "Eagle3Drafter",

@@ -15,8 +15,10 @@ from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
 from specdec.verify.block import BlockVerifier
 from specdec.verify.greedy import GreedyVerifier
+from specdec.verify.mixed import MixedMultiRoundVerifier
 from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import VerifyPlan, earlier_siblings, parent_index
+from specdec.verify.stochastic import stochastic_multiround_plan
 from specdec.verify.traversal import TraversalVerifier
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "IndexOrderCompactionTarget",
     "OneSidedWarpVerifier",
     "OnlyZeroRejectedResidualVerifier",
+    "PointMassAsDrawVerifier",
     "ResidualNotRenormalisedVerifier",
     "StaleQVerifier",
     "TraversalStaleQVerifier",
@@ -188,6 +191,21 @@ class TraversalStaleWeightVerifier(TraversalVerifier):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         _, new_b, new_s = super()._delete(weight, b, s, x)
         return weight, new_b, new_s
+
+
+class PointMassAsDrawVerifier(MixedMultiRoundVerifier):
+    """WRONG mixed multi-round: a point-mass child (a retrieval proposal) is judged as if it had been drawn from its
+    parent's q, i.e. recorded with the EAGLE draft's q.
+
+    The correct rule accepts the point mass ``x`` with ``p(x)`` and then zeroes ``x``; judged as a draw it is
+    accepted with ``min(1, p(x) / q(x))`` (too often wherever ``q(x) < p(x) < 1``) and the residual subtracts
+    ``q`` instead of ``delta(x)``, so the emitted law drifts toward the retrieval proposal.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        p = warp(target_logits, sampling, self.dtype)
+        q = tree.q_dist.to(device=p.device, dtype=self.dtype)
+        return stochastic_multiround_plan(tree, p, q, self.max_children)
 
 
 class IndexOrderCompactionTarget(HFTarget):

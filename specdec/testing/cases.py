@@ -48,6 +48,15 @@ class VerifyCase:
         draft_probs: sampled candidates: ``D + 1`` tensors shaped like ``target_logits`` holding the draft
             probabilities q after each prefix. The children of a node are drawn without replacement from q after
             the node's prefix, in index order. None for deterministic candidates.
+        point_mass: mixed trees (with ``draft_probs``): per node, true for a point-mass child (a retrieval
+            drafter's proposal) beside the draws. Its token is read from ``point_tokens``; the drawn children of the
+            same node come from q with the point-mass siblings' tokens removed and renormalised (what the composite
+            policy draws; the tree records that q), unless ``draws_avoid_points`` is False.
+        point_tokens: mixed trees: ``D + 1`` long tensors, entry ``d`` shaped ``[V] * d + [P]``: the tokens the
+            point-mass children of a node at depth ``d`` propose after the node's prefix, the ``j``-th point-mass
+            child taking column ``j``.
+        draws_avoid_points: mixed trees: the draws skip the point-mass siblings' tokens (default) or not (then a
+            draw may repeat a point mass).
         name: shown in assertion messages.
     """
 
@@ -57,6 +66,9 @@ class VerifyCase:
     tokens: tuple[int, ...] | None = None
     draft_probs: tuple[torch.Tensor, ...] | None = None
     name: str = ""
+    point_mass: tuple[bool, ...] | None = None
+    point_tokens: tuple[torch.Tensor, ...] | None = None
+    draws_avoid_points: bool = True
     _children: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
     _depths: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -98,6 +110,7 @@ class VerifyCase:
             for d, t in enumerate(q):
                 if (t < 0).any() or not torch.allclose(t.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-9):
                     raise ValueError(f"draft_probs[{d}] rows must be distributions")
+            self._check_points(n, depths, children, v)
             for u in range(n):
                 k = len(children[u])
                 if k and int((q[depths[u]] > 0).sum(-1).min()) < k:
@@ -105,6 +118,43 @@ class VerifyCase:
                         f"node {u} draws {k} children without replacement but some draft row at depth {depths[u]} "
                         f"has fewer than {k} nonzero entries"
                     )
+
+    def _check_points(self, n: int, depths: list[int], children: list[list[int]], v: int) -> None:
+        """Validate the mixed-tree fields (``point_mass`` with ``point_tokens``)."""
+        if (self.point_mass is None) != (self.point_tokens is None):
+            raise ValueError("give point_mass and point_tokens together (mixed trees)")
+        if self.point_mass is None:
+            return
+        mass = tuple(bool(b) for b in self.point_mass)
+        tables = tuple(torch.as_tensor(t, dtype=torch.long) for t in self.point_tokens)
+        object.__setattr__(self, "point_mass", mass)
+        object.__setattr__(self, "point_tokens", tables)
+        if len(mass) != n or mass[0]:
+            raise ValueError(f"point_mass must be {n} flags with the root's False, got {mass}")
+        if len(tables) != len(self.target_logits) or any((t < 0).any() or (t >= v).any() for t in tables):
+            raise ValueError(f"point_tokens needs D + 1 tables of ids in [0, {v})")
+        for u in range(n):
+            width = sum(mass[c] for c in children[u])
+            if width > tables[depths[u]].shape[-1]:
+                raise ValueError(f"node {u} has {width} point-mass children; point_tokens[{depths[u]}] has fewer")
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.point_mass is not None
+
+    def _point_tokens(self, prefix: Sequence[int], kids: Sequence[int]) -> dict[int, int]:
+        """``{child: token}`` for the point-mass children ``kids`` of the node after ``prefix``."""
+        row = self.point_tokens[len(prefix)][tuple(prefix)].tolist()
+        points = [c for c in kids if self.point_mass[c]]
+        return {c: int(row[j]) for j, c in enumerate(points)}
+
+    def _draw_row(self, prefix: Sequence[int], avoid: Sequence[int]) -> torch.Tensor:
+        """``[V]`` the q the drawn children come from: q after ``prefix`` without the ``avoid`` tokens, renormalised."""
+        q = self.draft_row(prefix).clone()
+        if self.draws_avoid_points and avoid:
+            q[list(avoid)] = 0.0
+            q = q / q.sum()
+        return q
 
     @classmethod
     def from_functions(
@@ -194,23 +244,32 @@ class VerifyCase:
         """
         prefixes = [self.prefix(tokens, u) for u in range(self.num_nodes)]
         logits = torch.stack([self.target_row(pre) for pre in prefixes])
-        q_dist = q_cond = None
+        q_dist = q_cond = point_mass = None
         if self.is_stochastic:
-            q_dist = torch.stack([self.draft_row(pre) for pre in prefixes])
+            rows = []
+            for u, pre in enumerate(prefixes):
+                avoid = self._point_tokens(pre, self._children[u]).values() if self.is_mixed else ()
+                rows.append(self._draw_row(pre, list(avoid)))
+            q_dist = torch.stack(rows)
             cond = [1.0] * self.num_nodes
             for u, kids in enumerate(self._children):
                 used = 0.0
                 for c in kids:
+                    if self.is_mixed and self.point_mass[c]:
+                        continue
                     qc = float(q_dist[u, tokens[c]])
                     cond[c] = qc / (1.0 - used) if used < 1.0 else 0.0
                     used += qc
             q_cond = torch.tensor(cond, dtype=torch.float64)
+            if self.is_mixed:
+                point_mass = torch.tensor(self.point_mass, dtype=torch.bool)
         tree = DraftTree.from_parents(
             torch.tensor(list(tokens), dtype=torch.long),
             torch.tensor(self.parents, dtype=torch.long),
             self.depth,
             q_dist,
             q_cond,
+            point_mass=point_mass,
         )
         return tree, logits
 
@@ -248,7 +307,18 @@ class VerifyCase:
             if not kids:
                 visit(u + 1, tokens, weight)
                 return
-            q = q_row(self.prefix(tokens, u))
+            prefix = self.prefix(tokens, u)
+            if self.is_mixed:  # point masses are fixed by the prefix; the draws fill the other children
+                points = self._point_tokens(prefix, kids)
+                for c, x in points.items():
+                    tokens[c] = x
+                kids = tuple(c for c in kids if c not in points)
+                q = self._draw_row(prefix, list(points.values())).tolist()
+                if not kids:
+                    visit(u + 1, tokens, weight)
+                    return
+            else:
+                q = q_row(prefix)
             support = [x for x in range(self.vocab_size) if q[x] > 0]
             for draw in itertools.permutations(support, len(kids)):
                 prob, left = 1.0, list(support)
@@ -273,8 +343,12 @@ class VerifyCase:
         for u, kids in enumerate(self._children):
             if not kids:
                 continue
-            q = self.draft_row(self.prefix(tokens, u)).clone()
-            for c in kids:
+            prefix = self.prefix(tokens, u)
+            points = self._point_tokens(prefix, kids) if self.is_mixed else {}
+            for c, x in points.items():
+                tokens[c] = x
+            q = self._draw_row(prefix, list(points.values()))
+            for c in (c for c in kids if c not in points):
                 x = int(sample(q, generator))
                 tokens[c] = x
                 q[x] = 0.0

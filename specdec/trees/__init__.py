@@ -2,6 +2,7 @@
 
 from specdec.trees.adaptive import AdaptiveTreePolicy
 from specdec.trees.by_temperature import ByTemperature
+from specdec.trees.composite import CompositeTreePolicy
 from specdec.trees.dynamic import DynamicTreePolicy
 from specdec.trees.static import EAGLE1_DEFAULT_PATHS, StaticTreePolicy, validate_paths
 from specdec.trees.stochastic import StochasticTreePolicy
@@ -9,6 +10,7 @@ from specdec.trees.stochastic import StochasticTreePolicy
 __all__ = [
     "AdaptiveTreePolicy",
     "ByTemperature",
+    "CompositeTreePolicy",
     "EAGLE1_DEFAULT_PATHS",
     "DynamicTreePolicy",
     "StaticTreePolicy",

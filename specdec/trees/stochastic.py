@@ -87,6 +87,7 @@ class StochasticTreePolicy(TreePolicy):
         root: torch.Tensor,
         sampling: SamplingParams,
         generator: torch.Generator | None,
+        avoid: torch.Tensor | None = None,
     ) -> DraftTree:
         """Grow the shape under ``root``, one ``expand`` per level, sampling children with ``generator``.
 
@@ -95,6 +96,9 @@ class StochasticTreePolicy(TreePolicy):
             root: 0-dim long, the last emitted token.
             sampling: only ``temperature`` is used (T of the draft distribution; 0 = deterministic top-k).
             generator: the source of the draws.
+            avoid: ``[A]`` long target ids the root's children must not be drawn from (the point masses a composite
+                policy puts beside them): the root's q has them removed and renormalised before the draws, and
+                ``q_dist[0]`` records that q (contract: each child's recorded q is the law it was drawn from).
 
         Returns:
             A :class:`DraftTree` of ``max_nodes`` nodes with ``q_dist [N, V]`` float32 and ``q_cond [N]`` float32
@@ -114,6 +118,8 @@ class StochasticTreePolicy(TreePolicy):
                 raise ValueError(f"cannot draw {level.width} distinct children from a vocabulary of {logits.shape[-1]}")
             logits = torch.maximum(logits, logits.amax(-1, keepdim=True) - LOGIT_FLOOR)
             q = torch.softmax(logits, dim=-1)  # [F, V_d]
+            if avoid is not None and level is levels[0]:  # the root level: frontier [0]
+                q = _without(q, avoid if ids is None else torch.isin(ids, avoid).nonzero().flatten())
             if q_dist is None:
                 vocab = logits.shape[-1] if ids is None else drafter.vocab_size
                 q_dist = torch.zeros(n, vocab, dtype=torch.float32, device=root.device)
@@ -135,3 +141,9 @@ class StochasticTreePolicy(TreePolicy):
 
     def __repr__(self) -> str:
         return f"StochasticTreePolicy(nodes={self.max_nodes}, depth={self.max_depth})"
+
+
+def _without(q: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """``q [F, V_d]`` with ``columns`` zeroed and each row renormalised."""
+    q = q.index_fill(-1, columns.to(q.device), 0.0)
+    return q / q.sum(-1, keepdim=True)

@@ -47,7 +47,16 @@ class PlanVerifier(Verifier):
         sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> Verdict:
-        """:meth:`plan`, then :func:`~specdec.verify.walk.walk` with ``generator`` (no host sync)."""
+        """:meth:`plan`, then :func:`~specdec.verify.walk.walk` with ``generator`` (no host sync).
+
+        Raises:
+            ValueError: a mixed tree (``tree.point_mass`` set) for a verifier that does not read point masses.
+        """
+        if tree.is_mixed and not self.reads_point_masses:
+            raise ValueError(
+                f"{type(self).__name__} would take the point-mass children of this mixed tree for draws from q; "
+                "verify it with MixedMultiRoundVerifier"
+            )
         return walk(tree, self.plan(tree, target_logits, sampling), generator)
 
     def __repr__(self) -> str:

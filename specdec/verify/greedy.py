@@ -27,6 +27,9 @@ class GreedyVerifier(PlanVerifier):
     lossless but may be shorter than the longest matching path under a later duplicate.
     """
 
+    #: Greedy acceptance reads no q at all: lossless for any candidates, point masses included.
+    reads_point_masses = True
+
     def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
         if not sampling.greedy:
             return f"GreedyVerifier serves temperature 0 only (this call asks for {sampling.temperature:g})"
