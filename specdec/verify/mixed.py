@@ -62,8 +62,9 @@ class MixedMultiRoundVerifier(PlanVerifier):
     ``x`` dropped from ``m``. A rejected draw: on tokens not drawn, ``p_k - q / Z_k`` is ``(p m - t_{k+1} q) / R_k``
     where ``p m > t_k q`` and negative elsewhere (where ``p m - t_{k+1} q`` is negative too); a drawn token was
     rejected with positive probability only if its ``p_k`` was below ``q_k``, so it is 0 on both sides. The first
-    round needs no pass over ``V`` (``R_0 = 1``); each later one builds its rows and their sum, and the walk builds
-    the one bonus row it samples from (``residual_at``).
+    round needs no pass over ``V`` (``R_0 = 1``); each later one builds the rows of the parents that have a child
+    of that rank (one host read per round: usually the root alone) and their sums, and the walk builds the one
+    bonus row it samples from (``residual_at``).
 
     Args:
         dtype: dtype of the plan's probabilities.
@@ -136,28 +137,39 @@ def mixed_multiround_plan(
     t = torch.zeros(n, dtype=p.dtype, device=p.device)  # per node as a parent
     accept_prob = torch.zeros_like(t)
     for k in range(rounds):
-        child = child_at[:, k]  # [N] the k-th child of every node (as a parent), -1 if none
-        valid = child >= 0
-        c = child.clamp(min=0)
+        # the parents with a k-th child (one host read): later rounds touch only their [V] rows, not all N of them
+        par = (child_at[:, k] >= 0).nonzero().flatten()
+        c = child_at[par, k]
+        x = tree.tokens[c][:, None]
         if k == 0:  # p_0 = p: no pass over V
-            own, r = p.gather(-1, tree.tokens[c][:, None]).squeeze(-1), torch.ones_like(t)
+            own, r = p[par].gather(-1, x).squeeze(-1), torch.ones_like(t[par])
         else:
-            rows = _rows(p, q, t, token_mask(parent, tree.tokens, point_mass & (rank < k), n, vocab))
-            own, r = rows.gather(-1, tree.tokens[c][:, None]).squeeze(-1), rows.sum(-1)
+            rows = _rows(p[par], q[par], t[par], _children_tokens(tree, par, point_mass & (rank < k), vocab))
+            own, r = rows.gather(-1, x).squeeze(-1), rows.sum(-1)
         z = z_before[c]
         a = torch.where(point_mass[c], safe_div(own, r), safe_div(own * z, r * q_own[c])).clamp(max=1.0)
-        accept_prob = accept_prob.scatter(0, torch.where(valid, c, 0), a)  # invalid rows hit the root, reset below
-        t = torch.where(valid & ~point_mass[c], t + safe_div(r, z), t)
+        accept_prob = accept_prob.index_copy(0, c, a)
+        t = t.index_copy(0, par, torch.where(point_mass[c], t[par], t[par] + safe_div(r, z)))
     accept_prob = torch.where(idx == 0, 1.0, accept_prob)
-    tried = token_mask(parent, tree.tokens, point_mass & (idx > 0), n, vocab)  # every point-mass child of a node
+    every_point = point_mass & (idx > 0)
 
     def residual_at(nodes: torch.Tensor) -> torch.Tensor:
         """``nodes [...]`` -> ``[..., V]``: ``max(0, p m - t q)`` renormalised, or ``p`` where it is all zero."""
-        rows = _rows(p[nodes], q[nodes], t[nodes], tried[nodes])
+        flat = nodes.reshape(-1)
+        tried = _children_tokens(tree, flat, every_point, vocab).reshape(*nodes.shape, vocab)
+        rows = _rows(p[nodes], q[nodes], t[nodes], tried)
         total = rows.sum(-1, keepdim=True)
         return torch.where(total > 0, safe_div(rows, total), p[nodes])
 
     return VerifyPlan(accept_prob=accept_prob, residual_at=residual_at)
+
+
+def _children_tokens(tree: DraftTree, nodes: torch.Tensor, select: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``[M, V]`` bool: row ``i`` marks the tokens of the ``select``-ed children of ``nodes[i]`` (``nodes [M]``)."""
+    m, n = nodes.shape[0], tree.num_nodes
+    hit = (tree.parents[None, :] == nodes[:, None]) & select[None, :]  # [M, N]
+    rows = torch.arange(m, device=tree.device)[:, None].expand(m, n)
+    return token_mask(rows.reshape(-1), tree.tokens.expand(m, n).reshape(-1), hit.reshape(-1), m, vocab)
 
 
 def _rows(p: torch.Tensor, q: torch.Tensor, t: torch.Tensor, tried: torch.Tensor) -> torch.Tensor:
