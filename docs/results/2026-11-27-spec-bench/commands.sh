@@ -11,3 +11,6 @@ rm -f ~/.cache/specdec/budget/*.json   # the adaptive trees' cost curve, re-meas
     --limit 20 --temperatures 0 1 --max-new-tokens 96 --out runs/specbench --threads 2
 # The retrieval drafter's cost per cycle against a 24-node target forward, by context length.
 .venv/bin/python benchmarks/retrieval_cost.py --contexts 250 500 1000 2000 --cycles 200 --threads 2
+# After the mixed plan's speed-up (commit 26ee73a): T = 1 again, 10 questions per family, EAGLE-3 and the composite.
+.venv/bin/python -m specdec.cli bench --methods eagle3 composite --dataset spec-bench --limit 10 --temperatures 1 \
+    --max-new-tokens 96 --out runs/specbench-t1 --threads 2
