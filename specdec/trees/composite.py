@@ -75,7 +75,8 @@ class RetrievalRates:
 
     def path_probs(self, match_length: int, length: int) -> np.ndarray:
         """``[length]``: the probability that the first ``d + 1`` tokens are all right."""
-        rates = self.hits[self.bucket(match_length)] / self.tries[self.bucket(match_length)]
+        b = self.bucket(match_length)
+        rates = self.hits[b] / self.tries[b]
         return np.cumprod(rates[:length])
 
     def observe(self, match_length: int, proposed: tuple[int, ...], emitted: list[int]) -> None:
@@ -185,9 +186,8 @@ class CompositeTreePolicy(TreePolicy):
     ) -> DraftTree:
         """``tree`` with the proposals' paying tokens added (as point masses beside draws when ``point_masses``)."""
         n0 = len(tokens)
-        child: dict[tuple[int, int], int] = {}
-        if not point_masses:  # a deterministic tree: a proposal may follow nodes the base already has
-            child = {(parents[i], tokens[i]): i for i in range(1, n0)}
+        # a deterministic tree: a proposal may follow nodes the base already has; beside draws it starts its own chain
+        child = {} if point_masses else _children(tokens, parents)
         for c in proposals:
             probs = self.rates.path_probs(c.match_length, min(len(c.tokens), self.max_draft))
             u = 0
@@ -255,12 +255,20 @@ class CompositeTreePolicy(TreePolicy):
         return f"CompositeTreePolicy(base={self.base!r}, max_draft={self.max_draft}, branches={self.branches})"
 
 
+def _children(tokens: list[int], parents: list[int]) -> dict[tuple[int, int], int]:
+    """``{(parent, token): node}`` of a tree's non-root nodes, the first sibling of a repeated token kept."""
+    child: dict[tuple[int, int], int] = {}
+    for i in range(1, len(tokens)):
+        child.setdefault((parents[i], tokens[i]), i)
+    return child
+
+
 def _matched_depth(tokens: list[int], parents: list[int], emitted: list[int]) -> int:
     """How deep the base tree follows ``emitted`` from the root (its accepted length had it been alone, at T = 0)."""
+    child = _children(tokens, parents)
     u, depth = 0, 0
     for token in emitted[:-1]:  # the last emitted token is the bonus, never a draft token
-        nxt = next((i for i in range(u + 1, len(tokens)) if parents[i] == u and tokens[i] == token), None)
-        if nxt is None:
+        if (u, token) not in child:
             break
-        u, depth = nxt, depth + 1
+        u, depth = child[(u, token)], depth + 1
     return depth
