@@ -18,12 +18,15 @@ __all__ = ["EagleConfig", "default_aux_layers"]
 
 
 def default_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's fused target layers ``(2, L//2, L-3)``: indices of decoder layers whose *inputs* are fused.
+    """EAGLE-3's fused target layers ``(2, L//2, L-3)``, clamped to ``[0, L)``: decoder layers whose *inputs* are fused.
 
     Layer ``i``'s input is HF ``hidden_states[i]`` (``0`` = the embeddings).
     """
     n = num_target_layers
-    return (2, n // 2, n - 3)
+    if n < 1:
+        raise ValueError(f"a target needs at least one decoder layer, got {n}")
+    low, mid, high = (min(max(i, 0), n - 1) for i in (2, n // 2, n - 3))  # tiny targets (n < 3): clamped into range
+    return (low, mid, high)
 
 
 class EagleConfig(BaseModel):
