@@ -77,15 +77,17 @@ def check_drafter(drafter: Drafter, vocab_size: int) -> None:
 def check_lossless(vocab_size: int = 6) -> tuple[E2EReport, E2EReport]:
     """The testing kit on this drafter's pipeline: a sampled tree at T = 1 against the exact distribution of the
     target's first 3 tokens (enumerated, so no second sampler is trusted), G-test at level 1e-3; and the same
-    pipeline with a verifier that ignores q (a planted bug), which the same check must catch."""
+    pipeline with a verifier that ignores q (a planted bug), which the same check must catch. (``controls=False``:
+    this check plants its one bug by hand; leave it on to have the kit plant every applicable one and report its
+    power, as examples/prove_verifier.py shows.)"""
     model = tiny_llama(vocab_size=vocab_size, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1)
     target, prompt = HFTarget(model, max_len=64), torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
     policy = StochasticTreePolicy([[0], [1], [0, 0]])  # children drawn from the bigram q
     sampling = SamplingParams(temperature=1.0)
     good = SpeculativeGenerator(target, BigramDrafter(vocab_size), policy)
-    report = e2e_check(good, model, prompt, sampling, n_samples=600, n_tokens=3, seed=0)
+    report = e2e_check(good, model, prompt, sampling, n_samples=600, n_tokens=3, seed=0, controls=False)
     broken = SpeculativeGenerator(target, BigramDrafter(vocab_size), policy, IgnoresQVerifier(max_children=2))
-    control = e2e_check(broken, model, prompt, SamplingParams(temperature=1.5), n_samples=600, n_tokens=3, seed=0)
+    control = e2e_check(broken, model, prompt, SamplingParams(temperature=1.5), 600, 3, seed=0, controls=False)
     return report, control
 
 

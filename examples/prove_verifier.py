@@ -159,6 +159,43 @@ def in_the_loop(model_name: str, max_new_tokens: int) -> None:
             print(line)
 
 
+def whole_pipeline() -> None:
+    """The kit on a whole decoder, with the report of what the check could have caught.
+
+    Pipeline: a tiny random Llama (V = 6), the n-gram drafter, a dynamic top-2 tree of 6 nodes, FirstChildVerifier.
+    ``e2e_check`` samples 300 runs of 3 tokens, G-tests them, enumerates the pipeline's exact law through its own
+    loop (deterministic candidates), and plants every applicable bug of specdec.testing.broken in the same pipeline.
+    Then the issue's case: ResidualNotRenormalisedVerifier swapped in, with top-k 3 (the bug cannot show: the
+    report must say so, not pass) and without (the exact law catches it where the G-test at n = 300 does not).
+    """
+    import time
+
+    from specdec.drafters import NGramDrafter
+    from specdec.generate import SpeculativeGenerator
+    from specdec.models import tiny_llama
+    from specdec.target import HFTarget
+    from specdec.testing import e2e_check
+    from specdec.trees import DynamicTreePolicy
+
+    model = tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1)
+    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+
+    def pipeline(verifier) -> SpeculativeGenerator:
+        return SpeculativeGenerator(HFTarget(model, max_len=64), NGramDrafter(6), DynamicTreePolicy(2, 3, 6), verifier)
+
+    t0 = time.perf_counter()
+    report = e2e_check(pipeline(FirstChildVerifier()), model, prompt, SamplingParams(temperature=1.0), n_samples=300)
+    print(f"whole decoder, FirstChildVerifier, T=1 ({time.perf_counter() - t0:.1f} s): {report.summary()}")
+    for sampling in (SamplingParams(temperature=1.0, top_k=3), SamplingParams(temperature=1.0)):
+        bugged = e2e_check(pipeline(ResidualNotRenormalisedVerifier()), model, prompt, sampling, n_samples=300)
+        row = next(r for r in bugged.power.controls if r.control.name == "ResidualNotRenormalisedVerifier")
+        print(f"ResidualNotRenormalisedVerifier swapped in, {sampling}: {bugged.verdict}")
+        print(
+            f"    G-test p-value {bugged.p_value:.3g}; exact max |P_pipeline - P_target| "
+            f"{bugged.power.pipeline_max_diff:.1e}; {row.describe(300)}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
@@ -167,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     proofs()
     if not args.skip_model:
+        whole_pipeline()
         in_the_loop(args.model, args.max_new_tokens)
     return 0
 

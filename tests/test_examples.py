@@ -152,6 +152,11 @@ def test_prove_verifier_passes_mine_and_catches_broken(capsys: pytest.CaptureFix
     assert "PASS exact: StochasticMultiRoundVerifier" in out
     assert re.search(r"FAIL \(as expected\) exact, StaleQVerifier:\n.*is not lossless", out)
     assert out.count("identical to vanilla greedy: yes") == 2 and "greedy: NO" not in out
+    # The kit on the whole decoder reports power; the case is never a plain pass.
+    assert re.search(r"whole decoder, FirstChildVerifier, T=1 .*: (pass|NO POWER against [A-Za-z, ]+): G-test", out)
+    assert "power against planted bugs (exact; n=300" in out and "caught by the exact law" in out
+    assert re.search(r"swapped in, temperature=1.0 top_k=3 .*: NO POWER against ResidualNotRenormalisedVerifier", out)
+    assert re.search(r"swapped in, temperature=1.0 top_k=0 .*: FAIL", out)
 
 
 def test_prove_verifier_runs_as_a_script() -> None:

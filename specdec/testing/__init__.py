@@ -8,7 +8,8 @@ Typical use for your own :class:`~specdec.verify.plan.PlanVerifier`::
     assert_lossless_exact(MyVerifier(dtype=torch.float64), [case])      # exact, no sampling noise
     empirical_verify_check(MyVerifier(), case, n_samples=4000, seed=0)   # G-test through verify()
 
-:mod:`specdec.testing.broken` holds deliberately wrong verifiers to confirm that a check can fail.
+:mod:`specdec.testing.broken` holds deliberately wrong verifiers to confirm that a check can fail;
+:func:`e2e_check` plants them in your pipeline and reports what it could have caught (:mod:`specdec.testing.power`).
 """
 
 from specdec.testing.cases import VerifyCase, prefix_index
@@ -20,9 +21,17 @@ from specdec.testing.exact import (
     stop_probabilities,
     target_distribution,
 )
+from specdec.testing.pipeline import NotEnumerableError, PipelineLaw, pipeline_law
+from specdec.testing.power import ControlResult, PowerReport, check_power
 from specdec.testing.stats import assert_same_distribution, empirical_verify_check, g_test, sample_cycle_outputs
 
 __all__ = [
+    "ControlResult",
+    "NotEnumerableError",
+    "PipelineLaw",
+    "PowerReport",
+    "check_power",
+    "pipeline_law",
     "E2EReport",
     "assert_e2e_lossless",
     "e2e_check",

@@ -6,10 +6,14 @@ Never use them for decoding.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from specdec.sampling import SamplingParams, warp
+from specdec.interfaces import TreeKind, Verdict
+from specdec.sampling import SamplingParams, sample, warp
 from specdec.target import HFTarget
+from specdec.testing.exact import tree_on_cpu
 from specdec.testing.reference import RoundByRoundStochasticVerifier
 from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
@@ -20,8 +24,10 @@ from specdec.verify.multiround import MultiRoundVerifier, multiround_plan
 from specdec.verify.plan import VerifyPlan, earlier_siblings, parent_index
 from specdec.verify.stochastic import stochastic_multiround_plan
 from specdec.verify.traversal import TraversalVerifier
+from specdec.verify.walk import end_nodes
 
 __all__ = [
+    "BonusFromParentRowVerifier",
     "BlockFirstFailureVerifier",
     "BlockTokenResidualVerifier",
     "GreedyBonusOffByOneVerifier",
@@ -31,9 +37,11 @@ __all__ = [
     "OnlyZeroRejectedResidualVerifier",
     "PointMassAsDrawVerifier",
     "ResidualNotRenormalisedVerifier",
+    "SharedCoinsVerifier",
     "StaleQVerifier",
     "TraversalStaleQVerifier",
     "TraversalStaleWeightVerifier",
+    "WrongTemperatureQVerifier",
 ]
 
 
@@ -219,3 +227,90 @@ class IndexOrderCompactionTarget(HFTarget):
 
     def commit(self, accepted: torch.Tensor, count: int) -> None:
         super().commit(torch.arange(accepted.shape[0], device=accepted.device), count)
+
+
+class WrongTemperatureQVerifier(RoundByRoundStochasticVerifier):
+    """WRONG stochastic multi-round: judges the draws against q at temperature 1 while they were drawn at ``T``.
+
+    The bug of a drafter or policy that samples children from ``softmax(z / T)`` but records ``softmax(z)``: the
+    verifier's ``min(1, p/q)`` and residual ``max(0, p - q)`` then use a q the draws did not come from. Emulated
+    here by undoing the temperature of the recorded rows, ``q_used ∝ q ** T``. At ``T = 1`` it is the correct rule.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        """The correct round-by-round plan on ``tree`` with every ``q_dist`` row re-tempered to ``T = 1``."""
+        if tree.q_dist is None:
+            raise ValueError("WrongTemperatureQVerifier takes sampled candidates")
+        q = tree.q_dist.to(self.dtype).clamp(min=0.0) ** sampling.temperature
+        q = q / q.sum(-1, keepdim=True).clamp(min=torch.finfo(self.dtype).tiny)
+        return super().plan(dataclasses.replace(tree, q_dist=q), target_logits, sampling)
+
+
+class _WrappedPlanVerifier(PlanVerifier):
+    """A control built around another plan verifier (``inner``): what it serves and reads is ``inner``'s."""
+
+    def __init__(self, inner: PlanVerifier) -> None:
+        super().__init__(inner.dtype)
+        self.inner = inner
+
+    @property
+    def reads_point_masses(self) -> bool:
+        return self.inner.reads_point_masses
+
+    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
+        return self.inner.refuses(kind, sampling)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+
+class SharedCoinsVerifier(_WrappedPlanVerifier):
+    """WRONG walk: one uniform coin per cycle is compared with every node's accept probability.
+
+    The walk needs independent coins: with one shared ``u`` the events "accept ``c``" and "accept ``c'``" are
+    nested (``u < a_c`` and ``u < a_c'``), so after accepting a node with a small ``a`` the next test always
+    passes, and after rejecting a sibling with a large ``a`` the next sibling is always rejected. The plan is
+    ``inner``'s, unchanged: only the coins are wrong, so a cycle with one test (a single child, or a root with no
+    children) is unaffected. :meth:`stop_law` gives the exact law of where this walk stops, for the exact checks.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        return self.inner.plan(tree, target_logits, sampling)
+
+    def verify(
+        self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> Verdict:
+        plan = self.plan(tree, target_logits, sampling)
+        coin = torch.rand((), generator=generator, device=tree.device, dtype=plan.accept_prob.dtype)
+        final = end_nodes(tree, coin < plan.accept_prob)
+        bonus = sample(plan.rows(final), generator) if plan.bonus is None else plan.bonus[final]
+        return Verdict(accepted=tree.paths[final], accept_length=tree.depth[final], bonus_token=bonus)
+
+    @staticmethod
+    def stop_law(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
+        """``[N]`` float64: where the shared-coin walk stops. The coin's outcome only matters through which accept
+        probabilities it falls below, so the law is a sum over the intervals between the sorted probabilities."""
+        a = plan.accept_prob.detach().to("cpu", torch.float64).nan_to_num(0.0).clamp(0.0, 1.0)
+        edges = torch.cat([torch.zeros(1, dtype=torch.float64), a[1:].unique(), torch.ones(1, dtype=torch.float64)])
+        edges = edges.unique()  # sorted
+        mids, widths = (edges[1:] + edges[:-1]) / 2, edges[1:] - edges[:-1]
+        final = end_nodes(tree_on_cpu(tree), mids[:, None] < a[None, :])
+        return torch.zeros(tree.num_nodes, dtype=torch.float64).index_add_(0, final, widths)
+
+
+class BonusFromParentRowVerifier(_WrappedPlanVerifier):
+    """WRONG bonus: when the walk stops at ``u`` it draws the bonus from the residual row of ``u``'s *parent*.
+
+    An off-by-one between the accepted path and the rows of the target's logits (row ``u`` holds the target's
+    distribution for ``u``'s children). At the root both agree (the root is its own "parent" here), so only
+    cycles that accept at least one draft token are affected.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        correct = self.inner.plan(tree, target_logits, sampling)
+        parent = parent_index(tree)  # the root's parent is the root
+
+        def rows(nodes: torch.Tensor) -> torch.Tensor:
+            return correct.rows(parent[nodes])
+
+        return VerifyPlan(accept_prob=correct.accept_prob, residual_at=rows)

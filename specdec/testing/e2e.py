@@ -32,17 +32,24 @@ would not be well defined.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
-from specdec.generate import GenerationResult, StopCondition
+from specdec.generate import GenerationResult, SpeculativeGenerator, StopCondition
 from specdec.sampling import SamplingParams, logits_ok, warp
+from specdec.testing.coverage import Coverage, RecordingVerifier
+from specdec.testing.power import PowerReport, check_power
 from specdec.testing.stats import g_test
 
+#: The largest ``|P_pipeline - P_target|`` an enumerated pipeline may show (float32 plans and cached forwards
+#: round to ~1e-7; a planted bug moves cells by 1e-4 or more).
+EXACT_TOL = 1e-5
+
 __all__ = [
+    "EXACT_TOL",
     "Decoder",
     "E2EReport",
     "SampledSequences",
@@ -238,10 +245,26 @@ class E2EReport:
     exact: torch.Tensor
     accept_lengths: list[int]
     tree_depths: list[int]
+    coverage: Coverage | None = None
+    power: PowerReport | None = None
 
     @property
     def passed(self) -> bool:
-        return self.p_value > self.level
+        """The samples fit the target's law (and, where the pipeline was enumerated, so does its exact law)."""
+        exact_ok = (
+            self.power is None or self.power.pipeline_max_diff is None or self.power.pipeline_max_diff <= EXACT_TOL
+        )
+        return self.p_value > self.level and exact_ok
+
+    @property
+    def verdict(self) -> str:
+        """``"FAIL"``, ``"pass"`` (and every applicable planted bug would have been caught), or
+        ``"NO POWER against X, Y"``: the samples fit, but the check could not have caught those bugs."""
+        if not self.passed:
+            return "FAIL"
+        if self.power is not None and self.power.powerless:
+            return f"NO POWER against {', '.join(self.power.powerless)}"
+        return "pass"
 
     @property
     def n_samples(self) -> int:
@@ -284,12 +307,21 @@ class E2EReport:
 
     def summary(self) -> str:
         dev = ", ".join(f"{s}: freq {f:.4f} vs p {p:.4f}" for s, f, p in self.largest_deviations())
-        verdict = "pass" if self.passed else "FAIL"
+        verdict = self.verdict if self.power is not None else "pass" if self.passed else "FAIL"
+        power = "" if self.power is None else "\n" + self.power.describe()
         return (
             f"{verdict}: G-test p-value {self.p_value:.3g} vs level {self.level:.3g} (n={self.n_samples}, "
             f"{self.exact.numel()} cells); {self.cycles} cycles, {self.acceptances} with an acceptance, "
-            f"{self.rejections} with a rejection ({self.root_rejections} at the root); largest deviations {dev}"
+            f"{self.rejections} with a rejection ({self.root_rejections} at the root); largest deviations {dev}{power}"
         )
+
+
+def _recording(decoder: Decoder, sampling: SamplingParams) -> tuple[Decoder, RecordingVerifier | None]:
+    """``decoder`` with its verifier at ``sampling`` wrapped in a :class:`RecordingVerifier` (same parts)."""
+    if not isinstance(decoder, SpeculativeGenerator):
+        return decoder, None
+    recorder = RecordingVerifier(decoder.parts_for(sampling)[1])
+    return SpeculativeGenerator(decoder.target, decoder.drafter, decoder.policy, recorder), recorder
 
 
 def e2e_check(
@@ -303,8 +335,10 @@ def e2e_check(
     alpha: float = 1e-3,
     n_tests: int = 1,
     exact: torch.Tensor | None = None,
+    controls: bool | Sequence[str] = True,
 ) -> E2EReport:
-    """Sample ``decoder`` and G-test its first ``n_tokens`` tokens against the exact target process (no raise).
+    """Sample ``decoder`` and G-test its first ``n_tokens`` tokens against the exact target process (no raise),
+    then measure what the check could have caught (:mod:`specdec.testing.power`).
 
     Args:
         decoder: e.g. a ``SpeculativeGenerator`` around a target built from ``model``.
@@ -313,20 +347,44 @@ def e2e_check(
         n_samples, seed: as for :func:`sample_sequences`.
         alpha, n_tests: the check's level is ``alpha / n_tests`` (Bonferroni over a family of ``n_tests``).
         exact: a precomputed :func:`exact_sequence_distribution`, to share between checks.
+        controls: ``True``: plant every applicable bug of :mod:`specdec.testing.controls` in the same pipeline and
+            report the check's power against each (``report.power``; exact and fast for trees of deterministic
+            candidates, one more sampled check per bug otherwise); a list of names: only those; ``False``: none
+            (a suite with its own negative controls).
     """
     if exact is None:
         exact = exact_sequence_distribution(model, prompt, sampling, n_tokens)
-    vocab = exact.shape[-1]
-    sampled = sample_sequences(decoder, prompt, sampling, n_samples, n_tokens, seed)
-    counts = torch.bincount(sequence_index(sampled.tokens, vocab), minlength=exact.numel()).reshape(exact.shape)
-    return E2EReport(
-        p_value=g_test(counts, exact),
-        level=alpha / n_tests,
-        counts=counts,
-        exact=exact,
-        accept_lengths=sampled.accept_lengths,
-        tree_depths=sampled.tree_depths,
-    )
+    level = alpha / n_tests
+
+    def run(dec: Decoder) -> tuple[float, E2EReport]:
+        recorded, recorder = _recording(dec, sampling)
+        sampled = sample_sequences(recorded, prompt, sampling, n_samples, n_tokens, seed)
+        counts = torch.bincount(sequence_index(sampled.tokens, exact.shape[-1]), minlength=exact.numel())
+        report = E2EReport(
+            p_value=g_test(counts, exact),
+            level=level,
+            counts=counts.reshape(exact.shape),
+            exact=exact,
+            accept_lengths=sampled.accept_lengths,
+            tree_depths=sampled.tree_depths,
+        )
+        if recorder is not None:
+            recorder.coverage.runs = float(n_samples)
+            report.coverage = recorder.coverage
+        return report.p_value, report
+
+    _, report = run(decoder)
+    if controls and isinstance(decoder, SpeculativeGenerator):
+        names = None if controls is True else list(controls)
+
+        def sampled_check(dec: SpeculativeGenerator) -> tuple[float, Coverage]:
+            p_value, r = run(dec)
+            return p_value, r.coverage or Coverage()
+
+        report.power = check_power(
+            decoder, prompt, sampling, exact, n_samples, level, n_tokens, sampled_check, report.coverage, names
+        )
+    return report
 
 
 def assert_e2e_lossless(
@@ -340,10 +398,13 @@ def assert_e2e_lossless(
     alpha: float = 1e-3,
     n_tests: int = 1,
     exact: torch.Tensor | None = None,
+    controls: bool | Sequence[str] = True,
+    require_power: bool = False,
 ) -> E2EReport:
-    """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless it passes."""
-    report = e2e_check(decoder, model, prompt, sampling, n_samples, n_tokens, seed, alpha, n_tests, exact)
-    if not report.passed:
+    """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless it passes; with
+    ``require_power`` also unless every applicable planted bug would have been caught."""
+    report = e2e_check(decoder, model, prompt, sampling, n_samples, n_tokens, seed, alpha, n_tests, exact, controls)
+    if not report.passed or (require_power and report.verdict != "pass"):
         raise AssertionError(f"{_describe(decoder)} with {sampling}: {report.summary()}")
     return report
 

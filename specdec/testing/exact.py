@@ -55,6 +55,13 @@ def target_distribution(case: VerifyCase) -> torch.Tensor:
 MAX_ENUMERATED_NODES = 16
 
 
+def tree_on_cpu(tree: DraftTree) -> DraftTree:
+    """``tree``'s structure (tokens, parents, depth, mask, paths) on the CPU, for the enumerations here."""
+    return dataclasses.replace(
+        tree, **{f: getattr(tree, f).cpu() for f in ("tokens", "parents", "depth", "attn_mask", "paths")}
+    )
+
+
 def stop_probabilities(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
     """``[N]`` float64: the exact probability that :func:`~specdec.verify.walk.walk` stops at each node.
 
@@ -73,10 +80,7 @@ def stop_probabilities(tree: DraftTree, plan: VerifyPlan) -> torch.Tensor:
     outcomes = torch.arange(2 ** (n - 1))[:, None] >> torch.arange(n - 1)[None, :] & 1 > 0  # [2^(N-1), N-1]
     weight = torch.where(outcomes, a, 1.0 - a).prod(-1)
     accepted = torch.cat([torch.zeros(outcomes.shape[0], 1, dtype=torch.bool), outcomes], dim=1)
-    cpu = dataclasses.replace(
-        tree, **{f: getattr(tree, f).cpu() for f in ("tokens", "parents", "depth", "attn_mask", "paths")}
-    )
-    final = end_nodes(cpu, accepted)
+    final = end_nodes(tree_on_cpu(tree), accepted)
     return torch.zeros(n, dtype=torch.float64).index_add_(0, final, weight)
 
 
