@@ -1,17 +1,22 @@
 """The specdec command: generate, bench, train, budget.
 
-    specdec generate [PROMPT] [--method M] [--temperature T] [--max-new-tokens N] [--chat | --no-chat] [--weights W]
-                     [--sampled-tree SHAPE|off]  (text streams to stdout, the stats line to stderr)
+    specdec generate [PROMPT] [--method M] [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N]
+                     [--max-len L] [--chat | --no-chat] [--weights W] [--sampled-tree SHAPE|off]
+                     (text streams to stdout, the stats line to stderr)
     specdec bench [--methods ...] [--dataset mtbench|humaneval|spec-bench|FILE] [--temperatures 0 1]
-                  [--max-new-tokens 128] [--limit N] [--out DIR] [--tree-sizes 8 16 32 ...] [--sweep-method M]
-                  [--threads N] [--fresh] [--sampled-tree SHAPE|off] [--dynamic-rows] [--deferred-rows]
+                  [--top-p P] [--top-k K] [--max-new-tokens 128] [--max-len L] [--limit N] [--out DIR]
+                  [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh] [--sampled-tree SHAPE|off]
+                  [--dynamic-rows] [--deferred-rows]
     specdec train {eagle1,hass,eagle3} --out DIR ...
-    specdec data regenerate --out DIR --prompts N [--max-new-tokens 512] [--temperatures 0 0.7]
+    specdec data regenerate --out DIR --prompts N [--model PATH] [--max-new-tokens 512] [--temperatures 0 0.7]
                             [--batch-size 32] [--loop-window 64] [--capture-features DIR]
     specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
 
-Everything runs on SmolLM2-135M-Instruct from its installed package. User errors (unknown method or data set,
-missing assets, a prompt that does not fit) print one ``specdec: error: ...`` line and exit with code 2.
+Everything runs on SmolLM2-135M-Instruct from its installed package unless ``--model`` names another model. Every
+user mistake (an unknown method or data set, a number out of range, an option that does nothing for the chosen
+method, a head of the wrong kind or for another model, a missing asset, a prompt that does not fit) prints one
+``specdec: error: <what is wrong>; <the fix>`` line and exits with code 2; :func:`user_message` is the one place
+library errors become that line.
 """
 
 from __future__ import annotations
@@ -23,21 +28,33 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specdec.cli_options import (
+    TEMPERATURE,
+    Parser,
     UsageError,
     add_backend_options,
+    add_cache_option,
     add_model_options,
     add_sampled_tree_option,
+    add_sampling_options,
+    at_least,
+    cache_size,
+    check_applicable,
     check_head,
+    check_head_fits,
+    check_max_len,
     load_target_model,
     method_options,
+    sampling_filters,
     target_backend,
 )
 from specdec.errors import SpecdecError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "user_message"]
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 EXIT_USAGE = 2
+COMMANDS = ("generate", "bench", "train", "data", "budget")
+#: ``--methods all``: every method and baseline (the full grid; the default runs the best method and baselines).
 BENCH_METHODS = (
     "vanilla",
     "hf-generate",
@@ -48,6 +65,8 @@ BENCH_METHODS = (
     "eagle2",
     "hass",
     "eagle3",
+    "retrieval",
+    "composite",
 )
 
 
@@ -64,32 +83,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from specdec.assets import Prompt, chat_ids
-    from specdec.demo import default_method
     from specdec.generate import GenerationMetrics, StopCondition
     from specdec.methods import build_method, method_names
     from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
-    method = args.method or (default_method() if args.model is None else "ngram")
+    method = args.method
+    if method is None:  # the best method whose assets are present; with --model, one that needs no head
+        from specdec.demo import default_method
+
+        method = default_method() if args.model is None else "ngram"
     if method not in method_names():
-        raise UsageError(f"unknown method {method!r}; choose from {', '.join(method_names())}")
-    if args.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+        raise UsageError(f"unknown method {method!r}; choose --method from {', '.join(method_names())}")
+    if not args.prompt.strip():
+        raise UsageError('the prompt is empty; pass the text to start from as PROMPT (specdec generate "...")')
     options = method_options(args)
-    check_head(args, [method])
+    check_applicable(args, [method], [args.temperature])
+    head = check_head(args, [method])
+    backend = target_backend(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_target_model(args)
+    check_head_fits(args, head, model)
     chat = args.chat if args.chat is not None else tokenizer.chat_template is not None
     if chat and tokenizer.chat_template is None:
-        raise UsageError("the tokenizer has no chat template: pass --no-chat to continue raw text")
+        raise UsageError("the tokenizer has no chat template; pass --no-chat to continue raw text")
     ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=chat))
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
-    max_len = min(limit, ids.shape[0] + args.max_new_tokens + 128)
-    target = HFTarget(model, max_len=max_len, **target_backend(args), in_place=True)
-    sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
+    target = HFTarget(model, max_len=cache_size(args, ids.shape[0], model), **backend, in_place=True)
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed, **sampling_filters(args))
     generator = build_method(method, target, options)
     eos = sorted({*target.eos_token_ids, tokenizer.eos_token_id} - {None})
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
@@ -117,43 +138,53 @@ def cmd_generate(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------------- bench
 def cmd_bench(args: argparse.Namespace) -> int:
     from specdec.assets import DATASETS
+    from specdec.bench import default_methods
 
     names = _method_names()
-    for m in [*args.methods, *([args.sweep_method] if args.sweep_method else [])]:
+    if args.methods is None:
+        args.methods = default_methods()
+    elif args.methods == ["all"]:
+        args.methods = list(BENCH_METHODS)
+    methods = [*args.methods, *([args.sweep_method] if args.sweep_method else [])]
+    for m in methods:
         if m not in names:
-            raise UsageError(f"unknown method {m!r}; choose from {', '.join(names)}")
+            raise UsageError(f"unknown method {m!r}; choose --methods from {', '.join(names)}")
     import json
 
     from specdec.assets import load_prompts, select_prompts
 
     if args.dataset not in DATASETS and not Path(args.dataset).is_file():
-        raise UsageError(f"unknown dataset {args.dataset!r}: use one of {', '.join(DATASETS)} or a jsonl file path")
+        raise UsageError(f"unknown dataset {args.dataset!r}; pass --dataset {', '.join(DATASETS)} or a jsonl file path")
     try:
         if not select_prompts(load_prompts(args.dataset), args.limit):
-            raise UsageError(f"dataset {args.dataset!r} has no prompts (or --limit is 0)")
+            raise UsageError(f"dataset {args.dataset!r} has no prompts; pass --dataset a file with prompts")
     except (ValueError, json.JSONDecodeError) as e:
-        raise UsageError(f"cannot read dataset {args.dataset!r}: {e}") from None
-    if any(t < 0 for t in args.temperatures):
-        raise UsageError("temperatures must be >= 0")
-    if args.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+        raise UsageError(
+            f'cannot read dataset {args.dataset!r}: {e}; pass --dataset a jsonl file of {{"prompt": ...}} lines'
+        ) from None
     from specdec.bench import run_bench, write_report
     from specdec.bench.runner import ResumeMismatchError, plan_variants
 
     options = method_options(args)
+    check_applicable(args, methods, args.temperatures, flags=("--methods", "--temperatures"))
     try:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    check_head(args, [*args.methods, *([args.sweep_method] if args.sweep_method else [])])
+    head = check_head(args, methods, "--methods")
+    backend = target_backend(args)
     model, tokenizer = load_target_model(args)
+    check_head_fits(args, head, model)
+    check_max_len(args, model)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
         run_bench(
             args.methods,
             args.dataset,
             temperatures=args.temperatures,
+            **sampling_filters(args),
             max_new_tokens=args.max_new_tokens,
+            max_len=args.max_len,
             limit=args.limit,
             out_dir=args.out,
             resume=not args.fresh,
@@ -166,7 +197,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             options=options,
             model=model,
             tokenizer=tokenizer,
-            **target_backend(args),
+            **backend,
             deferred_rows=args.deferred_rows,
             dynamic_rows=args.dynamic_rows,
         )
@@ -187,13 +218,12 @@ def cmd_budget(args: argparse.Namespace) -> int:
     from specdec.budget import DEFAULT_SIZES, choose_budget, curve_path, forward_cost_curve, measure_forward_cost
     from specdec.target import HFTarget
 
+    backend = target_backend(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, _ = load_target_model(args)
     sizes = sorted(set(args.sizes or DEFAULT_SIZES))
-    if sizes[0] < 1:
-        raise UsageError("--sizes must be positive")
-    target = HFTarget(model, max_len=max(sizes) + args.context + 8, **target_backend(args), in_place=True)
+    target = HFTarget(model, max_len=max(sizes) + args.context + 8, **backend, in_place=True)
     if args.refresh or args.sizes or args.repeats is not None:
         curve = measure_forward_cost(target, sizes=sizes, repeats=args.repeats or 5, context=args.context)
     else:
@@ -227,7 +257,6 @@ def cmd_data(args: argparse.Namespace) -> int:
     import torch
 
     from specdec.backends import apply
-    from specdec.models import load_smollm2
     from specdec.train.captured import CaptureSettings
     from specdec.train.features import FeatureSpec, eagle3_layers
     from specdec.train.regenerate import RegenerateConfig, regenerate
@@ -249,7 +278,12 @@ def cmd_data(args: argparse.Namespace) -> int:
         raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_target_model(args)
+    if tokenizer.chat_template is None:
+        raise UsageError(
+            f"--model {args.model}: its tokenizer has no chat template, and regenerate answers chat prompts; pass "
+            "--model a chat (instruct) model"
+        )
     apply(model, args.weights, static_shapes=False)  # the batcher runs eagerly; our own model: in place
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
@@ -279,14 +313,16 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="{generate,bench,train,data,budget}")
+    parser = Parser(prog="specdec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
 
     g = sub.add_parser("generate", help="stream a speculative generation (SmolLM2-135M-Instruct or --model)")
     g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
     g.add_argument("--method", default=None, help="named method (default: the best one whose assets are present)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy (default)")
+    add_sampling_options(g)
+    g.add_argument("--max-new-tokens", type=at_least(1), default=128)
+    add_cache_option(g)
     g.add_argument(
         "--chat",
         action=argparse.BooleanOptionalAction,
@@ -295,31 +331,41 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     )
     g.add_argument("--seed", type=int, default=0)
     add_sampled_tree_option(g)
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     add_backend_options(g)
     add_model_options(g)
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
-    b.add_argument("--methods", nargs="+", default=list(BENCH_METHODS), help="methods to run (vanilla always runs)")
+    b.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="methods to run (vanilla always runs); default: the best method with vanilla and HF generate; all: "
+        "every method and baseline",
+    )
     b.add_argument(
         "--dataset",
         default="mtbench",
         help="mtbench (default), humaneval, spec-bench (480 questions in 6 task families, reported per family) or a "
         "jsonl file",
     )
-    b.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 1.0])
-    b.add_argument("--max-new-tokens", type=int, default=128)
+    b.add_argument(
+        "--temperatures", nargs="+", type=TEMPERATURE, default=[0.0], help="default 0 (greedy); e.g. 0 1 for both"
+    )
+    add_sampling_options(b)
+    b.add_argument("--max-new-tokens", type=at_least(1), default=128)
+    add_cache_option(b)
     b.add_argument(
         "--limit",
-        type=int,
+        type=at_least(1),
         default=None,
         help="first N prompts only (spec-bench: first N of each family, interleaved across families)",
     )
     b.add_argument("--out", default="bench", help="output folder (default: bench)")
-    b.add_argument("--tree-sizes", nargs="+", type=int, default=None, help="fixed tree sizes to sweep")
+    b.add_argument("--tree-sizes", nargs="+", type=at_least(1), default=None, help="fixed tree sizes to sweep")
     b.add_argument("--sweep-method", default=None, help="dynamic-tree method of the sweep (default: first one)")
-    b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    b.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     b.add_argument("--no-progress", action="store_true")
@@ -348,7 +394,10 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
 
     d = sub.add_parser("data", help="build training data (regenerate: the target's own responses)")
     dsub = d.add_subparsers(dest="data_command", metavar="{regenerate}", required=True)
-    r = dsub.add_parser("regenerate", help="SmolLM2's own responses to ShareGPT first turns, in resumable shards")
+    r = dsub.add_parser(
+        "regenerate",
+        help="the target's own responses to ShareGPT first turns (SmolLM2 or --model), in resumable shards",
+    )
     r.add_argument("--out", required=True, help="output folder (manifest.json + shards); reruns resume it")
     r.add_argument("--prompts", type=int, required=True, help="grow the data set to this many prompts (whole shards)")
     r.add_argument("--max-new-tokens", type=int, default=512)
@@ -372,17 +421,18 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         help="also keep the target features every recipe trains on (final + EAGLE-3's fused layers, bf16) in DIR; "
         "`specdec train --captured-features DIR` then skips their extraction",
     )
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     r.add_argument("--no-progress", action="store_true")
     add_backend_options(r, drafts=False, static=False)
+    add_model_options(r, head=False, device=False)  # the batcher runs on the CPU, in float32
     r.set_defaults(func=cmd_data)
 
     u = sub.add_parser("budget", help="measure the target's forward cost vs tree size (the adaptive tree budget)")
     u.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
-    u.add_argument("--sizes", nargs="+", type=int, default=None)
-    u.add_argument("--repeats", type=int, default=None, help="timed forwards per size (default 5)")
-    u.add_argument("--context", type=int, default=256, help="tokens of context before the tree (default 256)")
-    u.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    u.add_argument("--sizes", nargs="+", type=at_least(1), default=None, help="tree sizes to time")
+    u.add_argument("--repeats", type=at_least(1), default=None, help="timed forwards per size (default 5)")
+    u.add_argument("--context", type=at_least(0), default=256, help="tokens of context before the tree (default 256)")
+    u.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     add_backend_options(u, drafts=False)
     add_model_options(u, head=False)
     u.set_defaults(func=cmd_budget)
@@ -396,8 +446,38 @@ def _quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
+def _problem(error: Exception) -> str:
+    """What is wrong, without the fix: library messages state the problem first and its fix after ``"; "``."""
+    return str(error).split("; ")[0]
+
+
+def user_message(error: SpecdecError, command: str | None = None) -> str:
+    """The ``specdec: error:`` line of an error the library raised on purpose, in the command line's terms.
+
+    The one place library errors are mapped: the commands' own checks raise :class:`UsageError` with the line
+    written; a library message that names a Python fix (a target's ``max_len``, a token-id tensor) gets the option
+    that fixes it instead; every other library message already says what to change.
+    """
+    if isinstance(error, UsageError):
+        return str(error)
+    from specdec.kvcache import CacheFullError
+    from specdec.target import EmptyPromptError
+
+    if isinstance(error, CacheFullError) and command in ("generate", "bench"):
+        return f"{_problem(error)}; raise --max-len or lower --max-new-tokens"
+    if isinstance(error, EmptyPromptError) and command == "generate":
+        return "the prompt encodes to no tokens; pass a PROMPT with some text"
+    return str(error)
+
+
 def _error(message: str) -> int:
-    print(f"specdec: error: {message}", file=sys.stderr)
+    """Print ``message`` as one ``specdec: error:`` line: the lines of a multi-line message (a list of problems)
+    joined by ``"; "``, or by a space after a line that ends in a colon."""
+    parts = [part.strip() for part in message.splitlines() if part.strip()]
+    line = parts[0] if parts else ""
+    for part in parts[1:]:
+        line += (" " if line.endswith(":") else "; ") + part
+    print(f"specdec: error: {line}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -407,18 +487,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(with_train=first == "train")
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse already printed usage and the error (code 2) or the help (code 0)
+        args, unknown = parser.parse_known_args(argv)
+    except SystemExit as e:  # --help printed (code 0)
         return int(e.code or 0)
+    except UsageError as e:  # Parser.error: a missing or malformed value, an unknown command or choice
+        return _error(str(e))
     if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+        return _error(f"no command given; choose one of {', '.join(COMMANDS)} (see specdec --help)")
+    if unknown:
+        command = " ".join(c for c in (args.command, getattr(args, "data_command", None)) if c)
+        return _error(f"unrecognized arguments: {' '.join(unknown)}; see specdec {command} --help")
     args.argv = argv
     _quiet_transformers()
     try:
         return int(args.func(args) or 0)
     except SpecdecError as e:  # every error the library raises on purpose: bad input, a missing asset, a refusal
-        return _error(str(e))
+        return _error(user_message(e, args.command))
     except KeyboardInterrupt:
         print("\nspecdec: interrupted", file=sys.stderr)
         return 130

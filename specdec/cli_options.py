@@ -1,32 +1,84 @@
 """The options several ``specdec`` subcommands share, and how they become library objects.
 
 Each ``add_*`` function adds a group of options to a subcommand's parser; each other function turns parsed options
-into what the library takes (a target's backend choices, :class:`~specdec.methods.MethodOptions`, a model), raising
-:class:`UsageError` (one ``specdec: error: ...`` line, exit code 2) for a user mistake.
+into what the library takes (a target's backend choices, :class:`~specdec.methods.MethodOptions`, a model, a head)
+or refuses them, raising :class:`UsageError` (one ``specdec: error: <what is wrong>; <the fix>`` line, exit code 2)
+for a user mistake. Numbers are checked where they are parsed (:func:`at_least`, :data:`TEMPERATURE`,
+:data:`TOP_P`), so a value out of range never reaches a command.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from specdec.errors import SpecdecError
 
 __all__ = [
+    "TEMPERATURE",
+    "TOP_P",
+    "Parser",
     "UsageError",
     "add_backend_options",
+    "add_cache_option",
     "add_model_options",
     "add_sampled_tree_option",
+    "add_sampling_options",
+    "at_least",
+    "cache_size",
+    "check_applicable",
     "check_head",
+    "check_head_fits",
+    "check_max_len",
     "load_target_model",
     "method_options",
+    "sampling_filters",
     "target_backend",
 ]
+
+#: Cache room the default ``--max-len`` keeps for one draft tree beyond the prompt and the new tokens.
+TREE_ROOM = 128
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # specdec.models.DTYPES, named here without importing transformers
+MODEL_FIX = "pass --model a local Hugging Face model folder (config.json, weights, tokenizer files) or a .gguf file"
 
 
 class UsageError(SpecdecError):
     """A user error reported as one line with exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are :class:`UsageError` s (one line, exit code 2) instead of a usage block
+    and ``SystemExit``. Subcommand parsers made with ``add_subparsers().add_parser`` are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; see {self.prog} --help")
+
+
+def _number(kind: type, ok: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+    """An argparse ``type`` that parses ``kind`` and refuses values outside ``rule``."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)  # not a number: argparse says "invalid int value: 'x'" (the name below)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer ``>= low``."""
+    return _number(int, lambda v: v >= low, f"an integer >= {low}")
+
+
+#: An argparse ``type``: a finite temperature ``>= 0``.
+TEMPERATURE = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+#: An argparse ``type``: a top-p mass in ``(0, 1]``.
+TOP_P = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def method_options(args: argparse.Namespace) -> Any:
@@ -37,7 +89,7 @@ def method_options(args: argparse.Namespace) -> Any:
     if args.sampled_tree is not None:
         extra["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
     try:
-        return MethodOptions(draft_weights=args.draft_weights, head_dir=args.head, **extra)
+        return MethodOptions(draft_weights=args.draft_weights or "auto", head_dir=args.head, **extra)
     except ValueError as e:
         raise UsageError(f"--sampled-tree: {e}") from None
 
@@ -53,6 +105,67 @@ def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    """``--top-p`` and ``--top-k``: the filters :class:`~specdec.sampling.SamplingParams` applies at T > 0."""
+    parser.add_argument(
+        "--top-p",
+        type=TOP_P,
+        default=None,
+        help="keep the most likely tokens whose mass reaches P, in (0, 1] (default 1: off); needs a temperature > 0",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=at_least(0),
+        default=None,
+        help="keep the K most likely tokens (default 0: off); needs a temperature > 0",
+    )
+
+
+def sampling_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """``top_p`` / ``top_k`` keyword arguments of :class:`~specdec.sampling.SamplingParams` (its defaults where the
+    options are not given)."""
+    from specdec.sampling import SamplingParams
+
+    fields = SamplingParams.model_fields
+    return {
+        "top_p": fields["top_p"].default if args.top_p is None else args.top_p,
+        "top_k": fields["top_k"].default if args.top_k is None else args.top_k,
+    }
+
+
+def add_cache_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-len",
+        type=at_least(1),
+        default=None,
+        help="the target's cache in tokens: prompt + new tokens + one draft tree (default: just enough, within the "
+        "model's context)",
+    )
+
+
+def check_max_len(args: argparse.Namespace, model: Any) -> int:
+    """The model's context (``max_position_embeddings``); a ``--max-len`` beyond it is refused."""
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
+    if args.max_len is not None and args.max_len > limit:
+        raise UsageError(f"--max-len {args.max_len} exceeds the model's context of {limit} positions; lower --max-len")
+    return limit
+
+
+def cache_size(args: argparse.Namespace, prompt_len: int, model: Any) -> int:
+    """The target's cache: ``--max-len``, or room for the prompt, ``--max-new-tokens`` and one draft tree; either
+    within the model's context (:func:`check_max_len`)."""
+    limit = check_max_len(args, model)
+    if args.max_len is not None:
+        return args.max_len
+    need = prompt_len + args.max_new_tokens
+    if need > limit:
+        raise UsageError(
+            f"the prompt ({prompt_len} tokens) and --max-new-tokens {args.max_new_tokens} need {need} positions, more "
+            f"than the model's context of {limit}; lower --max-new-tokens or shorten the prompt"
+        )
+    return min(limit, need + TREE_ROOM)
+
+
 def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, static: bool = True) -> None:
     """The two backend choices (:mod:`specdec.backends`): how the weights run, and whether shapes are static."""
     parser.add_argument(
@@ -66,7 +179,7 @@ def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, st
         parser.add_argument(
             "--draft-weights",
             choices=("auto", "stock", "packed", "int8"),
-            default="auto",
+            default=None,
             help="how EAGLE heads' weights run: auto (default: int8 on a CPU; lossless, the verifier corrects "
             "against the q the draft used), int8, packed, stock",
         )
@@ -81,19 +194,34 @@ def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, st
 
 
 def target_backend(args: argparse.Namespace) -> dict[str, Any]:
-    """``weights`` / ``static_shapes`` keyword arguments of :class:`~specdec.target.HFTarget` from the options."""
-    static = {"auto": "auto", "on": True, "off": False}[getattr(args, "static_shapes", "auto")]
+    """``weights`` / ``static_shapes`` keyword arguments of :class:`~specdec.target.HFTarget` from the options.
+
+    Static shapes compile plain weights (inductor packs them itself): packed or int8 weights with them are refused.
+    """
+    choice = getattr(args, "static_shapes", "auto")
+    static = {"auto": "auto", "on": True, "off": False}[choice]
+    if static is True or (static == "auto" and str(getattr(args, "device", "cpu")).startswith("cuda")):
+        why = "--static-shapes on" if static is True else "--static-shapes auto on a CUDA device"
+        for option, value in (("--weights", args.weights), ("--draft-weights", getattr(args, "draft_weights", None))):
+            if value in ("packed", "int8"):
+                raise UsageError(
+                    f"{option} {value} cannot run with static shapes ({why}: inductor packs plain weights itself); "
+                    f"pass {option} auto or stock, or --static-shapes off"
+                )
     return {"weights": args.weights, "static_shapes": static}
 
 
-def add_model_options(parser: argparse.ArgumentParser, head: bool = True) -> None:
+def add_model_options(parser: argparse.ArgumentParser, head: bool = True, device: bool = True) -> None:
     parser.add_argument(
         "--model",
         default=None,
         help="target: a local Hugging Face model folder or a .gguf file (default: SmolLM2-135M-Instruct)",
     )
-    parser.add_argument("--device", default="cpu", help="device of the target (default: cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    if device:
+        parser.add_argument("--device", default="cpu", help="device of the target (default: cpu)")
+        parser.add_argument(
+            "--dtype", choices=DTYPE_NAMES, default="float32", help="float32 (default), bfloat16 or float16"
+        )
     if head:
         parser.add_argument(
             "--head",
@@ -106,18 +234,144 @@ def add_model_options(parser: argparse.ArgumentParser, head: bool = True) -> Non
 
 def load_target_model(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and tokenizer that ``--model/--device/--dtype`` name; user errors become :class:`UsageError`."""
-    from specdec.models import load_model
+    import torch
+
+    from specdec.models import MissingAssetError, load_model
+
+    device_name = getattr(args, "device", "cpu")
+    try:
+        device = torch.device(device_name)
+    except RuntimeError:
+        raise UsageError(f"--device {device_name!r} is not a device; pass --device cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device_name}: this machine has no CUDA device torch can use; pass --device cpu")
+    dtype = getattr(args, "dtype", "float32")
+    if args.model in (None, "smollm2"):
+        return load_model(args.model, device=device, dtype=dtype)  # a missing package: MissingAssetError, one line
+    path = Path(args.model).expanduser()
+    if not path.exists():
+        raise UsageError(f"--model {args.model} does not exist; {MODEL_FIX}")
+    if path.is_file() and path.suffix != ".gguf":
+        raise UsageError(f"--model {args.model} is a file but not a .gguf; {MODEL_FIX}")
+    try:
+        return load_model(args.model, device=device, dtype=dtype)
+    except (MissingAssetError, OSError, ValueError) as e:  # not a model: no config, unreadable or foreign files
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"--model {args.model} is not a model specdec can load ({reason}); {MODEL_FIX}") from None
+
+
+def check_applicable(
+    args: argparse.Namespace,
+    methods: Sequence[str],
+    temperatures: Sequence[float],
+    flags: tuple[str, str] = ("--method", "--temperature"),
+) -> None:
+    """Refuse the options that would do nothing for ``methods`` at ``temperatures``, rather than ignore them:
+    ``--head`` and ``--draft-weights`` without an EAGLE method, ``--sampled-tree`` without a method that samples its
+    tree at T > 0, ``--top-p`` / ``--top-k`` at temperature 0 only. ``flags``: the options that choose the methods
+    and the temperatures (named in the fix)."""
+    from specdec.methods import HEAD_KINDS, SAMPLED_TREE_METHODS
+
+    method_flag, temperature_flag = flags
+    names, at = ", ".join(methods), ", ".join(f"{t:g}" for t in temperatures)
+    sampling = any(t > 0 for t in temperatures)
+
+    def refuse(option: str, why: str, fix: str) -> NoReturn:
+        raise UsageError(f"{option} does nothing {why}; drop {option} or {fix}")
+
+    if not any(m in HEAD_KINDS for m in methods):
+        for option, value in (("--head", args.head), ("--draft-weights", args.draft_weights)):
+            if value is not None:
+                eagle = ", ".join(HEAD_KINDS)
+                refuse(
+                    option,
+                    f"for {names}: only the EAGLE methods ({eagle}) draft with a head",
+                    f"choose one of them with {method_flag}",
+                )
+    if args.sampled_tree is not None:
+        if not any(m in SAMPLED_TREE_METHODS for m in methods):
+            these = ", ".join(SAMPLED_TREE_METHODS)
+            refuse(
+                "--sampled-tree",
+                f"for {names}: only {these} sample their draft trees",
+                f"choose one of them with {method_flag}",
+            )
+        if not sampling:
+            refuse(
+                "--sampled-tree",
+                f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
+                f"pass {temperature_flag} above 0",
+            )
+    for option, value in (("--top-p", args.top_p), ("--top-k", args.top_k)):
+        if value is not None and not sampling:
+            refuse(
+                option,
+                f"at {temperature_flag} {at}: greedy decoding takes the most likely token",
+                f"pass {temperature_flag} above 0",
+            )
+
+
+def check_head(args: argparse.Namespace, methods: Sequence[str], method_flag: str = "--method") -> Any:
+    """The ``--head`` that the EAGLE methods among ``methods`` draft with, loaded (without its target) and checked
+    against them: a readable head, of the architecture each of them takes. None without ``--head`` (the shipped
+    heads; refused with ``--model``, which they were not trained for). ``method_flag`` names the option that chose
+    ``methods``."""
+    from specdec.methods import HEAD_KINDS
+
+    eagle = [m for m in methods if m in HEAD_KINDS]
+    if not eagle:
+        return None
+    if args.head is None:
+        if args.model not in (None, "smollm2"):
+            raise UsageError(
+                f"no head is shipped for --model {args.model} (the shipped heads are for SmolLM2-135M-Instruct); "
+                f"{', '.join(eagle)} need an EAGLE head trained for this model: pass --head DIR, or choose "
+                f"{method_flag} ngram or small-lm, which need none"
+            )
+        return None
+    from specdec.checkpoints import CheckpointError, load_eagle_head
+    from specdec.drafters.eagle_heads import Eagle3Head
 
     try:
-        return load_model(args.model, device=args.device, dtype=args.dtype)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def check_head(args: argparse.Namespace, methods: list[str]) -> None:
-    eagle = [m for m in methods if m.startswith(("eagle", "hass"))]
-    if eagle and args.model is not None and args.head is None:
+        head = load_eagle_head(args.head)
+    except CheckpointError as e:
         raise UsageError(
-            f"{', '.join(eagle)} need an EAGLE head trained for this model: pass --head DIR (the shipped heads are "
-            "for SmolLM2-135M-Instruct); ngram and small-lm need none"
+            f"--head {args.head} is not an EAGLE head ({e}); pass --head a head folder (config.json and "
+            "model.safetensors, e.g. a training run's head/)"
+        ) from None
+    arch = _architecture("eagle3" if isinstance(head, Eagle3Head) else "eagle1")
+    wrong = [m for m in eagle if _architecture(HEAD_KINDS[m]) != arch]
+    if wrong:
+        fits = [m for m, kind in HEAD_KINDS.items() if _architecture(kind) == arch]
+        other = _architecture(HEAD_KINDS[wrong[0]])
+        raise UsageError(
+            f"--head {args.head} is an {arch} head and {' and '.join(wrong)} {_verb(wrong, 'needs')} an {other} "
+            f"head; use {method_flag} {' or '.join(fits)} with this head, or pass --head an {other} head"
         )
+    return head
+
+
+def _verb(subjects: Sequence[str], singular: str) -> str:
+    """``singular`` ("needs") for one subject, its plural ("need") for several."""
+    return singular if len(subjects) == 1 else singular.removesuffix("s")
+
+
+def _architecture(kind: str) -> str:
+    """``EAGLE-1`` or ``EAGLE-3``: the head architecture of a shipped head kind (HASS trains an EAGLE-1 head)."""
+    return "EAGLE-3" if kind == "eagle3" else "EAGLE-1"
+
+
+def check_head_fits(args: argparse.Namespace, head: Any, model: Any) -> None:
+    """Refuse a ``--head`` (from :func:`check_head`) trained for another model than ``model``: another vocabulary
+    or hidden size."""
+    if head is None:
+        return
+    from specdec.drafters.eagle_checks import check_head_target
+
+    try:
+        check_head_target(head, model)
+    except ValueError as e:  # VocabMismatchError included
+        target = args.model or "SmolLM2-135M-Instruct"
+        raise UsageError(
+            f"--head {args.head} was trained for another model ({e}); pass --head a head trained for {target}"
+        ) from None

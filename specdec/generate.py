@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,7 +25,11 @@ from specdec.calls import GenerationMetrics, GenerationResult, Prompt, StopCondi
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
+from specdec.target import EmptyPromptError
 from specdec.verify import check_verifier, verifier_for
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "GenerationMetrics",
@@ -34,6 +39,25 @@ __all__ = [
     "SpeculativeGenerator",
     "VanillaGenerator",
 ]
+
+
+def _encode(prompt: Prompt | str, tokenizer: PreTrainedTokenizerBase | None) -> Prompt:
+    """A text prompt as ``tokenizer(text)`` encodes it (raw text, no chat template); ids as given.
+
+    Raises:
+        TypeError: a text prompt without a tokenizer.
+        EmptyPromptError: an empty text prompt.
+    """
+    if not isinstance(prompt, str):
+        return prompt
+    if tokenizer is None:
+        raise TypeError(
+            "the prompt is a string but no tokenizer was given: pass tokenizer=... to encode it as raw text, or pass "
+            "token ids (specdec.chat_ids(tokenizer, text) wraps a chat model's prompt in its chat template)"
+        )
+    if not prompt:
+        raise EmptyPromptError("the prompt is an empty string; pass some text to start from")
+    return tokenizer(prompt, return_tensors="pt")
 
 
 def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
@@ -54,15 +78,18 @@ class VanillaGenerator:
 
     def stream(
         self,
-        input_ids: Prompt,
+        input_ids: Prompt | str,
         sampling: SamplingParams | None = None,
         stop: StopCondition | None = None,
         generator: torch.Generator | None = None,
         metrics: GenerationMetrics | None = None,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids one by one. Bad input raises here, before the iterator is returned."""
+        """Yield generated token ids one by one; the prompt as :meth:`SpeculativeGenerator.stream` takes it. Bad
+        input raises here, before the iterator is returned."""
         sampling = sampling or SamplingParams()
-        input_ids, stop = prepare_call(self.target, input_ids, stop, 1)
+        input_ids, stop = prepare_call(self.target, _encode(input_ids, tokenizer), stop, 1)
         return self._tokens(input_ids, sampling, stop, generator, metrics or GenerationMetrics())
 
     def _tokens(
@@ -101,13 +128,15 @@ class VanillaGenerator:
 
     def generate(
         self,
-        input_ids: Prompt,
+        input_ids: Prompt | str,
         sampling: SamplingParams | None = None,
         stop: StopCondition | None = None,
         generator: torch.Generator | None = None,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
-        return _collect(self.stream, self.target, input_ids, sampling, stop, generator)
+        return _collect(self.stream, self.target, _encode(input_ids, tokenizer), sampling, stop, generator)
 
 
 def _collect(stream_fn, target: Target, input_ids, sampling, stop, generator) -> GenerationResult:
@@ -166,26 +195,36 @@ class SpeculativeGenerator:
 
     def stream(
         self,
-        input_ids: Prompt,
+        input_ids: Prompt | str,
         sampling: SamplingParams | None = None,
         stop: StopCondition | None = None,
         generator: torch.Generator | None = None,
         metrics: GenerationMetrics | None = None,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> Iterator[int]:
         """Yield generated token ids as cycles accept them.
 
         Args:
-            input_ids: ``[L]`` or ``[1, L]`` prompt ids, or a tokenizer's output.
+            input_ids: the prompt, one sequence: ``[L]`` or ``[1, L]`` integer ids (a tensor or a list), a
+                tokenizer's output (a ``BatchEncoding`` or any mapping with ``input_ids``, batch of one), or a string
+                together with ``tokenizer``.
             sampling: None: greedy.
             stop: None: the target's EOS ids and token budget.
             generator: the source of randomness (default: a new one seeded with ``sampling.seed``).
             metrics: filled in as tokens come.
+            tokenizer: encodes a string prompt as raw text, ``tokenizer(text)`` (no chat template: for a chat model
+                pass :func:`specdec.chat_ids` ``(tokenizer, text)`` instead).
 
-        Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned.
+        Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned:
+        ``TypeError`` for a string without a tokenizer or ids that are not integers, ``ValueError`` for a batch of
+        more than one sequence, ids outside the target's vocabulary, or an empty string
+        (:class:`~specdec.target.EmptyPromptError`; empty ids raise it at the prefill);
+        :class:`~specdec.kvcache.CacheFullError` for a prompt that does not fit the target's cache.
         """
         sampling = sampling or SamplingParams()
         policy, verifier = self.parts_for(sampling)
-        input_ids, stop = prepare_call(self.target, input_ids, stop, policy.max_nodes)
+        input_ids, stop = prepare_call(self.target, _encode(input_ids, tokenizer), stop, policy.max_nodes)
         return self._tokens(input_ids, sampling, stop, policy, verifier, generator, metrics or GenerationMetrics())
 
     def _tokens(
@@ -261,10 +300,12 @@ class SpeculativeGenerator:
 
     def generate(
         self,
-        input_ids: Prompt,
+        input_ids: Prompt | str,
         sampling: SamplingParams | None = None,
         stop: StopCondition | None = None,
         generator: torch.Generator | None = None,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
-        return _collect(self.stream, self.target, input_ids, sampling, stop, generator)
+        return _collect(self.stream, self.target, _encode(input_ids, tokenizer), sampling, stop, generator)

@@ -21,6 +21,7 @@ from specdec.trees.dynamic import DEFAULT_DEPTH, DEFAULT_TOPK
 
 __all__ = [
     "DYNAMIC_TREE_METHODS",
+    "HEAD_KINDS",
     "METHODS",
     "SAMPLED_SHAPES",
     "SAMPLED_TREE_METHODS",
@@ -33,6 +34,17 @@ __all__ = [
 ]
 
 HEADS_DIR = Path(__file__).parent / "heads" / "smollm2-135m-instruct"
+
+#: The EAGLE methods and the kind of shipped head each drafts with (:func:`shipped_head_dir`); a ``head_dir`` of
+#: their own must have the same architecture: EAGLE-1 for ``eagle1`` and ``hass`` (HASS trains an EAGLE-1 head),
+#: EAGLE-3 for ``eagle3``.
+HEAD_KINDS: dict[str, str] = {
+    "eagle2": "eagle1",
+    "eagle1-static": "eagle1",
+    "hass": "hass",
+    "eagle3": "eagle3",
+    "composite": "eagle3",
+}
 
 #: Shapes of sampled trees (``MethodOptions.sampled_tree``): rank paths whose children are draws without replacement
 #: from the draft distribution (:class:`~specdec.trees.stochastic.StochasticTreePolicy`).
@@ -169,19 +181,21 @@ def _small_lm(target, o):
 
 
 def _eagle1_static(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, "eagle1", o), StaticTreePolicy.eagle1_default())
+    return SpeculativeGenerator(
+        target, eagle_drafter(target, HEAD_KINDS["eagle1-static"], o), StaticTreePolicy.eagle1_default()
+    )
 
 
 def _eagle2(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, "eagle1", o), _dynamic(target, o, "eagle2"))
+    return SpeculativeGenerator(target, eagle_drafter(target, HEAD_KINDS["eagle2"], o), _dynamic(target, o, "eagle2"))
 
 
 def _hass(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, "hass", o), _dynamic(target, o, "hass"))
+    return SpeculativeGenerator(target, eagle_drafter(target, HEAD_KINDS["hass"], o), _dynamic(target, o, "hass"))
 
 
 def _eagle3(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o, "eagle3"))
+    return SpeculativeGenerator(target, eagle_drafter(target, HEAD_KINDS["eagle3"], o), _dynamic(target, o, "eagle3"))
 
 
 def _composed(target: HFTarget, tree_drafter: Drafter | None, base: TreePolicy | None) -> SpeculativeGenerator:
@@ -200,7 +214,7 @@ def _retrieval(target, o):
 
 
 def _composite(target, o):
-    return _composed(target, eagle_drafter(target, "eagle3", o), _dynamic(target, o, "composite"))
+    return _composed(target, eagle_drafter(target, HEAD_KINDS["composite"], o), _dynamic(target, o, "composite"))
 
 
 METHODS: dict[str, Callable] = {

@@ -49,7 +49,8 @@ def bench(tiny, out, methods=("ngram", "hf-generate"), **kw):
     kw.setdefault("temperatures", [0.0])
     kw.setdefault("max_new_tokens", 12)
     kw.setdefault("options", MethodOptions(small_lm_layers=1, topk=3, depth=3, max_total_tokens=16))
-    return run_bench(list(methods), PROMPTS, out_dir=out, progress=False, model=tiny, tokenizer=FakeTokenizer(), **kw)
+    methods = None if methods is None else list(methods)  # None: the default run
+    return run_bench(methods, PROMPTS, out_dir=out, progress=False, model=tiny, tokenizer=FakeTokenizer(), **kw)
 
 
 # ----------------------------------------------------------------------------------------------- planning
@@ -249,3 +250,74 @@ def test_latest_measurement_wins_and_sweep_table():
     assert s["ngram@4"].tokens_per_second == pytest.approx(20.0)  # the later row replaced the earlier
     sweep = sweep_table(list(s.values()))[("ngram", 0.0)]
     assert set(sweep["fixed"]) == {4} and sweep["adaptive"].method == "ngram"
+
+
+# ----------------------------------------------------------------------------------------------- plots
+def plot_rows() -> list[dict]:
+    """Two temperatures, two families, three prompts: vanilla, two speculative rows, HF generate and a sweep."""
+    rows = []
+    for t in (0.0, 1.0):
+        for prompt, family in (("a", "translation"), ("b", "qa"), ("c", "qa")):
+            kw = {"t": t, "family": family}
+            rows += [
+                row("vanilla", prompt, 10, 2.0, **kw),
+                row("hf-generate", prompt, 10, 4.0, **kw),
+                row("ngram", prompt, 10, 1.0, accept=[1, 2], depths=[3, 3], sizes=[6, 7], tree_size="adaptive", **kw),
+                row(
+                    "small-lm", prompt, 10, 1.5, accept=[0, 1], depths=[3, 3], sizes=[5, 5], tree_size="adaptive", **kw
+                ),  # fmt: skip
+            ]
+            rows += [
+                row(
+                    f"ngram@{m}",
+                    prompt,
+                    10,
+                    1.0 + m / 10,
+                    accept=[1],
+                    depths=[2],
+                    sizes=[m],
+                    tree_size=m,
+                    base="ngram",
+                    **kw,
+                )  # fmt: skip
+                for m in (4, 8)
+            ]
+    return rows
+
+
+def test_every_plot_is_titled_and_reads_in_greyscale(tmp_path):
+    """Each figure's title names the hardware and the prompt count; its series differ in colour and in marker
+    (lines) or hatch (bars)."""
+    from matplotlib.lines import Line2D
+
+    from specdec.bench.plots import figures, write_plots
+
+    runs = [{"hardware": {"device": "cpu", "cpu": "TestCPU", "torch_threads": 2}}]
+    figs = figures(plot_rows(), runs)
+    assert set(figs) == {
+        "speedup.png",
+        "acceptance_per_depth.png",
+        "tau_vs_tree_size.png",
+        "tokps_vs_tree_size.png",
+        "family_speedup_T0.png",
+        "family_speedup_T1.png",
+    }
+    for name, fig in figs.items():
+        (ax,) = fig.axes
+        title = ax.get_title()
+        assert "TestCPU, 2 torch threads" in title, name
+        assert ("1–2 prompts per family" if name.startswith("family") else "3 prompts") in title, (name, title)
+        lines = [x for x in ax.get_lines() if isinstance(x, Line2D) and not x.get_label().startswith("_")]
+        bars = ax.containers
+        assert bool(lines) != bool(bars), name  # one kind of series per plot
+        if lines:
+            styles = [(x.get_color(), x.get_marker()) for x in lines]
+            assert all(marker not in ("None", "", None) for _, marker in styles), name
+        else:
+            styles = [(tuple(b.patches[0].get_facecolor()), b.patches[0].get_hatch() or "") for b in bars]
+        assert len({c for c, _ in styles}) == len({m for _, m in styles}) == len(styles) > 1, (name, styles)
+    assert len(figs["acceptance_per_depth.png"].axes[0].get_lines()) == 4  # ngram, small-lm at T = 0 and 1
+    assert len(figs["tau_vs_tree_size.png"].axes[0].get_lines()) == 4  # fixed and adaptive, at T = 0 and 1
+    assert len(figs["family_speedup_T0.png"].axes[0].containers) == 5  # every row label but vanilla
+    assert sorted(p.name for p in write_plots(plot_rows(), runs, tmp_path)) == sorted(figs)
+    assert all((tmp_path / name).stat().st_size > 1000 for name in figs)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
 
-from specdec.cli import BENCH_METHODS, build_parser, main
+from specdec.bench import DEFAULT_TEMPERATURES
+from specdec.cli import build_parser, main
 
 
 def one_line_error(capsys) -> str:
@@ -82,7 +85,8 @@ def test_parser_defaults_and_lazy_train(monkeypatch):
     assert args.model is None and args.head is None and args.device == "cpu" and args.dtype == "float32"
     assert "specdec.train.cli" not in sys.modules  # not imported unless `train` is asked for
     args = build_parser(with_train=False).parse_args(["bench"])
-    assert tuple(args.methods) == BENCH_METHODS and args.temperatures == [0.0, 1.0] and args.out == "bench"
+    assert args.methods is None and args.out == "bench"  # None: run_bench's default_methods()
+    assert tuple(args.temperatures) == DEFAULT_TEMPERATURES
     args = build_parser(with_train=True).parse_args(["train", "eagle1", "--out", "x"])
     assert args.recipe == "eagle1" and callable(args.func)
 
@@ -136,3 +140,83 @@ def test_generate_smollm2_ngram(capsys):
 def test_data_regenerate_usage_errors(tmp_path, capsys, extra, message):
     assert main(["data", "regenerate", "--out", str(tmp_path / "d"), *extra]) == 2
     assert message in one_line_error(capsys)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory):
+    """A tiny Llama folder with a word-level chat tokenizer (full attention: ``data regenerate``'s batcher refuses
+    sliding windows)."""
+    from tests.factories import tiny_family
+    from tests.test_cli_models import WORDS, save_tiny
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    save_tiny(folder)
+    model = tiny_family("llama", vocab=len(WORDS))
+    model.generation_config.eos_token_id = WORDS.index("</s>")
+    model.save_pretrained(folder)  # over save_tiny's model
+    return folder
+
+
+def test_generate_top_k_and_top_p_reach_the_sampler(tiny_llama_dir, tmp_path, monkeypatch, capsys):
+    """At T = 1, ``--top-k 1`` and a tiny ``--top-p`` keep only the most likely token: the greedy text comes out.
+    Control: T = 1 without them samples another text (seed 0)."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    argv = ["generate", "why is the sky blue", "--model", str(tiny_llama_dir), "--method", "vanilla", "--no-chat"]
+    argv += ["--max-new-tokens", "12"]
+
+    def text(*extra: str) -> str:
+        assert main([*argv, *extra]) == 0
+        return capsys.readouterr().out
+
+    greedy = text()
+    assert text("--temperature", "1") != greedy
+    assert text("--temperature", "1", "--top-k", "1") == greedy
+    assert text("--temperature", "1", "--top-p", "1e-6") == greedy
+
+
+def test_bench_passes_sampling_filters_and_max_len(tiny_llama_dir, tmp_path, monkeypatch, capsys):
+    """``--top-p``, ``--top-k`` and ``--max-len`` reach ``run_bench`` (their defaults where not given)."""
+    import specdec.bench
+
+    calls = []
+    monkeypatch.setattr(specdec.bench, "run_bench", lambda *args, **kwargs: calls.append(kwargs))
+    report = tmp_path / "results.md"
+    report.write_text("report")
+    monkeypatch.setattr(specdec.bench, "write_report", lambda out: report)
+    argv = ["bench", "--model", str(tiny_llama_dir), "--methods", "vanilla", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--temperatures", "1", "--top-p", "0.5", "--top-k", "7", "--max-len", "300"]) == 0
+    assert main(argv) == 0
+    given, defaults = calls
+    assert (given["top_p"], given["top_k"], given["max_len"]) == (0.5, 7, 300)
+    assert (defaults["top_p"], defaults["top_k"], defaults["max_len"]) == (1.0, 0, None)
+    capsys.readouterr()
+    assert main([*argv, "--max-len", "100000"]) == 2  # beyond the tiny model's 512 positions
+    assert "--max-len 100000 exceeds the model's context of 512 positions" in one_line_error(capsys)
+
+
+def test_data_regenerate_with_a_local_model(tiny_llama_dir, tmp_path, capsys):
+    """``specdec data regenerate --model DIR``: the responses are that model's (the manifest names it)."""
+    out = tmp_path / "data"
+    argv = ["data", "regenerate", "--out", str(out), "--prompts", "2", "--shard-size", "2", "--batch-size", "2"]
+    argv += ["--max-new-tokens", "4", "--temperatures", "0", "--no-progress"]
+    assert main([*argv, "--model", str(tiny_llama_dir)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"].startswith("LlamaForCausalLM-L4-H32-V32-") and manifest["vocab_size"] == 32
+    assert [s["sequences"] for s in manifest["shards"]] == [2]
+    assert main([*argv, "--model", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist; pass --model a local Hugging Face model folder" in one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_generate_finds_the_shipped_heads_from_any_folder(tmp_path):
+    """Run from a folder that is not the repository, the default method still finds its shipped head (the heads are
+    found beside the package, never from the working directory): the best method, not the head-free fallback."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    cmd = [sys.executable, "-m", "specdec.cli", "generate", "Hi", "--max-new-tokens", "4"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    stats = done.stderr.strip().splitlines()
+    assert len(stats) == 1 and stats[0].startswith("[composite, T=0"), done.stderr

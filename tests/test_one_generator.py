@@ -20,6 +20,7 @@ from specdec import (
     VanillaGenerator,
 )
 from specdec.models import tiny_llama
+from specdec.target import EmptyPromptError
 from specdec.verify import GreedyVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier
 
 VOCAB = 16
@@ -77,3 +78,61 @@ def test_generate_with_defaults_and_tokenizer_output(target):
     assert same.tokens == gen.generate(PROMPT, stop=STOP).tokens
     with pytest.raises(TypeError, match="tokenizer"):
         gen.generate("hello")
+
+
+def word_tokenizer():
+    """A word-level tokenizer over the tiny vocabulary: ``"w3"`` is id 3 (no special tokens added)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="w0")
+
+
+def generators(target):
+    return {
+        "speculative": SpeculativeGenerator(target, NGramDrafter.from_target(target), DynamicTreePolicy(2, 2, 6)),
+        "vanilla": VanillaGenerator(target),
+    }
+
+
+@pytest.mark.parametrize("which", ["speculative", "vanilla"])
+def test_every_prompt_form_gives_the_same_generation(target, which):
+    """``[L]`` and ``[1, L]`` tensors, a list of ids, a tokenizer's ``BatchEncoding`` (tensors or lists) and a string
+    with ``tokenizer=`` are one prompt: the same tokens come out, and ``result.prompt`` is the ids."""
+    gen, tokenizer = generators(target)[which], word_tokenizer()
+    text = " ".join(f"w{i}" for i in PROMPT.tolist())
+    want = gen.generate(PROMPT, stop=STOP)
+    forms = {
+        "[1, L]": PROMPT[None],
+        "list": PROMPT.tolist(),
+        "BatchEncoding pt": tokenizer(text, return_tensors="pt"),
+        "BatchEncoding lists": tokenizer(text),
+    }
+    for form, prompt in forms.items():
+        assert gen.generate(prompt, stop=STOP).tokens == want.tokens, form
+    by_text = gen.generate(text, stop=STOP, tokenizer=tokenizer)
+    assert by_text.tokens == want.tokens and by_text.prompt == PROMPT.tolist()
+    assert list(gen.stream(text, stop=STOP, tokenizer=tokenizer)) == want.tokens
+
+
+@pytest.mark.parametrize("which", ["speculative", "vanilla"])
+def test_bad_prompt_forms_are_refused_naming_the_problem(target, which):
+    gen, tokenizer = generators(target)[which], word_tokenizer()
+    refused = [
+        ("w1 w2", {}, TypeError, "the prompt is a string but no tokenizer was given: pass tokenizer="),
+        (PROMPT.float(), {}, TypeError, "prompt must hold integer token ids, got dtype torch.float32"),
+        (torch.stack([PROMPT, PROMPT]), {}, ValueError, "prompt has batch size 2; specdec decodes one sequence"),
+        (tokenizer(["w1 w2", "w3 w1"], return_tensors="pt"), {}, ValueError, "prompt has batch size 2"),
+        ("", {"tokenizer": tokenizer}, EmptyPromptError, "the prompt is an empty string"),
+        ([], {}, EmptyPromptError, r"prompt must be a non-empty 1-D tensor of token ids, got \(0,\)"),
+        (torch.zeros(1, 0, dtype=torch.long), {}, EmptyPromptError, "non-empty"),
+        ({"attention_mask": PROMPT}, {}, TypeError, "a mapping prompt needs an 'input_ids' entry"),
+        (PROMPT[None, None], {}, ValueError, r"prompt must be \[L\] or \[1, L\] token ids, got shape \(1, 1, 8\)"),
+    ]
+    for prompt, kwargs, error, message in refused:
+        with pytest.raises(error, match=message):
+            gen.generate(prompt, stop=STOP, **kwargs)
+    with pytest.raises(TypeError, match="no tokenizer was given"):
+        gen.stream("w1 w2")  # raised by stream() itself, before an iterator exists

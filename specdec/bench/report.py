@@ -14,15 +14,15 @@ Where rows carry a task ``family`` (Spec-Bench), a per-family table in the leade
 and temperature, one column per family and ``overall``, each cell the same ``x vanilla`` ratio (and ``x hf-generate``)
 pooled over that family's prompts (``overall``: over every prompt, as in the main table), with τ.
 
-Plots: ``speedup.png`` (bars vs vanilla), ``acceptance_per_depth.png``, and from a tree-size sweep
-``tau_vs_tree_size.png`` and ``tokps_vs_tree_size.png`` (the adaptive row drawn at its mean tree size); with families,
-``family_speedup_T{T}.png`` per temperature (bars vs vanilla per family).
+Plots (:mod:`specdec.bench.plots`, each titled with the hardware and the prompt count): ``speedup.png`` (bars vs
+vanilla), ``acceptance_per_depth.png``, and from a tree-size sweep ``tau_vs_tree_size.png`` and
+``tokps_vs_tree_size.png`` (the adaptive row drawn at its mean tree size); with families, ``family_speedup_T{T}.png``
+per temperature (bars vs vanilla per family).
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,10 +34,13 @@ __all__ = [
     "OVERALL",
     "Summary",
     "aggregate",
+    "family_prompt_counts",
     "family_summaries",
+    "hardware_label",
     "load_rows",
     "markdown",
     "pooled_acceptance",
+    "row_label",
     "sweep_table",
     "write_report",
 ]
@@ -45,7 +48,6 @@ __all__ = [
 PHASES = ("draft", "target", "verify", "bookkeeping")
 #: The column of the per-family table pooled over every prompt.
 OVERALL = "overall"
-HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++")
 
 
 @dataclass
@@ -192,7 +194,7 @@ def family_summaries(rows: Sequence[dict]) -> dict[str, dict[tuple[str, float], 
     return {f: {(s.method, s.temperature): s for s in aggregate(subset)} for f, subset in subsets.items()}
 
 
-def _family_prompt_counts(rows: Sequence[dict]) -> dict[str, int]:
+def family_prompt_counts(rows: Sequence[dict]) -> dict[str, int]:
     """Distinct prompts measured per family (any method, any temperature), and :data:`OVERALL`."""
     ok = [r for r in rows if r.get("status") == "ok"]
     counts = {f: len({r["prompt_id"] for r in ok if r.get("family") == f}) for f in _families(ok)}
@@ -216,7 +218,7 @@ def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if x is None else f"{x:{spec}}{suffix}"
 
 
-def _label(s: Summary) -> str:
+def row_label(s: Summary) -> str:
     """The row label, with the tree where it is not a plain size (``adaptive``, ``sampled SHAPE``)."""
     return f"{s.method} ({s.tree_size})" if isinstance(s.tree_size, str) else s.method
 
@@ -251,7 +253,7 @@ def _family_table(
         overall = by_family[OVERALL][(method, t)]
         if with_tau:
             cells.append(_greedy_cell(overall))
-        lines.append(f"| {_label(overall)} | {t:g} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row_label(overall)} | {t:g} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -260,7 +262,7 @@ def _family_lines(rows: Sequence[dict]) -> list[str]:
     by_family = family_summaries(rows)
     if not by_family:
         return []
-    counts = _family_prompt_counts(rows)
+    counts = family_prompt_counts(rows)
     lines = [
         "",
         "Per task family (Spec-Bench leaderboard layout; each header gives the prompts measured): tokens/s × vanilla "
@@ -302,7 +304,7 @@ def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
         greedy = _greedy_cell(s)
         split = " / ".join(f"{s.time_split[k]:.0%}" for k in PHASES) if s.time_split else "–"  # other = bookkeeping
         lines.append(
-            f"| {_label(s)} | {s.temperature:g} | {s.prompts} | {_fmt(s.tau)} | {s.tokens_per_second:.1f} "
+            f"| {row_label(s)} | {s.temperature:g} | {s.prompts} | {_fmt(s.tau)} | {s.tokens_per_second:.1f} "
             f"| {_fmt(s.speedup_vs_vanilla, '.2f', '×')} | {_fmt(s.speedup_vs_hf, '.2f', '×')} | {greedy} "
             f"| {_fmt(s.mean_tree_size, '.1f')} | {split} |"
         )
@@ -345,72 +347,7 @@ def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plots(summaries: Sequence[Summary], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    temps = sorted({s.temperature for s in summaries})
-    methods = list(dict.fromkeys(s.method for s in summaries if s.method != "vanilla"))
-    if methods:
-        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(methods)), 4))
-        width = 0.8 / max(1, len(temps))
-        for j, t in enumerate(temps):
-            by = {s.method: s for s in summaries if s.temperature == t}
-            ys = [(by[m].speedup_vs_vanilla or 0.0) if m in by else 0.0 for m in methods]
-            ax.bar([i + j * width for i in range(len(methods))], ys, width, label=f"T={t:g}")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xticks([i + width * (len(temps) - 1) / 2 for i in range(len(methods))], methods, rotation=30)
-        ax.set_ylabel("speedup vs vanilla (tokens/s ratio)")
-        ax.legend()
-        fig.tight_layout()
-        written.append(out / "speedup.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
-    acc = [s for s in summaries if s.acceptance_per_depth and "@" not in s.method]
-    if acc:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for s in acc:
-            n = range(1, len(s.acceptance_per_depth or []) + 1)
-            ax.plot(list(n), s.acceptance_per_depth, marker="o", ls="-" if s.temperature == 0 else "--",
-                    label=f"{s.method} T={s.temperature:g}")  # fmt: skip
-        ax.set_xlabel("draft depth n")
-        ax.set_ylabel("n-α (acceptance | previous accepted)")
-        ax.set_ylim(0, 1)
-        ax.legend()
-        fig.tight_layout()
-        written.append(out / "acceptance_per_depth.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
-    sweeps = sweep_table(summaries)
-    for name, attr, label in (
-        ("tau_vs_tree_size.png", "tau", "τ (tokens per target forward)"),
-        ("tokps_vs_tree_size.png", "tokens_per_second", "tokens/s"),
-    ):
-        if not sweeps:
-            break
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for (method, t), sweep in sweeps.items():
-            sizes = sorted(sweep["fixed"])
-            line = ax.plot(sizes, [getattr(sweep["fixed"][m], attr) or 0 for m in sizes], marker="o",
-                           label=f"{method} fixed, T={t:g}")  # fmt: skip
-            ad = sweep["adaptive"]
-            if ad is not None and ad.mean_tree_size is not None:
-                ax.scatter([ad.mean_tree_size], [getattr(ad, attr) or 0], marker="*", s=200,
-                           color=line[0].get_color(), label=f"{method} adaptive (mean size), T={t:g}")  # fmt: skip
-        ax.set_xlabel("tree size (tokens, root included)")
-        ax.set_ylabel(label)
-        ax.legend()
-        fig.tight_layout()
-        written.append(out / name)
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
-    return written
-
-
-def _hardware_label(runs: Sequence[dict]) -> str:
+def hardware_label(runs: Sequence[dict]) -> str:
     """The device of the latest recorded run: the GPU's name, or the CPU model and torch threads."""
     hw = next((r["hardware"] for r in reversed(runs) if r.get("hardware")), None)
     if hw is None:
@@ -420,56 +357,7 @@ def _hardware_label(runs: Sequence[dict]) -> str:
     return f"{hw.get('cpu', '?')}, {hw.get('torch_threads', '?')} torch threads"
 
 
-def _per_family_label(counts: dict[str, int]) -> str:
-    """``N prompts per family``, or the range where an interrupted run left the families uneven."""
-    sizes = [n for f, n in counts.items() if f != OVERALL]
-    low, high = min(sizes), max(sizes)
-    return f"{high} prompt{'s' * (high != 1)} per family" if low == high else f"{low}–{high} prompts per family"
-
-
-def _family_plots(rows: Sequence[dict], runs: Sequence[dict], out: Path) -> list[Path]:
-    """``family_speedup_T{T}.png`` per temperature: families (and overall) on x, one bar group per row label."""
-    by_family = family_summaries(rows)
-    if not by_family:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    columns = list(by_family)
-    labels = [textwrap.fill(SPEC_BENCH_FAMILIES.get(f, f), 12, break_long_words=False) for f in columns]
-    subtitle = f"{_hardware_label(runs)}; {_per_family_label(_family_prompt_counts(rows))}"
-    written = []
-    for t in sorted({t for _, t in by_family[OVERALL]}):
-        shown = [s for (m, tt), s in by_family[OVERALL].items() if tt == t and m != "vanilla"]
-        if not shown:
-            continue
-        fig, ax = plt.subplots(figsize=(max(9, 0.3 * len(shown) * len(columns)), 4.5))
-        width = 0.8 / len(shown)
-        colors = plt.get_cmap("tab10")
-        top = 1.0
-        for j, s in enumerate(shown):
-            ys = [_speedup_or_zero(by_family[f].get((s.method, t))) for f in columns]
-            xs = [i + (j - (len(shown) - 1) / 2) * width for i in range(len(columns))]
-            ax.bar(xs, ys, width, label=_label(s), color=colors(j % 10), hatch=HATCHES[j % len(HATCHES)],
-                   edgecolor="k", linewidth=0.5)  # fmt: skip
-            top = max(top, *ys)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
-        ax.set_xticks(range(len(columns)), labels, fontsize=8)
-        ax.set_ylabel("speedup vs vanilla (tokens/s ratio)")
-        ax.set_title(f"Speedup per task family, T={t:g}\n{subtitle}", fontsize=10)
-        ax.legend(fontsize=8, loc="upper left", ncols=min(4, len(shown)))
-        fig.tight_layout()
-        written.append(out / f"family_speedup_T{t:g}.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
-    return written
-
-
-def _speedup_or_zero(s: Summary | None) -> float:
-    return 0.0 if s is None or s.speedup_vs_vanilla is None else s.speedup_vs_vanilla
+_hardware_label = hardware_label  # the name tests/test_spec_bench.py imports
 
 
 def write_report(out_dir: str | Path, plots: bool = True) -> Path:
@@ -480,6 +368,7 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     path = out / "results.md"
     path.write_text(markdown(rows, runs))
     if plots:
-        _plots(aggregate(rows), out)
-        _family_plots(rows, runs, out)
+        from specdec.bench.plots import write_plots  # matplotlib only where plots are asked for
+
+        write_plots(rows, runs, out)
     return path

@@ -7,6 +7,10 @@ always runs: it is the baseline of the speedups and, at T=0, the reference every
 for token. A row measured before its prompt's vanilla row (rotation) waits in memory until vanilla has run,
 so an interrupt loses at most those rows.
 
+Before the first generation one line on stderr says how many generations the run owes (and how many a resumed
+folder already holds) and about how long they take, timed on vanilla on this machine (:mod:`specdec.bench.plan`).
+Without ``methods`` the run is the best method and its baselines at T = 0 (:func:`~specdec.bench.plan.default_methods`).
+
 Besides the named methods of :mod:`specdec.methods`:
 
 * ``hf-generate``: Hugging Face ``model.generate`` (greedy, or sampling at the same temperature with top-k and
@@ -32,6 +36,7 @@ import datetime
 import json
 import os
 import platform
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +45,21 @@ import torch
 
 from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
 from specdec.bench.baselines import HFGenerate
+from specdec.bench.plan import (
+    DEFAULT_TEMPERATURES,
+    WARMUP_TOKENS,
+    Generation,
+    default_methods,
+    estimate_seconds,
+    measured_slowdowns,
+    plan_line,
+    probe_vanilla,
+    progress_bar,
+)
 from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, row_key
 from specdec.errors import SpecdecError
 from specdec.generate import GenerationMetrics, StopCondition
+from specdec.kvcache import CacheFullError
 from specdec.methods import (
     DYNAMIC_TREE_METHODS,
     SAMPLED_TREE_METHODS,
@@ -69,7 +86,6 @@ __all__ = [
 
 HF_METHODS = ("hf-generate", "hf-prompt-lookup")
 PROMPT_LOOKUP_TOKENS = 10
-WARMUP_TOKENS = 4
 
 
 def all_method_names() -> list[str]:
@@ -169,6 +185,19 @@ class ResumeMismatchError(SpecdecError, ValueError):
     """A results folder holds rows of a row label measured with another tree than this run would use."""
 
 
+def _check_resumed_filters(rows: list[dict], top_p: float, top_k: int, out: Path) -> None:
+    """Refuse to resume ``out`` where rows were sampled with other top-p / top-k filters (rows without the fields
+    predate them: no filters)."""
+    for r in rows:
+        if r.get("status") == "ok" and float(r["temperature"]) > 0:
+            theirs = (float(r.get("top_p", 1.0)), int(r.get("top_k", 0)))
+            if theirs != (float(top_p), int(top_k)):
+                raise ResumeMismatchError(
+                    f"{out} holds rows sampled with top_p={theirs[0]:g}, top_k={theirs[1]} and this run uses "
+                    f"top_p={top_p:g}, top_k={top_k}; use another output folder or start afresh"
+                )
+
+
 def _check_resumed_trees(rows: list[dict], variants: Sequence[Variant], out: Path) -> None:
     """Refuse to resume ``out`` where a row of this run's labels was measured with another tree (a sampled tree
     against a dynamic one, after a change of ``--sampled-tree`` or of the default): the report would pool them."""
@@ -207,6 +236,8 @@ def result_row(
         "temperature": float(sampling.temperature),
         "max_new_tokens": stop.max_new_tokens,
         "seed": sampling.seed,
+        "top_p": float(sampling.top_p),
+        "top_k": int(sampling.top_k or 0),
         "prompt_tokens": int(ids.shape[0]),
         "new_tokens": m.new_tokens,
         "tokens": list(result.tokens),
@@ -255,11 +286,30 @@ def _max_tree(variants: Iterable[Variant]) -> int:
     )
 
 
+def _announce(
+    labels_at: dict[float, int],
+    encoded: Sequence[torch.Tensor],
+    todo: Sequence[Generation],
+    target: HFTarget,
+    max_new_tokens: int,
+    measured: Sequence[dict],
+) -> str:
+    """The line said before the first generation: what the run owes and how long it should take, from vanilla
+    timed here on the shortest prompt and the slowdowns ``measured`` (rows already in the folder) or assumed
+    (:mod:`specdec.bench.plan`)."""
+    done = len(encoded) * sum(labels_at.values()) - len(todo)
+    if not todo:
+        return plan_line(labels_at, len(encoded), done)
+    probe = probe_vanilla(target, min(encoded, key=len))
+    seconds = estimate_seconds(todo, probe, max_new_tokens, measured_slowdowns(measured, max_new_tokens))
+    return plan_line(labels_at, len(encoded), done, seconds, probe)
+
+
 # ----------------------------------------------------------------------------------------------- the run
 def run_bench(
-    methods: Sequence[str],
+    methods: Sequence[str] | None,
     dataset: str | Sequence[Prompt],
-    temperatures: Sequence[float] = (0.0,),
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     max_new_tokens: int = 128,
     limit: int | None = None,
     out_dir: str | Path = "bench",
@@ -277,15 +327,19 @@ def run_bench(
     static_shapes: bool | str = "auto",
     deferred_rows: bool = False,
     dynamic_rows: bool = False,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    max_len: int | None = None,
 ) -> Path:
     """Measure ``methods`` (vanilla always included) on ``dataset`` at each temperature; returns the results file.
 
     Args:
         methods: named methods (:func:`specdec.methods.method_names`) and/or ``hf-generate``,
-            ``hf-prompt-lookup``.
+            ``hf-prompt-lookup``; None: :func:`~specdec.bench.plan.default_methods` (the best method, vanilla and
+            HF ``generate``).
         dataset: ``mtbench``, ``humaneval``, ``spec-bench``, a jsonl path, or a list of
             :class:`~specdec.assets.Prompt`.
-        temperatures: 0 is greedy (with the token-for-token check against vanilla).
+        temperatures: 0 is greedy (with the token-for-token check against vanilla); default T = 0 only.
         max_new_tokens: generation budget per prompt (EOS stops earlier).
         limit: first ``limit`` prompts only; where the prompts carry families (Spec-Bench), the first ``limit`` of
             each family, interleaved across families (:func:`specdec.assets.select_prompts`).
@@ -296,7 +350,7 @@ def run_bench(
         sweep_method: the dynamic-tree method to sweep (default: the first one in ``methods``).
         seed: prompt ``i`` samples with seed ``seed + i`` (every method alike).
         command: the command line to record (default: none).
-        progress: show a tqdm bar.
+        progress: show a tqdm bar (its remaining time from this run's rate; resumed rows count as done).
         options: tree and drafter settings of the named methods (default :class:`MethodOptions`).
         model, tokenizer: the target (default: SmolLM2-135M-Instruct).
         weights, static_shapes: the backend choices of our target (:mod:`specdec.backends`). Our target runs a
@@ -305,9 +359,17 @@ def run_bench(
         deferred_rows: also run each adaptive method with the deferred tree budget (rows ``M+deferred``).
         dynamic_rows: also run each method that samples its tree at T > 0 with its dynamic tree (rows
             ``M+dynamic``, at T > 0 only).
-    """
-    from tqdm.auto import tqdm
+        top_p, top_k: the sampling filters of every method at T > 0 (HF ``generate`` gets the same ones); recorded
+            in each row, and a folder measured with other filters is refused rather than pooled.
+        max_len: the target's cache (default: the longest prompt + ``max_new_tokens`` + the largest tree).
 
+    Raises:
+        CacheFullError: ``max_len`` cannot hold the longest prompt, ``max_new_tokens`` and the largest tree.
+        ResumeMismatchError: ``out_dir`` holds rows measured with another tree or other sampling filters.
+    """
+    if methods is None:
+        methods = default_methods()
+    temperatures = list(dict.fromkeys(float(t) for t in temperatures))  # a temperature given twice runs once
     variants = plan_variants(methods, tree_sizes, sweep_method, options, deferred_rows, dynamic_rows)
     prompts = select_prompts(load_prompts(dataset) if isinstance(dataset, str) else list(dataset), limit)
     if not prompts:
@@ -324,11 +386,18 @@ def run_bench(
     if not resume and results.path.exists():
         results.path.unlink()
     _check_resumed_trees(results.rows(), variants, out)
+    _check_resumed_filters(results.rows(), top_p, top_k, out)
     done = results.done()
     device = model.get_output_embeddings().weight.device
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
     limit_len = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
-    max_len = min(max(e.shape[0] for e in encoded) + max_new_tokens + _max_tree(variants) + 8, limit_len)
+    needed = max(e.shape[0] for e in encoded) + max_new_tokens + _max_tree(variants) + 8
+    if max_len is not None and max_len < needed:
+        raise CacheFullError(
+            f"the longest prompt ({max(e.shape[0] for e in encoded)} tokens) + max_new_tokens ({max_new_tokens}) + "
+            f"the largest tree ({_max_tree(variants)}) + 8 need a cache of {needed}, more than max_len {max_len}"
+        )
+    max_len = min(needed, limit_len) if max_len is None else max_len
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
     hf_model = model
     target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes)
@@ -345,6 +414,8 @@ def run_bench(
         "prompts": len(prompts),
         "limit": limit,
         "tree_sizes": list(tree_sizes),
+        "top_p": float(top_p),
+        "top_k": int(top_k),
     }
     with (out / "runs.jsonl").open("a") as f:
         f.write(json.dumps(meta) + "\n")
@@ -359,13 +430,20 @@ def run_bench(
         and int(r["max_new_tokens"]) == max_new_tokens
     }
     rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
-    total = len(prompts) * sum(len(rows) for rows in rows_at.values())
-    bar = tqdm(total=total, disable=not progress, unit="run", desc="bench")
-    bar.update(sum(1 for p in prompts for t, rows in rows_at.items() for v in rows
-                   if (p.id, v.name, t, max_new_tokens) in done))  # fmt: skip
+    todo = [
+        Generation(v.name, v.method, t, int(ids.shape[0]))
+        for t, rows in rows_at.items()
+        for v in rows
+        for p, ids in zip(prompts, encoded, strict=True)
+        if (p.id, v.name, t, max_new_tokens) not in done
+    ]
+    labels_at = {t: len(rows) for t, rows in rows_at.items()}
+    print(_announce(labels_at, encoded, todo, target, max_new_tokens, results.rows()), file=sys.stderr)
+    total = len(prompts) * sum(labels_at.values())
+    bar = progress_bar(total, total - len(todo), progress)
     for temperature in temperatures:
         temperature = float(temperature)
-        base = SamplingParams(temperature=temperature, seed=seed)
+        base = SamplingParams(temperature=temperature, seed=seed, top_p=top_p, top_k=top_k)
         key = (temperature, max_new_tokens)
         todo = [v for v in rows_at[temperature] if any((p.id, v.name, *key) not in done for p in prompts)]
         built = {}
@@ -377,7 +455,8 @@ def run_bench(
                 reason = str(e) if status == "skipped" else f"{type(e).__name__}: {e}"
                 results.append(_status_row(v, temperature, max_new_tokens, status, reason))
                 bar.write(f"{status} {v.name}: {reason}")
-                bar.update(sum((p.id, v.name, temperature, max_new_tokens) not in done for p in prompts))
+                bar.total -= sum((p.id, v.name, temperature, max_new_tokens) not in done for p in prompts)
+                bar.refresh()  # not run: off the total, so it does not pass for fast work in the rate
         if not built:
             continue
         warm_stop = StopCondition(max_new_tokens=WARMUP_TOKENS)
@@ -385,7 +464,7 @@ def run_bench(
             gen.generate(encoded[0], base, warm_stop)
         order = [v for v in variants if v.name in built]
         for i, (prompt, ids) in enumerate(zip(prompts, encoded, strict=True)):
-            sampling = SamplingParams(temperature=temperature, seed=seed + i)
+            sampling = SamplingParams(temperature=temperature, seed=seed + i, top_p=top_p, top_k=top_k)
             stop = StopCondition(max_new_tokens=max_new_tokens, eos_token_ids=eos)
             rotated = order[i % len(order) :] + order[: i % len(order)]
             waiting: list[dict] = []
