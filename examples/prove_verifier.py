@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from specdec import SamplingParams, warp
+from specdec import Drafter, PartialTree, SamplingParams, warp
 from specdec.testing import (
     VerifyCase,
     assert_lossless_exact,
@@ -159,10 +159,23 @@ def in_the_loop(model_name: str, max_new_tokens: int) -> None:
             print(line)
 
 
+class UnigramDrafter(Drafter):
+    """A custom drafter as docs/tutorials/custom_drafter.md writes one: q(x) from how often x occurs in the node's
+    context (committed tokens + root path), add-0.1 smoothed. Deterministic in the context, as top-k trees need."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.reset()
+
+    def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
+        counts = [torch.bincount(c, minlength=self.vocab_size).float() for c in self.contexts(tree, frontier)]
+        return torch.log(torch.stack(counts) + 0.1).to(tree.device)  # [F, V] logits
+
+
 def whole_pipeline() -> None:
     """The kit on a whole decoder, with the report of what the check could have caught.
 
-    Pipeline: a tiny random Llama (V = 6), the n-gram drafter, a dynamic top-2 tree of 6 nodes, FirstChildVerifier.
+    Pipeline: a tiny random Llama (V = 6), UnigramDrafter, a dynamic top-2 tree of 6 nodes, FirstChildVerifier.
     ``e2e_check`` samples 300 runs of 3 tokens, G-tests them, enumerates the pipeline's exact law through its own
     loop (deterministic candidates), and plants every applicable bug of specdec.testing.broken in the same pipeline.
     Then the issue's case: ResidualNotRenormalisedVerifier swapped in, with top-k 3 (the bug cannot show: the
@@ -170,7 +183,6 @@ def whole_pipeline() -> None:
     """
     import time
 
-    from specdec.drafters import NGramDrafter
     from specdec.generate import SpeculativeGenerator
     from specdec.models import tiny_llama
     from specdec.target import HFTarget
@@ -181,7 +193,9 @@ def whole_pipeline() -> None:
     prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
 
     def pipeline(verifier) -> SpeculativeGenerator:
-        return SpeculativeGenerator(HFTarget(model, max_len=64), NGramDrafter(6), DynamicTreePolicy(2, 3, 6), verifier)
+        return SpeculativeGenerator(
+            HFTarget(model, max_len=64), UnigramDrafter(6), DynamicTreePolicy(2, 3, 6), verifier
+        )
 
     t0 = time.perf_counter()
     report = e2e_check(pipeline(FirstChildVerifier()), model, prompt, SamplingParams(temperature=1.0), n_samples=300)

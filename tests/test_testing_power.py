@@ -197,3 +197,22 @@ def test_every_planted_bug_is_a_control() -> None:
 
     planted = {c.name for c in CONTROLS}
     assert set(broken.__all__) - planted == {"TraversalStaleQVerifier", "TraversalStaleWeightVerifier"}
+
+
+def test_reversed_sibling_order_is_caught() -> None:
+    """Child order: caught exactly on sampled siblings by the cycle suite and on a deterministic tree by the
+    pipeline law; harmless on a single child."""
+    from specdec.testing.broken import ReversedSiblingsVerifier
+    from specdec.verify import StochasticMultiRoundVerifier
+
+    sto = StochasticMultiRoundVerifier(F64)
+    try:
+        assert_lossless_exact(ReversedSiblingsVerifier(sto), [_sto_case([0.1, 0.5, 0.4], [0.5, 0.3, 0.2])])
+    except AssertionError as e:
+        assert "not lossless" in str(e)
+    else:
+        raise AssertionError("ReversedSiblingsVerifier passed on two sampled siblings")
+    assert_lossless_exact(ReversedSiblingsVerifier(sto), [_sto_case([0.1, 0.5, 0.4], [0.5, 0.3, 0.2], (-1, 0))])
+    model = _model()
+    law = pipeline_law(_pipeline(model, ReversedSiblingsVerifier(MultiRoundVerifier())), PROMPT, HOT, 3).law
+    assert float((law - exact_sequence_distribution(model, PROMPT, HOT, 3)).abs().max()) > 1e-4

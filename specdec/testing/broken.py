@@ -37,6 +37,7 @@ __all__ = [
     "OnlyZeroRejectedResidualVerifier",
     "PointMassAsDrawVerifier",
     "ResidualNotRenormalisedVerifier",
+    "ReversedSiblingsVerifier",
     "SharedCoinsVerifier",
     "StaleQVerifier",
     "TraversalStaleQVerifier",
@@ -314,3 +315,45 @@ class BonusFromParentRowVerifier(_WrappedPlanVerifier):
             return correct.rows(parent[nodes])
 
         return VerifyPlan(accept_prob=correct.accept_prob, residual_at=rows)
+
+
+def reversed_sibling_order(tree: DraftTree) -> torch.Tensor:
+    """``[N]`` long: ``order[new] = old``, the nodes renumbered level by level with every sibling group reversed
+    (parents still before children)."""
+    parents = tree.parents.tolist()
+    children: dict[int, list[int]] = {}
+    for c in range(1, tree.num_nodes):
+        children.setdefault(parents[c], []).append(c)
+    order, frontier = [0], [0]
+    while frontier:
+        frontier = [c for u in frontier for c in reversed(children.get(u, []))]
+        order += frontier
+    return torch.tensor(order, device=tree.device)
+
+
+class ReversedSiblingsVerifier(_WrappedPlanVerifier):
+    """WRONG child order: the plan judges each sibling group in reverse order, while the walk tries it in index order.
+
+    The bug of a verifier that sorts or re-numbers the children (by score, by token id) without the walk following:
+    child ``c``'s accept probability is computed given that its *later* siblings were rejected, but the walk uses it
+    given that its *earlier* ones were. For sampled siblings the q updates (draws without replacement) run in the
+    wrong order too. A node with one child is unaffected, so chains are.
+    """
+
+    def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
+        old = reversed_sibling_order(tree)  # old node id of each new id
+        new = torch.empty_like(old).scatter_(0, old, torch.arange(old.numel(), device=old.device))
+        parents = torch.where(tree.parents[old] >= 0, new[tree.parents[old].clamp(min=0)], -1)
+
+        def pick(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[old]
+
+        permuted = DraftTree.from_parents(
+            tree.tokens[old], parents, tree.max_depth, pick(tree.q_dist), pick(tree.q_cond), None, pick(tree.point_mass)
+        )
+        plan = self.inner.plan(permuted, target_logits[old], sampling)
+
+        def rows(nodes: torch.Tensor) -> torch.Tensor:
+            return plan.rows(new[nodes])
+
+        return VerifyPlan(accept_prob=plan.accept_prob[new], residual_at=rows)

@@ -159,6 +159,14 @@ CONTROLS: tuple[Control, ...] = (
         _with_verifier(lambda k, s: broken.SharedCoinsVerifier(verifier_for(k, s))),
     ),
     Control(
+        "ReversedSiblingsVerifier",
+        "siblings judged in reverse order, tried in index order",
+        "later_siblings",
+        _SIBLINGS,
+        lambda k, s: not s.greedy and not k.chain,
+        _with_verifier(lambda k, s: broken.ReversedSiblingsVerifier(verifier_for(k, s))),
+    ),
+    Control(
         "BonusFromParentRowVerifier",
         "bonus drawn from the parent's residual row",
         "deep_stops",
