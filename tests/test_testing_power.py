@@ -86,12 +86,13 @@ def test_the_issues_case_is_never_a_plain_pass() -> None:
     kit now says it has no power there (the bug cannot change this pipeline's law) and, without the top-k cut, finds
     the bug exactly although the G-test alone (p > level at n = 300) does not."""
     model = _model()
-    cut = e2e_check(_pipeline(model, ResidualNotRenormalisedVerifier()), model, PROMPT, CUT, n_samples=300)
+    only = ["ResidualNotRenormalisedVerifier"]
+    cut = e2e_check(_pipeline(model, ResidualNotRenormalisedVerifier()), model, PROMPT, CUT, 300, controls=only)
     assert cut.p_value > cut.level and cut.power is not None and cut.power.mode == "exact"
     assert "ResidualNotRenormalisedVerifier" in cut.verdict and cut.verdict.startswith("NO POWER")
     row = next(r for r in cut.power.controls if r.control.name == "ResidualNotRenormalisedVerifier")
     assert row.unchanged and row.path_per_run > 0 and "top-k" in row.describe(300)
-    hot = e2e_check(_pipeline(model, ResidualNotRenormalisedVerifier()), model, PROMPT, HOT, n_samples=300)
+    hot = e2e_check(_pipeline(model, ResidualNotRenormalisedVerifier()), model, PROMPT, HOT, 300, controls=only)
     assert hot.p_value > hot.level  # the G-test alone misses it at this n ...
     assert hot.verdict == "FAIL" and hot.power.pipeline_max_diff > 1e-4  # ... the exact law does not
     good = e2e_check(_pipeline(model), model, PROMPT, HOT, n_samples=300)
