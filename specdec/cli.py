@@ -141,8 +141,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specdec.bench import default_methods
 
     names = _method_names()
-    if args.methods is None:
-        args.methods = default_methods()
+    if args.methods is None:  # the best method and its baselines; with --model and no --head: no shipped head fits
+        args.methods = ["vanilla", "ngram", "hf-generate"] if args.model and not args.head else default_methods()
     elif args.methods == ["all"]:
         args.methods = list(BENCH_METHODS)
     methods = [*args.methods, *([args.sweep_method] if args.sweep_method else [])]

@@ -217,3 +217,22 @@ def test_reversed_sibling_order_is_caught() -> None:
     model = _model()
     law = pipeline_law(_pipeline(model, ReversedSiblingsVerifier(MultiRoundVerifier())), PROMPT, HOT, 3).law
     assert float((law - exact_sequence_distribution(model, PROMPT, HOT, 3)).abs().max()) > 1e-4
+
+
+def test_what_cannot_be_enumerated_falls_back_to_sampling() -> None:
+    """Trees past the walk's enumeration limit, and a verifier whose verify() is not the shared walk (without a
+    stop_law), are sampled instead of enumerated; a single control may be named as a string."""
+    from specdec.testing.pipeline import enumerable
+
+    class OwnWalk(MultiRoundVerifier):
+        def verify(self, tree, target_logits, sampling, generator):
+            return super().verify(tree, target_logits, sampling, generator)
+
+    model = _model()
+    assert "overrides verify()" in enumerable(_pipeline(model, OwnWalk()), HOT)
+    big = _pipeline(model, policy=DynamicTreePolicy(topk=4, depth=4, total_tokens=20))
+    assert "nodes" in enumerable(big, HOT)
+    report = e2e_check(big, model, PROMPT, HOT, 60, controls="SharedCoinsVerifier")
+    assert report.power.mode.startswith("sampled") and [r.control.name for r in report.power.controls] == [
+        "SharedCoinsVerifier"
+    ]

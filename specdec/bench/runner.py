@@ -185,16 +185,20 @@ class ResumeMismatchError(SpecdecError, ValueError):
     """A results folder holds rows of a row label measured with another tree than this run would use."""
 
 
-def _check_resumed_filters(rows: list[dict], top_p: float, top_k: int, out: Path) -> None:
-    """Refuse to resume ``out`` where rows were sampled with other top-p / top-k filters (rows without the fields
-    predate them: no filters)."""
+def _check_resumed_filters(
+    rows: list[dict], temperatures: Sequence[float], top_p: float, top_k: int, out: Path
+) -> None:
+    """Refuse to resume ``out`` where rows at a temperature > 0 of this run were sampled with other top-p / top-k
+    filters (rows without the fields predate them: no filters); greedy rows and other temperatures do not mix."""
+    sampled = {float(t) for t in temperatures if float(t) > 0}
     for r in rows:
-        if r.get("status") == "ok" and float(r["temperature"]) > 0:
+        if r.get("status") == "ok" and float(r["temperature"]) in sampled:
             theirs = (float(r.get("top_p", 1.0)), int(r.get("top_k", 0)))
             if theirs != (float(top_p), int(top_k)):
                 raise ResumeMismatchError(
-                    f"{out} holds rows sampled with top_p={theirs[0]:g}, top_k={theirs[1]} and this run uses "
-                    f"top_p={top_p:g}, top_k={top_k}; use another output folder or start afresh"
+                    f"{out} holds rows at T={float(r['temperature']):g} sampled with top_p={theirs[0]:g}, "
+                    f"top_k={theirs[1]}, and this run would use top_p={top_p:g}, top_k={top_k}; pass the same "
+                    "--top-p/--top-k, --fresh, or another --out"
                 )
 
 
@@ -386,7 +390,7 @@ def run_bench(
     if not resume and results.path.exists():
         results.path.unlink()
     _check_resumed_trees(results.rows(), variants, out)
-    _check_resumed_filters(results.rows(), top_p, top_k, out)
+    _check_resumed_filters(results.rows(), temperatures, top_p, top_k, out)
     done = results.done()
     device = model.get_output_embeddings().weight.device
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]

@@ -1,9 +1,9 @@
 """The planted bugs of :mod:`specdec.testing.broken` as transformations of a user's pipeline.
 
 A :class:`Control` says which pipelines a bug can be planted in (the kind of tree the policy grows and the sampling)
-and builds the same pipeline with the bug: the same target, drafter and policy with a broken verifier, or the
-same pipeline with a target that compacts its cache wrongly. :func:`applicable_controls` lists those that apply;
-:mod:`specdec.testing.power` runs the user's check on each of them.
+and builds the same pipeline with the bug: the same target, drafter and policy (a copy: what a broken run teaches
+an adaptive policy stays out of the user's) with a broken verifier, or a target that compacts its cache wrongly.
+:func:`applicable_controls` lists those that apply; :mod:`specdec.testing.power` runs the user's check on each.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.testing import broken
+from specdec.testing.pipeline import policy_copy
 from specdec.verify import verifier_for
 
 __all__ = ["CONTROLS", "Control", "applicable_controls"]
@@ -49,7 +50,7 @@ class Control:
 
 def _with_verifier(make) -> Callable[[SpeculativeGenerator, TreeKind, SamplingParams], SpeculativeGenerator]:
     def build(decoder: SpeculativeGenerator, kind: TreeKind, sampling: SamplingParams) -> SpeculativeGenerator:
-        return SpeculativeGenerator(decoder.target, decoder.drafter, decoder.policy, make(kind, sampling))
+        return SpeculativeGenerator(decoder.target, decoder.drafter, policy_copy(decoder), make(kind, sampling))
 
     return build
 
@@ -57,7 +58,7 @@ def _with_verifier(make) -> Callable[[SpeculativeGenerator, TreeKind, SamplingPa
 def _index_order_compaction(decoder: SpeculativeGenerator, kind: TreeKind, s: SamplingParams) -> SpeculativeGenerator:
     target = copy.copy(decoder.target)  # same model and cache objects; only ``commit`` differs
     target.__class__ = broken.IndexOrderCompactionTarget
-    return SpeculativeGenerator(target, decoder.drafter, decoder.policy, decoder.verifier)
+    return SpeculativeGenerator(target, decoder.drafter, policy_copy(decoder), decoder.verifier)
 
 
 def _deterministic_tree(k: TreeKind, s: SamplingParams) -> bool:

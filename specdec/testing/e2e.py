@@ -41,6 +41,7 @@ import torch
 from specdec.generate import GenerationResult, SpeculativeGenerator, StopCondition
 from specdec.sampling import SamplingParams, logits_ok, warp
 from specdec.testing.coverage import Coverage, RecordingVerifier
+from specdec.testing.pipeline import policy_copy
 from specdec.testing.power import PowerReport, check_power
 from specdec.testing.stats import g_test
 
@@ -335,7 +336,7 @@ def e2e_check(
     alpha: float = 1e-3,
     n_tests: int = 1,
     exact: torch.Tensor | None = None,
-    controls: bool | Sequence[str] = True,
+    controls: bool | str | Sequence[str] = True,
 ) -> E2EReport:
     """Sample ``decoder`` and G-test its first ``n_tokens`` tokens against the exact target process (no raise),
     then measure what the check could have caught (:mod:`specdec.testing.power`).
@@ -373,16 +374,19 @@ def e2e_check(
             report.coverage = recorder.coverage
         return report.p_value, report
 
+    planted = bool(controls) and isinstance(decoder, SpeculativeGenerator)
+    if planted:  # the controls and the exact law start from the policy state this check started from
+        frozen = SpeculativeGenerator(decoder.target, decoder.drafter, policy_copy(decoder), decoder.verifier)
     _, report = run(decoder)
-    if controls and isinstance(decoder, SpeculativeGenerator):
-        names = None if controls is True else list(controls)
+    if planted:
+        names = None if controls is True else [controls] if isinstance(controls, str) else list(controls)
 
         def sampled_check(dec: SpeculativeGenerator) -> tuple[float, Coverage]:
             p_value, r = run(dec)
             return p_value, r.coverage or Coverage()
 
         report.power = check_power(
-            decoder, prompt, sampling, exact, n_samples, level, n_tokens, sampled_check, report.coverage, names
+            frozen, prompt, sampling, exact, n_samples, level, n_tokens, sampled_check, report.coverage, names
         )
     return report
 
@@ -398,7 +402,7 @@ def assert_e2e_lossless(
     alpha: float = 1e-3,
     n_tests: int = 1,
     exact: torch.Tensor | None = None,
-    controls: bool | Sequence[str] = True,
+    controls: bool | str | Sequence[str] = True,
     require_power: bool = False,
 ) -> E2EReport:
     """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless it passes; with

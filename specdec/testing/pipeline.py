@@ -35,11 +35,11 @@ from specdec.generate import SpeculativeGenerator
 from specdec.interfaces import TargetStep, TreeKind, Verdict, Verifier
 from specdec.sampling import SamplingParams, warp
 from specdec.testing.coverage import Coverage, node_events
-from specdec.testing.exact import _effective_residual, stop_probabilities
+from specdec.testing.exact import MAX_ENUMERATED_NODES, _effective_residual, stop_probabilities
 from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
 
-__all__ = ["NotEnumerableError", "PipelineLaw", "enumerable", "pipeline_law"]
+__all__ = ["NotEnumerableError", "PipelineLaw", "enumerable", "pipeline_law", "policy_copy"]
 
 
 class NotEnumerableError(ValueError):
@@ -133,7 +133,19 @@ def enumerable(decoder: object, sampling: SamplingParams) -> str | None:
         return "its tree policy draws the candidates at this sampling (a sampled tree)"
     if not isinstance(verifier, PlanVerifier):
         return f"{type(verifier).__name__} is not a PlanVerifier (no plan to enumerate)"
+    own_law = hasattr(verifier, "stop_law")
+    if type(verifier).verify is not PlanVerifier.verify and not own_law:
+        return f"{type(verifier).__name__} overrides verify() and gives no stop_law(tree, plan) for its walk"
+    if policy.max_nodes - 1 > MAX_ENUMERATED_NODES and not own_law:
+        return (
+            f"its trees have up to {policy.max_nodes} nodes (the walk is enumerated up to {MAX_ENUMERATED_NODES + 1})"
+        )
     return None
+
+
+def policy_copy(decoder: SpeculativeGenerator):
+    """A deep copy of ``decoder``'s tree policy (its learnt state included), sharing the target and the drafter."""
+    return copy.deepcopy(decoder.policy, {id(decoder.target): decoder.target, id(decoder.drafter): decoder.drafter})
 
 
 def _replay(
@@ -146,8 +158,7 @@ def _replay(
     budget: int,
 ) -> _Frontier:
     """Run the loop along one history and return the outcomes of its next random choice."""
-    memo = {id(decoder.target): decoder.target, id(decoder.drafter): decoder.drafter}
-    policy = copy.deepcopy(decoder.policy, memo)
+    policy = policy_copy(decoder)
     target = _ForcedFirstToken(decoder.target, first, sampling)
     loop = SpeculativeGenerator(target, decoder.drafter, policy, _ScriptedVerifier(verifier, script))
     g = torch.Generator(device=decoder.target.device).manual_seed(0)  # draws the forced first token only
