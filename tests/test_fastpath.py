@@ -279,3 +279,27 @@ def test_static_shapes_leave_no_process_wide_setting_changed():
     target = HFTarget(model(12), max_len=32, static_shapes=True, buckets=(1,))
     VanillaGenerator(target).generate(torch.tensor([1, 2, 3]), SamplingParams(), StopCondition(max_new_tokens=2))
     assert torch._dynamo.config.recompile_limit == limit
+
+
+def test_a_low_precision_dtype_without_native_instructions_is_kept_with_one_warning(monkeypatch) -> None:
+    """bf16 on a CPU without avx512_bf16/amx_bf16 runs (through float32 conversions): the target keeps the dtype and
+    says it will be slow, once; with the instructions there is no such warning."""
+    import warnings
+
+    from specdec.backends import kernels
+    from specdec.models import tiny_llama
+    from specdec.target import HFTarget
+
+    model = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=0).to(torch.bfloat16)
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2"}))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        target = HFTarget(model, max_len=32)
+    slow = [w for w in seen if "will be slow" in str(w.message)]
+    assert len(slow) == 1 and "avx512_bf16" in str(slow[0].message)
+    assert next(target.model.parameters()).dtype == torch.bfloat16
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        HFTarget(model, max_len=32)
+    assert not [w for w in seen if "will be slow" in str(w.message)]

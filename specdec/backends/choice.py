@@ -37,6 +37,7 @@ from specdec.backends.kernels import (
     packing_pays,
     plain_linear,
     shared_copy,
+    slow_dtype_reason,
     unpack_linears,
 )
 from specdec.errors import SpecdecError
@@ -175,6 +176,10 @@ def apply(
     (:func:`~specdec.backends.kernels.own_memory`); off for a copy whose tensors are the caller's.
     """
     resolved, static, reason = resolve(model, weights, static_shapes)
+    device, dtype = _params(model)
+    slow = slow_dtype_reason(dtype) if device is not None and device.type == "cpu" and dtype is not None else None
+    if slow:  # the dtype is the caller's choice: kept, with one warning
+        _warn(warn, f"{dtype} kept, but it will be slow", slow)
     setattr(model, STATIC_MARK, static)
     if static:  # plain linears for inductor, GQA attention without copies
         unpack_linears(model)

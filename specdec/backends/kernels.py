@@ -37,6 +37,9 @@ import torch
 from torch import nn
 
 __all__ = [
+    "NATIVE_DTYPE_FLAGS",
+    "cpu_flags",
+    "slow_dtype_reason",
     "FastPathWarning",
     "Int8Linear",
     "PackedLinear",
@@ -216,6 +219,31 @@ def _cpu_vendor() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+#: The CPU instructions that compute each low-precision dtype natively (/proc/cpuinfo flags); without any of them
+#: torch converts every element to float32 and back, correct but slower than float32 itself.
+NATIVE_DTYPE_FLAGS = {torch.bfloat16: ("avx512_bf16", "amx_bf16"), torch.float16: ("avx512_fp16", "amx_fp16")}
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def slow_dtype_reason(dtype: torch.dtype) -> str | None:
+    """Why ``dtype`` will run slowly on this CPU (no native instructions for it), or None."""
+    native = NATIVE_DTYPE_FLAGS.get(dtype)
+    if native is None or cpu_flags() & set(native):
+        return None
+    return f"this CPU has none of {', '.join(native)}, so {dtype} runs through float32 conversions, slower than float32"
 
 
 def packing_pays(linear: nn.Linear, profile: str) -> bool:
