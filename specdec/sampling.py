@@ -93,13 +93,47 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, -math.inf)
     if params.top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        sorted_p = torch.softmax(sorted_x, dim=-1)
-        mass_before = sorted_p.cumsum(-1) - sorted_p
-        drop_sorted = mass_before >= params.top_p  # the first token always has mass_before == 0
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, -math.inf)
+        x = x.masked_fill(_outside_nucleus(x, params.top_p), -math.inf)
     return torch.softmax(x, dim=-1)
+
+
+#: How many of a row's largest logits the CPU looks through before sorting the whole row (:func:`_outside_nucleus`).
+NUCLEUS_SCAN = (256, 4096)
+
+
+def _outside_nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``[..., V]`` bool: the tokens top-p drops, those whose probability mass *before* them in descending order is
+    already ``>= top_p`` (the first token is always kept; transformers' rule, see tests/test_warp_vs_transformers.py).
+
+    The cut needs the order of the tokens above it only. On a CPU the ``K`` largest logits (``torch.topk``, sorted)
+    decide every row whose top-``K`` mass reaches ``top_p`` (everything below is then dropped), for ``K`` in
+    :data:`NUCLEUS_SCAN`; a full sort only when some row's nucleus is wider. On 16 rows of SmolLM2's logits
+    (V = 49152, 2-core AMD EPYC) 38.6 -> 10.3 ms at T = 1, top-p 0.9. The check is a host sync, so other devices
+    sort the whole row (no sync). The two ways round the mass differently (``exp(x - logsumexp)`` against a
+    softmax of the sorted row), which can move a cut that lies within float32 rounding of ``top_p``.
+    """
+    v = x.shape[-1]
+    if x.device.type == "cpu":
+        lse = torch.logsumexp(x, dim=-1, keepdim=True)
+        for k in NUCLEUS_SCAN:
+            if k >= v:
+                break
+            top_x, order = torch.topk(x, k, dim=-1)  # sorted, descending
+            p = torch.exp(top_x - lse)
+            mass_before = p.cumsum(-1) - p
+            mass = mass_before[..., -1] + p[..., -1]  # [...] the top-k mass of each row
+            if bool((mass >= top_p).all()):
+                keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device)
+                return ~keep.scatter_(-1, order, mass_before < top_p)
+            # Lower ranks hold no more mass per token, so a row needs at least k * top_p / mass tokens: a row that
+            # flat goes straight to the sort (the scan would cost more than it saves).
+            if float((k * top_p / mass.clamp(min=1e-30)).max()) > NUCLEUS_SCAN[-1]:
+                break
+    sorted_x, order = torch.sort(x, dim=-1, descending=True)
+    sorted_p = torch.softmax(sorted_x, dim=-1)
+    mass_before = sorted_p.cumsum(-1) - sorted_p
+    drop_sorted = mass_before >= top_p  # the first token always has mass_before == 0
+    return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
 
 
 def greedy_tokens(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
