@@ -112,12 +112,10 @@ def _outside_nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     sort the whole row (no sync). The two ways round the mass differently (``exp(x - logsumexp)`` against a
     softmax of the sorted row), which can move a cut that lies within float32 rounding of ``top_p``.
     """
-    v = x.shape[-1]
-    if x.device.type == "cpu":
+    scans = [k for k in NUCLEUS_SCAN if k < x.shape[-1]] if x.device.type == "cpu" else []
+    if scans:
         lse = torch.logsumexp(x, dim=-1, keepdim=True)
-        for k in NUCLEUS_SCAN:
-            if k >= v:
-                break
+        for k in scans:
             top_x, order = torch.topk(x, k, dim=-1)  # sorted, descending
             p = torch.exp(top_x - lse)
             mass_before = p.cumsum(-1) - p
@@ -127,7 +125,7 @@ def _outside_nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
                 return ~keep.scatter_(-1, order, mass_before < top_p)
             # Lower ranks hold no more mass per token, so a row needs at least k * top_p / mass tokens: a row that
             # flat goes straight to the sort (the scan would cost more than it saves).
-            if float((k * top_p / mass.clamp(min=1e-30)).max()) > NUCLEUS_SCAN[-1]:
+            if float((k * top_p / mass.clamp(min=1e-30)).max()) > scans[-1]:
                 break
     sorted_x, order = torch.sort(x, dim=-1, descending=True)
     sorted_p = torch.softmax(sorted_x, dim=-1)

@@ -25,20 +25,11 @@ from specdec.bench.plan import (
 )
 from specdec.demo import PREFERENCE
 from specdec.target import HFTarget
+from tests import test_bench
 from tests.test_bench import bench, row
 
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from specdec.models import tiny_llama
-    from tests.test_bench import VOCAB
-
-    return tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=2, seed=1, logit_scale=2.0)
+private_cache = test_bench.private_cache  # the same fixtures as tests/test_bench.py (autouse: a private cache)
+tiny = test_bench.tiny
 
 
 # ----------------------------------------------------------------------------------------------- the default run

@@ -395,11 +395,12 @@ def run_bench(
     device = model.get_output_embeddings().weight.device
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
     limit_len = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
-    needed = max(e.shape[0] for e in encoded) + max_new_tokens + _max_tree(variants) + 8
+    longest, tree = max(e.shape[0] for e in encoded), _max_tree(variants)
+    needed = longest + max_new_tokens + tree + 8
     if max_len is not None and max_len < needed:
         raise CacheFullError(
-            f"the longest prompt ({max(e.shape[0] for e in encoded)} tokens) + max_new_tokens ({max_new_tokens}) + "
-            f"the largest tree ({_max_tree(variants)}) + 8 need a cache of {needed}, more than max_len {max_len}"
+            f"the longest prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) + the largest tree ({tree}) "
+            f"+ 8 need a cache of {needed}, more than max_len {max_len}"
         )
     max_len = min(needed, limit_len) if max_len is None else max_len
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).

@@ -10,11 +10,12 @@ import dataclasses
 
 import torch
 
-from specdec.interfaces import TreeKind, Verdict
+from specdec.interfaces import Verdict
 from specdec.sampling import SamplingParams, sample, warp
 from specdec.target import HFTarget
 from specdec.testing.exact import tree_on_cpu
 from specdec.testing.reference import RoundByRoundStochasticVerifier
+from specdec.testing.wrapped import WrappedVerifier
 from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
 from specdec.verify.block import BlockVerifier
@@ -247,22 +248,12 @@ class WrongTemperatureQVerifier(RoundByRoundStochasticVerifier):
         return super().plan(dataclasses.replace(tree, q_dist=q), target_logits, sampling)
 
 
-class _WrappedPlanVerifier(PlanVerifier):
+class _WrappedPlanVerifier(WrappedVerifier, PlanVerifier):
     """A control built around another plan verifier (``inner``): what it serves and reads is ``inner``'s."""
 
     def __init__(self, inner: PlanVerifier) -> None:
-        super().__init__(inner.dtype)
-        self.inner = inner
-
-    @property
-    def reads_point_masses(self) -> bool:
-        return self.inner.reads_point_masses
-
-    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
-        return self.inner.refuses(kind, sampling)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.inner!r})"
+        PlanVerifier.__init__(self, inner.dtype)
+        WrappedVerifier.__init__(self, inner)
 
 
 class SharedCoinsVerifier(_WrappedPlanVerifier):

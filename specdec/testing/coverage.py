@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.interfaces import TreeKind, Verdict, Verifier
+from specdec.interfaces import Verdict, Verifier
 from specdec.sampling import SamplingParams
+from specdec.testing.wrapped import WrappedVerifier
 from specdec.tree import DraftTree
 
 __all__ = ["EVENTS", "Coverage", "RecordingVerifier", "node_events"]
@@ -96,14 +97,8 @@ class Coverage:
         parts = [f"{self.per_run(k):.3g} {EVENTS[k]}" for k in EVENTS]
         return f"per run: {', '.join(parts)}; deepest accepted length {self.max_depth}"
 
-    def merged(self, other: Coverage) -> Coverage:
-        out = Coverage(self.runs + other.runs)
-        out.totals = {k: self.totals[k] + other.totals[k] for k in EVENTS}
-        out.depths = {d: self.depths.get(d, 0.0) + other.depths.get(d, 0.0) for d in {*self.depths, *other.depths}}
-        return out
 
-
-class RecordingVerifier(Verifier):
+class RecordingVerifier(WrappedVerifier):
     """``inner`` unchanged, recording the events of every verdict in :attr:`coverage` (one host sync per cycle:
     for tests and checks, not for speed).
 
@@ -112,15 +107,8 @@ class RecordingVerifier(Verifier):
     """
 
     def __init__(self, inner: Verifier) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.coverage = Coverage()
-
-    @property
-    def reads_point_masses(self) -> bool:
-        return self.inner.reads_point_masses
-
-    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
-        return self.inner.refuses(kind, sampling)
 
     def verify(
         self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None

@@ -32,10 +32,11 @@ import torch
 
 from specdec.calls import StopCondition
 from specdec.generate import SpeculativeGenerator
-from specdec.interfaces import TargetStep, TreeKind, Verdict, Verifier
+from specdec.interfaces import TargetStep, Verdict
 from specdec.sampling import SamplingParams, warp
 from specdec.testing.coverage import Coverage, node_events
 from specdec.testing.exact import MAX_ENUMERATED_NODES, _effective_residual, stop_probabilities
+from specdec.testing.wrapped import WrappedVerifier
 from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
 
@@ -89,15 +90,12 @@ class _ForcedFirstToken:
         return dataclasses.replace(step, logits=forced)
 
 
-class _ScriptedVerifier(Verifier):
+class _ScriptedVerifier(WrappedVerifier):
     """Replays ``script`` (one ``(end node, bonus)`` per cycle), then raises the next cycle's outcome law."""
 
     def __init__(self, inner: PlanVerifier, script: tuple[tuple[int, int], ...]) -> None:
-        self.inner, self.script, self.calls = inner, script, 0
-        self.reads_point_masses = inner.reads_point_masses
-
-    def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
-        return self.inner.refuses(kind, sampling)
+        super().__init__(inner)
+        self.script, self.calls = script, 0
 
     def verify(
         self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None

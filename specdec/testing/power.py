@@ -33,10 +33,14 @@ from specdec.testing.coverage import EVENTS, Coverage
 from specdec.testing.pipeline import enumerable, pipeline_law
 from specdec.testing.stats import ZERO_PROB
 
-__all__ = ["ControlResult", "PowerReport", "check_power", "g_test_power", "samples_for_power"]
+__all__ = ["EXACT_TOL", "ControlResult", "PowerReport", "check_power", "g_test_power", "samples_for_power"]
 
 #: Power a report calls enough to have caught a bug.
 TARGET_POWER = 0.8
+
+#: The largest ``|P_pipeline - P_target|`` an enumerated pipeline may show (float32 plans and cached forwards
+#: round to ~1e-7; a planted bug moves cells by 1e-5 or more).
+EXACT_TOL = 1e-5
 
 
 def g_test_power(
@@ -150,6 +154,7 @@ class PowerReport:
         pipeline_max_diff: exact mode: ``max |P_pipeline - P_target|`` of the user's own pipeline.
         controls: one result per applicable control.
         skipped: controls that do not apply to this pipeline (another kind of tree or sampling).
+        exact_tol: the largest ``max |P_pipeline - P_target|`` the exact law may show.
     """
 
     mode: str
@@ -159,6 +164,12 @@ class PowerReport:
     pipeline_max_diff: float | None = None
     controls: list[ControlResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    exact_tol: float = EXACT_TOL
+
+    @property
+    def exact_ok(self) -> bool:
+        """The pipeline's exact law is the target's (to ``exact_tol``), or was not computed (sampled mode)."""
+        return self.pipeline_max_diff is None or self.pipeline_max_diff <= self.exact_tol
 
     @property
     def powerless(self) -> list[str]:
@@ -188,7 +199,7 @@ def check_power(
     coverage: Coverage | None = None,
     names: Sequence[str] | None = None,
     tol: float = 1e-6,
-    exact_tol: float = 1e-5,
+    exact_tol: float = EXACT_TOL,
 ) -> PowerReport:
     """Plant each applicable control in ``decoder`` and say whether the check would have caught it.
 
@@ -203,7 +214,7 @@ def check_power(
         tol: a law whose every cell is within ``tol`` of the target's counts as unchanged (float32 plans and cached
             forwards round to ~1e-7).
         exact_tol: in exact mode the check compares the pipeline's exact law with the target's at this tolerance
-            (:data:`specdec.testing.e2e.EXACT_TOL`), so a bug that moves a cell by more is caught whatever ``n``.
+            (:data:`EXACT_TOL`), so a bug that moves a cell by more is caught whatever ``n``.
     """
     controls = applicable_controls(decoder, sampling, None if names is None else tuple(names))
     kind = decoder.policy.for_sampling(sampling).kind(sampling)
@@ -211,7 +222,8 @@ def check_power(
     why = enumerable(decoder, sampling)
     if why is None:
         mine = pipeline_law(decoder, prompt, sampling, n_tokens)
-        report = PowerReport("exact", n_samples, level, mine.coverage, float((mine.law - exact).abs().max()))
+        diff = float((mine.law - exact).abs().max())
+        report = PowerReport("exact", n_samples, level, mine.coverage, diff, exact_tol=exact_tol)
         for c in controls:
             bugged = pipeline_law(c.build(decoder, kind, sampling), prompt, sampling, n_tokens)
             diff = float((bugged.law - exact).abs().max())
