@@ -36,7 +36,8 @@ __all__ = [
 ]
 
 FULL, SLIDING = "full_attention", "sliding_attention"
-MASKABLE = ("eager", "sdpa", "specdec_sdpa")  # implementations that take an explicit 4-D additive mask
+#: implementations that take an explicit 4-D additive mask
+MASKABLE = ("eager", "sdpa", "specdec_sdpa", "specdec_sdpa_invariant")
 TESTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3")  # tests/test_families.py
 
 

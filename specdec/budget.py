@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.backends import execution_label
+from specdec.backends import GQA_INVARIANT, execution_label
 from specdec.models import cache_dir
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
@@ -156,10 +156,13 @@ def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None
     """Where the curve of ``model`` on ``device`` with ``threads`` CPU threads and its current backend is cached.
 
     The backend (:func:`specdec.backends.execution_label`) is part of the name: the packed path has its own, flatter
-    curve, so the adaptive budget picks its tree sizes from the costs of the path that will actually run.
+    curve, so the adaptive budget picks its tree sizes from the costs of the path that will actually run. So are
+    row-invariant numerics (their attention costs more per tree row) and the dtype (in the fingerprint).
     """
     threads = threads or torch.get_num_threads()
-    name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{execution_label(model)}.json"
+    invariant = getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_INVARIANT
+    label = execution_label(model) + ("+invariant" if invariant else "")
+    name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{label}.json"
     return cache_dir() / "budget" / name
 
 

@@ -284,7 +284,8 @@ def cmd_data(args: argparse.Namespace) -> int:
             f"--model {args.model}: its tokenizer has no chat template, and regenerate answers chat prompts; pass "
             "--model a chat (instruct) model"
         )
-    apply(model, args.weights, static_shapes=False)  # the batcher runs eagerly; our own model: in place
+    # the batcher runs eagerly; our own model: in place
+    apply(model, args.weights, static_shapes=False, invariant=target_backend(args)["invariant"])
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
         capture = None

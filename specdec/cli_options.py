@@ -173,7 +173,15 @@ def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, st
         choices=("auto", "stock", "packed"),
         default="auto",
         help="how the target's weights run: auto (default: oneDNN-packed linears where they pay on this CPU, "
-        "float32), packed (every linear), stock (as loaded)",
+        "float32 or bfloat16), packed (every linear), stock (as loaded)",
+    )
+    parser.add_argument(
+        "--invariant",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="row-invariant numerics, so greedy speculative output equals vanilla's token for token: single rows "
+        "padded to two in the packed linears, attention in float64; auto (default): on for a bfloat16 target with "
+        "packed linears",
     )
     if drafts:
         parser.add_argument(
@@ -194,7 +202,8 @@ def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, st
 
 
 def target_backend(args: argparse.Namespace) -> dict[str, Any]:
-    """``weights`` / ``static_shapes`` keyword arguments of :class:`~specdec.target.HFTarget` from the options.
+    """``weights`` / ``static_shapes`` / ``invariant`` keyword arguments of :class:`~specdec.target.HFTarget` from the
+    options.
 
     Static shapes compile plain weights (inductor packs them itself): packed or int8 weights with them are refused.
     """
@@ -208,7 +217,8 @@ def target_backend(args: argparse.Namespace) -> dict[str, Any]:
                     f"{option} {value} cannot run with static shapes ({why}: inductor packs plain weights itself); "
                     f"pass {option} auto or stock, or --static-shapes off"
                 )
-    return {"weights": args.weights, "static_shapes": static}
+    invariant = {"auto": "auto", "on": True, "off": False}[getattr(args, "invariant", "auto")]
+    return {"weights": args.weights, "static_shapes": static, "invariant": invariant}
 
 
 def add_model_options(parser: argparse.ArgumentParser, head: bool = True, device: bool = True) -> None:

@@ -1,10 +1,12 @@
 """The README's demo: speculative generation on SmolLM2-135M-Instruct, with vanilla decoding timed in the same run.
 
     python -m specdec.demo [--method NAME] [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--weights W]
+                           [--dtype float32|bfloat16]
 
 Defaults to the shipped EAGLE-3 head; without shipped heads it falls back to the best training-free drafter. Our
 vanilla loop and HF ``generate`` (on the model as loaded; our target runs a transformed copy) are timed in the same
-run.
+run. With ``--dtype bfloat16`` all three run the bfloat16 model (HF ``generate`` too), so greedy speculative output
+equals our vanilla bfloat16 output token for token.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from specdec.assets import chat_ids
 from specdec.bench.runner import HFGenerate
 from specdec.generate import GenerationResult, StopCondition
 from specdec.methods import MethodOptions, build_method, method_names, shipped_head_dir
-from specdec.models import MissingAssetError, load_smollm2
+from specdec.models import DTYPES, MissingAssetError, load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 
@@ -42,9 +44,17 @@ def default_method() -> str:
     return "ngram"
 
 
-def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed: int, weights: str = "auto") -> int:
+def run(
+    method: str,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    weights: str = "auto",
+    dtype: str = "float32",
+) -> int:
     torch.manual_seed(seed)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=DTYPES[dtype])
     target = HFTarget(model, max_len=2048, weights=weights)  # a transformed copy: `model` stays as loaded
     ids = chat_ids(tokenizer, prompt)
     sampling = SamplingParams(temperature=temperature, seed=seed)
@@ -70,7 +80,7 @@ def run(method: str, prompt: str, max_new_tokens: int, temperature: float, seed:
         f"[{method}, {backends}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
         f"speedup={speedup:.2f}x vs vanilla ({base.metrics.tokens_per_second:.1f} tok/s), "
         f"{vs_hf:.2f}x vs HF generate ({reference.metrics.tokens_per_second:.1f} tok/s, stock model); same run, "
-        f"{torch.get_num_threads()} threads, T={temperature}"
+        f"{torch.get_num_threads()} threads, {dtype}, T={temperature}"
     )
     if sampling.greedy:
         line += f", identical to vanilla greedy: {'yes' if result.tokens == base.tokens else 'NO'}"
@@ -88,11 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--weights", choices=("auto", "stock", "packed"), default="auto", help="target weights (specdec.backends)"
     )
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="the target's dtype")
     args = parser.parse_args(argv)
     method = args.method or default_method()
     if method == "vanilla":
         parser.error("the demo compares a speculative method against vanilla; pick another method")
-    return run(method, args.prompt, args.max_new_tokens, args.temperature, args.seed, args.weights)
+    return run(method, args.prompt, args.max_new_tokens, args.temperature, args.seed, args.weights, args.dtype)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout, UnsupportedModelError
-from specdec.backends import StaticShapes, prepare_model
+from specdec.backends import Invariant, StaticShapes, prepare_model
 from specdec.backends.compiled import BUCKETS
 from specdec.errors import SpecdecError
 from specdec.interfaces import HiddenRequest, Target, TargetStep
@@ -57,6 +57,9 @@ class HFTarget(Target):
         buckets: forward sizes of static shapes (a tree is padded to the next one).
         in_place: transform ``model`` itself instead of a copy that shares its tensors (saves the packed weights'
             memory; the model then runs this way for every holder of it). Default: ``model`` is left as it was.
+        invariant: row-invariant numerics (:func:`specdec.backends.apply`): a row's logits bitwise the same in a
+            1-token step and in a tree forward, so greedy speculative output equals vanilla's token for token.
+            ``"auto"`` (default): on for a bfloat16 model with packed linears.
 
     Attributes:
         model: the model this adapter runs (``model`` itself, or its transformed copy).
@@ -75,9 +78,10 @@ class HFTarget(Target):
         static_shapes: StaticShapes = "auto",
         buckets: tuple[int, ...] = BUCKETS,
         in_place: bool = False,
+        invariant: Invariant = "auto",
     ) -> None:
         AttentionLayout.of(model)  # refuse a model we cannot serve before copying it
-        model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place)
+        model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place, invariant=invariant)
         self.model: PreTrainedModel = model
         self.layout = AttentionLayout.of(model, warn=False)
         config = model.config.get_text_config()
@@ -104,7 +108,16 @@ class HFTarget(Target):
 
     def sibling(self, max_len: int) -> HFTarget:
         """Another adapter, with a cache of its own of ``max_len``, over this one's (already prepared) model."""
-        return HFTarget(self.model, max_len, None, self.weights_choice, self.static, self.buckets, in_place=True)
+        return HFTarget(
+            self.model,
+            max_len,
+            None,
+            self.weights_choice,
+            self.static,
+            self.buckets,
+            in_place=True,
+            invariant=self.execution.invariant,
+        )
 
     @property
     def device(self) -> torch.device:

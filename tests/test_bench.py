@@ -321,3 +321,12 @@ def test_every_plot_is_titled_and_reads_in_greyscale(tmp_path):
     assert len(figs["family_speedup_T0.png"].axes[0].containers) == 5  # every row label but vanilla
     assert sorted(p.name for p in write_plots(plot_rows(), runs, tmp_path)) == sorted(figs)
     assert all((tmp_path / name).stat().st_size > 1000 for name in figs)
+
+
+def test_near_tie_is_two_ulps_of_bfloat16_logits_and_fixed_for_float32() -> None:
+    from specdec.bench.records import NEAR_TIE, near_tie_threshold
+
+    assert near_tie_threshold(20.0, torch.float32) == NEAR_TIE
+    assert 0.25 < near_tie_threshold(20.0, torch.bfloat16) < 0.26  # ulp 0.125 between 16 and 32
+    assert 0.0625 < near_tie_threshold(-5.0, torch.bfloat16) < 0.07  # ulp 0.03125 between 4 and 8
+    assert near_tie_threshold(0.01, torch.bfloat16) == NEAR_TIE  # never below the float32 threshold

@@ -95,7 +95,7 @@ def test_hooks_move_with_the_module():
 
 def test_fallback_warns_once_and_runs_stock():
     m = model(4).to(torch.float64)
-    with pytest.warns(FastPathWarning, match="needs float32"):
+    with pytest.warns(FastPathWarning, match="run float32 or bfloat16"):
         target = HFTarget(m, max_len=32)
     assert target.execution.weights == "stock" and execution_label(m) == "stock"
     with warnings.catch_warnings():

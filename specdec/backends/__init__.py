@@ -16,6 +16,7 @@ from specdec.backends.choice import (
     WEIGHTS,
     BackendError,
     Execution,
+    Invariant,
     StaticShapes,
     Weights,
     apply,
@@ -23,7 +24,7 @@ from specdec.backends.choice import (
     prepare_model,
     resolve,
 )
-from specdec.backends.gqa import GQA_ATTENTION
+from specdec.backends.gqa import GQA_ATTENTION, GQA_INVARIANT
 from specdec.backends.kernels import (
     VOCAB_ROWS,
     FastPathWarning,
@@ -38,11 +39,13 @@ from specdec.backends.kernels import (
 
 __all__ = [
     "GQA_ATTENTION",
+    "GQA_INVARIANT",
     "VOCAB_ROWS",
     "WEIGHTS",
     "BackendError",
     "Execution",
     "FastPathWarning",
+    "Invariant",
     "Int8Linear",
     "PackedLinear",
     "StaticShapes",

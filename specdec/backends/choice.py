@@ -1,10 +1,11 @@
 """The two backend choices, resolved once per model: how the weights run, and whether shapes are static.
 
-* ``weights``: ``"stock"`` (as loaded), ``"packed"`` (linears prepacked for oneDNN: exact, float32 CPU),
+* ``weights``: ``"stock"`` (as loaded), ``"packed"`` (linears prepacked for oneDNN: exact, float32 or bfloat16 CPU),
   ``"int8"`` (int8 linears: drafts only, never a target, since it approximates), or ``"auto"``: packed for a target
   where the CPU's GEMM library gains from it (:func:`~specdec.backends.kernels.cpu_gemm_profile`; on an Intel CPU
-  with MKL only the vocabulary projection), int8 for a draft, stock where neither applies (not a CPU, not float32,
-  no oneDNN in this torch build; the reason is reported).
+  with MKL only the vocabulary projection of a float32 model), int8 for a draft, stock where neither applies (not a
+  CPU, not float32 or bfloat16, bfloat16 without native instructions, no oneDNN in this torch build; the reason is
+  reported).
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
   itself); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path
@@ -21,14 +22,15 @@ linears it cannot pack (subclasses such as quantized linears) are left as they a
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
 from torch import nn
 
-from specdec.backends.gqa import GQA_ATTENTION, set_attention, use_gqa_attention
+from specdec.backends.gqa import GQA_ATTENTION, GQA_INVARIANT, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
+    PACKED_DTYPES,
     FastPathWarning,
     PackedLinear,
     cpu_gemm_profile,
@@ -36,6 +38,8 @@ from specdec.backends.kernels import (
     pack_linears,
     packing_pays,
     plain_linear,
+    return_freed_memory,
+    set_row_padding,
     shared_copy,
     slow_dtype_reason,
     unpack_linears,
@@ -46,6 +50,7 @@ __all__ = [
     "WEIGHTS",
     "BackendError",
     "Execution",
+    "Invariant",
     "StaticShapes",
     "Weights",
     "apply",
@@ -57,6 +62,7 @@ __all__ = [
 Weights = Literal["auto", "stock", "packed", "int8"]
 WEIGHTS: tuple[str, ...] = ("auto", "stock", "packed", "int8")
 StaticShapes = bool | Literal["auto"]
+Invariant = bool | Literal["auto"]
 STATIC_MARK = "_specdec_static"  # set on a model prepared for static shapes
 
 
@@ -74,6 +80,8 @@ class Execution:
         static: fixed-shape compiled forwards.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
+        invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
+            in a tree forward of any size.
     """
 
     weights: str
@@ -82,6 +90,7 @@ class Execution:
     skipped: int = 0
     attention: str = ""
     reason: str = ""
+    invariant: bool = False
 
     @property
     def label(self) -> str:
@@ -92,7 +101,8 @@ class Execution:
         """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
         shapes = "static shapes (compiled)" if self.static else "eager shapes"
         weights = f"{self.weights} weights" + (f" ({self.packed} linears)" if self.packed else "")
-        return f"{weights}, {shapes}" + (f"; {self.reason}" if self.reason else "")
+        numerics = ", row-invariant numerics" if self.invariant else ""
+        return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 
 def _params(model: nn.Module) -> tuple[torch.device | None, torch.dtype | None]:
@@ -133,8 +143,10 @@ def resolve(
         return "stock", False, ""
     if device is None or device.type != "cpu":
         return "stock", False, f"the model is on {device}, packed weights are CPU-only"
-    if dtype != torch.float32:
-        return "stock", False, f"the model is {dtype}; the packed path needs float32"
+    if dtype not in PACKED_DTYPES:
+        return "stock", False, f"the model is {dtype}; packed weights run float32 or bfloat16"
+    if dtype == torch.bfloat16 and slow_dtype_reason(dtype):
+        return "stock", False, "packed bfloat16 weights need native bfloat16 instructions (avx512_bf16 or amx_bf16)"
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return "stock", False, "this torch build has no oneDNN (mkldnn) linear kernels"
     if draft and weights in ("auto", "int8"):
@@ -158,7 +170,7 @@ def execution_label(model: nn.Module) -> str:
 
 def _warn(warn: bool, what: str, reason: str) -> None:
     if warn:
-        warnings.warn(f"{what}: {reason}", FastPathWarning, stacklevel=3)
+        warnings.warn(f"{what}: {reason}", FastPathWarning, stacklevel=4)
 
 
 def apply(
@@ -167,6 +179,7 @@ def apply(
     static_shapes: StaticShapes = "auto",
     warn: bool = True,
     own_tensors: bool = True,
+    invariant: Invariant = "auto",
 ) -> Execution:
     """Put ``model`` itself on the resolved choices (pack or unpack its linears, switch its attention function).
 
@@ -174,7 +187,55 @@ def apply(
     Idempotent. Weights ``"int8"`` (drafts) are not applied here (:func:`~specdec.backends.kernels.packed_copy`).
     ``own_tensors``: after packing, copy the remaining tensors out of a memory-mapped weights file
     (:func:`~specdec.backends.kernels.own_memory`); off for a copy whose tensors are the caller's.
+
+    ``invariant``: row-invariant numerics, so that a row's logits are bitwise the same whether the row runs alone
+    (a 1-token step) or inside a tree forward of any size: single rows padded to two in every packed linear
+    (:class:`~specdec.backends.kernels.PackedLinear`) and attention in float64 (:mod:`specdec.backends.gqa`). Greedy
+    speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns them on for a
+    bfloat16 model whose linears are all packed, where without them greedy output measured different from vanilla's
+    on 6 of 6 MT-bench prompts; float32 keeps the faster attention (its differences are ~1e-6 of a logit).
+
+    Raises:
+        BackendError: ``invariant=True`` where the model does not run every linear packed, on eager shapes, with
+            SDPA attention.
     """
+    if invariant not in (True, False, "auto"):
+        raise BackendError(f"invariant must be True, False or 'auto', got {invariant!r}")
+    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
+    on, reason = _invariant(invariant, execution, _params(model)[1])
+    set_row_padding(model, on)
+    attention = execution.attention
+    if attention in (GQA_ATTENTION, GQA_INVARIANT):
+        attention = use_gqa_attention(model, invariant=on)
+    reason = "; ".join(r for r in (execution.reason, reason) if r)
+    return replace(execution, attention=attention, reason=reason, invariant=on)
+
+
+def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | None) -> tuple[bool, str]:
+    """``(on, reason)``: whether row-invariant numerics apply (:func:`apply`), and why not where ``auto`` left them off
+    on a bfloat16 model."""
+    if invariant is False or (invariant == "auto" and dtype != torch.bfloat16):
+        return False, ""
+    missing = (
+        "static shapes" if execution.static else "",
+        f"{execution.weights} weights" if execution.weights != "packed" else "",
+        f"{execution.attention} attention"
+        if execution.attention and execution.attention not in (GQA_ATTENTION, GQA_INVARIANT)
+        else "",
+    )
+    missing = ", ".join(m for m in missing if m)
+    if not missing:
+        return True, ""
+    need = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"
+    if invariant is True:
+        raise BackendError(f"{need}; this model runs {missing} (pass weights='packed', static_shapes=False)")
+    return False, f"{need}, not {missing}: greedy output may differ from vanilla's where two logits nearly tie"
+
+
+def _apply_weights(
+    model: nn.Module, weights: str, static_shapes: StaticShapes, warn: bool, own_tensors: bool
+) -> Execution:
+    """:func:`apply` without the numerics choice."""
     resolved, static, reason = resolve(model, weights, static_shapes)
     device, dtype = _params(model)
     slow = slow_dtype_reason(dtype) if device is not None and device.type == "cpu" and dtype is not None else None
@@ -186,7 +247,7 @@ def apply(
         return Execution("stock", True, attention=use_gqa_attention(model))
     if resolved == "stock":
         unpack_linears(model)
-        if getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_ATTENTION:
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) in (GQA_ATTENTION, GQA_INVARIANT):
             set_attention(model, "sdpa")
         if reason and weights != "stock":
             _warn(warn, "fast path off, running stock", reason)
@@ -197,6 +258,7 @@ def apply(
         packed, skipped = pack_linears(model, only=lambda lin: packing_pays(lin, profile))
         if packed and not already and own_tensors:
             own_memory(model)
+            return_freed_memory()  # the released plain weights' pages
     except RuntimeError as e:  # an op missing or failing in this torch build: undo and run stock
         unpack_linears(model)
         reason = f"oneDNN weight packing failed ({e})"
@@ -207,10 +269,14 @@ def apply(
         reason = f"{skipped} projection(s) are not plain nn.Linear (quantized or Conv1D) and run stock"
         _warn(warn, "fast path partial", reason)
     if not packed and profile == "mkl" and any(plain_linear(m) for m in model.modules()):
-        # a choice, not a fallback: on this CPU MKL runs these linears faster than the packed kernel
-        if attention == GQA_ATTENTION:
+        # a choice, not a fallback: on this CPU MKL runs these linears faster than the packed kernel (float32), or
+        # packing bfloat16 has not been measured on an Intel CPU yet (kernels.packing_pays)
+        if attention in (GQA_ATTENTION, GQA_INVARIANT):
             set_attention(model, "sdpa")
-        return Execution("stock", reason="MKL on this Intel CPU runs every linear of this model faster unpacked")
+        why = "MKL on this Intel CPU runs every linear of this model faster unpacked"
+        if dtype == torch.bfloat16:
+            why = "packed bfloat16 is not measured on an Intel CPU yet, so it runs stock; weights='packed' packs it"
+        return Execution("stock", reason=why)
     if not packed:
         reason = reason or "the model has no plain nn.Linear projections"
         _warn(warn, "fast path off, running stock", reason)
@@ -233,6 +299,7 @@ def prepare_model(
     static_shapes: StaticShapes = "auto",
     in_place: bool = False,
     warn: bool = True,
+    invariant: Invariant = "auto",
 ) -> tuple[nn.Module, Execution]:
     """The model to run (eval mode) and how it runs, without changing ``model`` unless ``in_place``.
 
@@ -245,5 +312,5 @@ def prepare_model(
     copied = not in_place and not _is_prepared(model, weights, static_shapes)
     if copied:
         model = shared_copy(model)
-    execution = apply(model, weights, static_shapes, warn, own_tensors=not copied)
+    execution = apply(model, weights, static_shapes, warn, own_tensors=not copied, invariant=invariant)
     return model.eval(), execution

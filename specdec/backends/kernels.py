@@ -1,4 +1,4 @@
-"""Weight kernels for the CPU: linears prepacked for oneDNN (exact, float32) and int8 linears (drafts only).
+"""Weight kernels for the CPU: linears prepacked for oneDNN (exact; float32 or bfloat16) and int8 linears (drafts only).
 
 Both are module swaps on a model, never a second forward: :func:`pack_linears` puts :class:`PackedLinear` in place of
 plain ``nn.Linear`` s; :func:`packed_copy` makes a copy of a draft head whose linears are packed or int8 while every
@@ -38,6 +38,7 @@ from torch import nn
 
 __all__ = [
     "NATIVE_DTYPE_FLAGS",
+    "PACKED_DTYPES",
     "cpu_flags",
     "slow_dtype_reason",
     "FastPathWarning",
@@ -50,6 +51,8 @@ __all__ = [
     "packed_copy",
     "packing_pays",
     "plain_linear",
+    "return_freed_memory",
+    "set_row_padding",
     "shared_copy",
     "unpack_linears",
 ]
@@ -61,10 +64,17 @@ class FastPathWarning(UserWarning):
 
 # ------------------------------------------------------------------------------------------------ packed linears
 class PackedLinear(nn.Module):
-    """``y = x W^T + b`` with ``W`` reordered once into oneDNN's blocked layout (CPU, float32).
+    """``y = x W^T + b`` with ``W`` reordered once into oneDNN's blocked layout (CPU, float32 or bfloat16).
 
-    Shapes: ``x [..., in_features]`` -> ``[..., out_features]``. Inference only: the packed weight is not a
-    parameter and gets no gradient.
+    Shapes: ``x [..., in_features]`` -> ``[..., out_features]``, in the weight's dtype (a bfloat16 linear
+    accumulates in float32 and rounds its output to bfloat16, as the stock bfloat16 GEMM does). Inference only: the
+    packed weight is not a parameter and gets no gradient.
+
+    Row invariance (``pad_single_row``, :func:`set_row_padding`): oneDNN runs one row through a GEMV kernel whose
+    float32 sums are grouped differently from its GEMM kernel for 2 or more rows, so a row's output can differ in
+    the last bit between a 1-token step and a tree forward (in bfloat16 that is a whole bfloat16 ulp, often enough
+    to change a greedy token). Padded to two rows, a single row runs the GEMM kernel too. Measured on SmolLM2's
+    linears (AMD Zen 4): a row's output is bitwise the same for 2 to 64 rows, and for 1 row padded.
 
     Args:
         linear: the ``nn.Linear`` to replace.
@@ -76,9 +86,13 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         w = linear.weight.detach()
+        if w.dtype not in PACKED_DTYPES:
+            raise TypeError(f"PackedLinear packs {' or '.join(map(str, PACKED_DTYPES))} weights, got {w.dtype}")
+        self.dtype = w.dtype
         self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 16)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         self._weight = linear.weight if keep_weight else None
+        self.pad_single_row = False  # row-invariant numerics (set_row_padding)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -87,14 +101,17 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        if rows.dtype != torch.float32 or rows.device.type != "cpu":
-            raise TypeError(f"PackedLinear runs float32 CPU inputs, got {rows.dtype} on {rows.device}")
-        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        if rows.dtype != self.dtype or rows.device.type != "cpu":
+            raise TypeError(f"this PackedLinear runs {self.dtype} CPU inputs, got {rows.dtype} on {rows.device}")
+        if self.pad_single_row and rows.shape[0] == 1:  # one row runs oneDNN's GEMV kernel: pad it to a GEMM
+            y = torch.ops.mkldnn._linear_pointwise(rows.expand(2, -1), self.packed, self.bias, "none", [], "")[:1]
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` with the same weight and bias (the kept parameter itself when there is one)."""
-        lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.dtype)
         lin.weight = self._weight if self._weight is not None else nn.Parameter(self.packed.to_dense())
         if self.bias is not None:
             lin.bias = nn.Parameter(self.bias.detach())
@@ -105,6 +122,7 @@ class PackedLinear(nn.Module):
         # stays tied in the copy) and pack the copy again.
         linear = copy.deepcopy(self.to_linear(), memo)
         clone = PackedLinear(linear, keep_weight=self._weight is not None)
+        clone.pad_single_row = self.pad_single_row
         for attr in _HOOK_DICTS:
             setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
         clone.train(self.training)
@@ -127,7 +145,8 @@ class Int8Linear(nn.Module):
     It *approximates* the linear, so only drafters use it, never a target. Speculative decoding stays lossless
     with any draft: deterministic trees do not use q, and stochastic trees record the q this module produced
     (contract of :class:`~specdec.interfaces.Drafter`: the verifier sees the q the draft was sampled from).
-    Shapes: ``x [..., in_features]`` (float32, CPU) -> ``[..., out_features]`` float32.
+    Shapes: ``x [..., in_features]`` (float32 or bfloat16, CPU) -> ``[..., out_features]`` in ``x``'s dtype (the GEMM
+    itself runs on float32 activations).
 
     Args:
         linear: the ``nn.Linear`` to replace.
@@ -160,7 +179,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         y = torch.ops.quantized.linear_dynamic(rows.float(), self.packed, True)  # reduce_range: fbgemm on AVX2
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
@@ -189,9 +208,13 @@ def _swap(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
     setattr(parent, name, new)
 
 
+#: The weight dtypes :class:`PackedLinear` runs.
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def plain_linear(module: nn.Module) -> bool:
-    """An exact ``nn.Linear`` (not a subclass such as a quantized linear) with a float32 CPU weight."""
-    return type(module) is nn.Linear and module.weight.dtype == torch.float32 and module.weight.device.type == "cpu"
+    """An exact ``nn.Linear`` (not a subclass such as a quantized linear) with a float32 or bfloat16 CPU weight."""
+    return type(module) is nn.Linear and module.weight.dtype in PACKED_DTYPES and module.weight.device.type == "cpu"
 
 
 VOCAB_ROWS = 16384  # a linear with at least this many outputs is a vocabulary projection (lm_head)
@@ -247,7 +270,14 @@ def slow_dtype_reason(dtype: torch.dtype) -> str | None:
 
 
 def packing_pays(linear: nn.Linear, profile: str) -> bool:
-    """Whether ``"auto"`` packs this linear on a CPU of ``profile`` (see the module docstring)."""
+    """Whether ``"auto"`` packs this linear on a CPU of ``profile`` (see the module docstring).
+
+    bfloat16: every linear where measured (AMD Zen 4 with avx512_bf16, where the stock bfloat16 GEMM is oneDNN
+    reordering the weight on every call); none on an Intel CPU until it is measured there (``weights="packed"`` packs
+    them by name, ``benchmarks/fastpath.py --dtype bfloat16`` prints both).
+    """
+    if linear.weight.dtype == torch.bfloat16:
+        return profile == "onednn"
     return profile == "onednn" or linear.out_features >= VOCAB_ROWS
 
 
@@ -266,7 +296,7 @@ def pack_linears(
     only: Callable[[nn.Linear], bool] | None = None,
     keep: Callable[[nn.Linear], bool] | None = None,
 ) -> tuple[int, int]:
-    """Swap every plain float32 CPU ``nn.Linear`` under ``module`` for a :class:`PackedLinear`, in place.
+    """Swap every plain float32 or bfloat16 CPU ``nn.Linear`` under ``module`` for a :class:`PackedLinear`, in place.
 
     Args:
         module: any module tree.
@@ -295,6 +325,16 @@ def pack_linears(
     return packed, skipped
 
 
+def set_row_padding(module: nn.Module, on: bool) -> int:
+    """Set :attr:`PackedLinear.pad_single_row` on every packed linear under ``module``; returns how many."""
+    count = 0
+    for sub in module.modules():
+        if isinstance(sub, PackedLinear):
+            sub.pad_single_row = on
+            count += 1
+    return count
+
+
 def unpack_linears(module: nn.Module) -> int:
     """Swap every :class:`PackedLinear` back for an ``nn.Linear`` (same values); returns how many."""
     count = 0
@@ -303,6 +343,21 @@ def unpack_linears(module: nn.Module) -> int:
             _swap(parent, name, child, child.to_linear())
             count += 1
     return count
+
+
+def return_freed_memory() -> bool:
+    """Give the pages of freed tensors back to the operating system (glibc ``malloc_trim``); False where unavailable.
+
+    Tensors of a few MB come from malloc's heap once its mmap threshold has grown, and freeing them leaves their
+    pages resident. After packing a bfloat16 model in place (its plain weights were converted from the file, so
+    they live on that heap) this took the process from 909 to 704 MB (SmolLM2, AMD Zen 4).
+    """
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
 @torch.no_grad()

@@ -9,10 +9,21 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["NEAR_TIE", "ResultsFile", "first_difference", "row_key"]
+__all__ = ["NEAR_TIE", "NEAR_TIE_ULPS", "ResultsFile", "first_difference", "near_tie_threshold", "row_key"]
 
-#: Top-2 logit margin under which a greedy divergence is attributed to floating-point rounding.
+#: Top-2 logit margin under which a greedy divergence is attributed to floating-point rounding (float32 logits).
 NEAR_TIE = 1e-2
+#: For logits of a low-precision dtype (bfloat16: 8 bits of mantissa), a near-tie is a margin of at most this many
+#: units in the last place of the top logit: one rounding step in any layer can move a logit by about one.
+NEAR_TIE_ULPS = 2
+
+
+def near_tie_threshold(top: float, dtype: torch.dtype) -> float:
+    """The margin under which a divergence at a top logit of ``top`` in ``dtype`` counts as a near-tie."""
+    if dtype in (torch.float32, torch.float64):
+        return NEAR_TIE
+    ulp = torch.finfo(dtype).eps * 2.0 ** float(torch.tensor(abs(top) or 1.0).log2().floor())
+    return max(NEAR_TIE, NEAR_TIE_ULPS * ulp * (1 + 1e-6))
 
 
 def row_key(row: dict) -> tuple:
@@ -61,7 +72,8 @@ def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: 
 
     Returns None when equal; else ``position``, ``vanilla_token``, ``method_token``, ``top2_margin`` (vanilla
     top-2 logit margin after ``prompt + reference[:position]``, from one fresh forward), ``logit_gap`` (vanilla
-    token's logit minus the method token's) and ``near_tie`` (``top2_margin < NEAR_TIE``).
+    token's logit minus the method token's) and ``near_tie`` (``top2_margin`` under :func:`near_tie_threshold`:
+    :data:`NEAR_TIE` for float32 logits, :data:`NEAR_TIE_ULPS` units in the last place of bfloat16 ones).
     """
     if reference == tokens:
         return None
@@ -73,7 +85,8 @@ def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: 
         return out
     device = model.get_output_embeddings().weight.device
     context = torch.cat([prompt.cpu(), torch.tensor(reference[:i], dtype=torch.long)]).to(device)
-    logits = model(context[None]).logits[0, -1].float()
+    raw = model(context[None]).logits[0, -1]
+    logits = raw.float()
     top2 = logits.topk(2).values
     margin = float(top2[0] - top2[1])
     out.update(
@@ -81,6 +94,6 @@ def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: 
         method_token=tokens[i],
         top2_margin=margin,
         logit_gap=float(logits[reference[i]] - logits[tokens[i]]),
-        near_tie=margin < NEAR_TIE,
+        near_tie=margin < near_tie_threshold(float(top2[0]), raw.dtype),
     )
     return out

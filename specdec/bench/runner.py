@@ -329,6 +329,7 @@ def run_bench(
     tokenizer=None,
     weights: str = "auto",
     static_shapes: bool | str = "auto",
+    invariant: bool | str = "auto",
     deferred_rows: bool = False,
     dynamic_rows: bool = False,
     top_p: float = 1.0,
@@ -357,9 +358,9 @@ def run_bench(
         progress: show a tqdm bar (its remaining time from this run's rate; resumed rows count as done).
         options: tree and drafter settings of the named methods (default :class:`MethodOptions`).
         model, tokenizer: the target (default: SmolLM2-135M-Instruct).
-        weights, static_shapes: the backend choices of our target (:mod:`specdec.backends`). Our target runs a
-            transformed copy; the HF baselines run ``model`` as passed (stock), as a user of ``generate`` would: the
-            fast path is ours to be measured against it.
+        weights, static_shapes, invariant: the backend choices of our target (:mod:`specdec.backends`). Our target
+            runs a transformed copy; the HF baselines run ``model`` as passed (stock), as a user of ``generate`` would:
+            the fast path is ours to be measured against it.
         deferred_rows: also run each adaptive method with the deferred tree budget (rows ``M+deferred``).
         dynamic_rows: also run each method that samples its tree at T > 0 with its dynamic tree (rows
             ``M+dynamic``, at T > 0 only).
@@ -405,13 +406,14 @@ def run_bench(
     max_len = min(needed, limit_len) if max_len is None else max_len
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
     hf_model = model
-    target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes)
+    target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes, invariant=invariant)
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
     meta = {
         "command": command,
         "hardware": hardware_info(device),
         "backend": target.execution.label,
+        "execution": target.execution.describe(),
         "methods": [v.name for v in variants],
         "dataset": dataset if isinstance(dataset, str) else "custom",
         "temperatures": [float(t) for t in temperatures],

@@ -1,0 +1,168 @@
+"""Row-invariant numerics: a row's logits are bitwise the same in a 1-token step and in a tree forward.
+
+With them, greedy speculative output equals vanilla greedy output token for token, with no near-tie allowance
+(``tests/test_greedy_exact.py`` allows near-ties on the default float32 path). The negative controls show what the
+exact comparisons catch: without the invariant numerics a bfloat16 SmolLM2 tree row differs from its 1-token step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+from specdec.assets import chat_ids, mtbench_prompts
+from specdec.backends import GQA_ATTENTION, GQA_INVARIANT, BackendError, PackedLinear, kernels
+from specdec.generate import StopCondition
+from specdec.methods import MethodOptions, build_method
+from specdec.models import load_smollm2, tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.tree import DraftTree
+
+BF16 = frozenset({"avx512_bf16"})
+
+
+@pytest.fixture
+def native_bf16(monkeypatch):
+    """The CPU flags of a CPU with native bfloat16 (the packed bfloat16 path's condition), whatever this CPU is."""
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: BF16)
+
+
+def tiny(dtype: torch.dtype = torch.float32) -> nn.Module:
+    return tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0).to(dtype)
+
+
+def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None:
+    bf16 = HFTarget(tiny(torch.bfloat16), max_len=32).execution
+    assert bf16.weights == "packed" and bf16.invariant and bf16.attention == GQA_INVARIANT
+    assert "row-invariant numerics" in bf16.describe()
+    fp32 = HFTarget(tiny(), max_len=32, weights="packed").execution
+    assert not fp32.invariant and fp32.attention == GQA_ATTENTION
+    forced = HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
+    assert forced.execution.invariant and forced.execution.attention == GQA_INVARIANT
+    assert all(m.pad_single_row for m in forced.model.modules() if isinstance(m, PackedLinear))
+    off = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
+    assert not off.execution.invariant and off.execution.attention == GQA_ATTENTION
+    assert not any(m.pad_single_row for m in off.model.modules() if isinstance(m, PackedLinear))
+
+
+def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
+    with pytest.raises(BackendError, match="stock weights"):
+        HFTarget(tiny(), max_len=32, weights="stock", invariant=True)
+    with pytest.raises(BackendError, match="invariant must be"):
+        HFTarget(tiny(), max_len=32, invariant="yes")
+    stock = HFTarget(tiny(torch.bfloat16), max_len=32, weights="stock").execution  # auto: off, and says why
+    assert not stock.invariant and "greedy output may differ" in stock.reason
+
+
+def test_bfloat16_packing_needs_native_instructions(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2"}))
+    with pytest.warns(kernels.FastPathWarning, match="native bfloat16"):
+        target = HFTarget(tiny(torch.bfloat16), max_len=32)
+    assert target.execution.weights == "stock" and not target.execution.invariant
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_linear_runs_its_dtype_and_pads_single_rows(dtype) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40).to(dtype)
+    packed = PackedLinear(linear, keep_weight=True)
+    x = torch.randn(5, 96).to(dtype)
+    with torch.no_grad():
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(packed(x), linear(x), atol=tol, rtol=tol)
+        packed.pad_single_row = True
+        assert torch.equal(packed(x[:1]), packed(x[:2])[:1])
+        assert packed(x[:1]).dtype == dtype
+    with pytest.raises(TypeError, match="runs"):
+        packed(x.double())
+
+
+def tree_and_paths(vocab: int, seed: int) -> tuple[DraftTree, list[list[int]]]:
+    """A branching tree of 9 nodes (root, two children, their children) and the token path to every node."""
+    g = torch.Generator().manual_seed(seed)
+    parents = torch.tensor([-1, 0, 0, 1, 1, 2, 3, 3, 5])
+    tokens = torch.randint(0, vocab, (9,), generator=g)
+    tree = DraftTree.from_parents(tokens, parents, 3)
+    paths = []
+    for i in range(9):
+        path, j = [], i
+        while j >= 0:
+            path.insert(0, int(tokens[j]))
+            j = int(parents[j])
+        paths.append(path)
+    return tree, paths
+
+
+@torch.no_grad()
+def rows_match_steps(model: nn.Module, invariant, seed: int = 0, context: int = 40) -> list[bool]:
+    """For every node of a branching tree: is its tree-forward logits row bitwise its path's 1-token-step logits?"""
+    tree_side = HFTarget(model, max_len=context + 16, invariant=invariant)
+    steps = HFTarget(model, max_len=context + 16, invariant=invariant)
+    prompt = torch.randint(0, tree_side.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
+    tree, paths = tree_and_paths(tree_side.vocab_size, seed)
+    tree_side.prefill(prompt)
+    rows = tree_side.forward_tree(tree).logits
+    steps.prefill(prompt)
+    same = []
+    for i, path in enumerate(paths):
+        steps.length = context
+        for token in path:
+            logits = steps.decode_one(torch.tensor(token)).logits
+        same.append(torch.equal(logits[0], rows[i]))
+    return same
+
+
+@functools.cache
+def smollm2(dtype: torch.dtype):
+    return load_smollm2(dtype=dtype)
+
+
+@pytest.mark.slow
+def test_smollm2_bfloat16_tree_rows_are_bitwise_single_steps() -> None:
+    if kernels.slow_dtype_reason(torch.bfloat16):
+        pytest.skip("this CPU has no native bfloat16: the packed bfloat16 path does not apply")
+    model, _ = smollm2(torch.bfloat16)
+    # 186 + 1 keys in a step, 186 + 9 in the tree: MKL blocks the key sum at 192 (the float64 GEMM's reason)
+    for context in (40, 186, 250):
+        assert all(rows_match_steps(model, "auto", context=context)), f"context {context}"
+    # negative control: the same comparison without the invariant numerics fails (the test can fail)
+    assert not all(rows_match_steps(model, False))
+
+
+@pytest.mark.slow
+def test_smollm2_float32_invariant_tree_rows_are_bitwise_single_steps() -> None:
+    model, _ = smollm2(torch.float32)
+    assert all(rows_match_steps(model, True, seed=2))
+
+
+@pytest.mark.slow
+def test_smollm2_bfloat16_eagle3_greedy_equals_vanilla_token_for_token() -> None:
+    """No near-tie allowance: the bfloat16 path's greedy speculative output is vanilla's, on two MT-bench prompts whose
+    output diverged at tokens 113 and 93 while the key sum ran in float32 (contexts across 192 keys)."""
+    if kernels.slow_dtype_reason(torch.bfloat16):
+        pytest.skip("this CPU has no native bfloat16: the packed bfloat16 path does not apply")
+    model, tokenizer = smollm2(torch.bfloat16)
+    target = HFTarget(model, max_len=512)
+    assert target.execution.invariant
+    vanilla, spec = build_method("vanilla", target), build_method("eagle3", target, MethodOptions())
+    stop, greedy = StopCondition(max_new_tokens=128), SamplingParams(temperature=0.0)
+    for q in (mtbench_prompts()[1], mtbench_prompts()[16]):  # mtbench/82, mtbench/97
+        ids = chat_ids(tokenizer, q)
+        result = spec.generate(ids, greedy, stop)
+        assert result.tokens == vanilla.generate(ids, greedy, stop).tokens
+        assert result.metrics.tau > 1.1  # accepted drafts, not only bonus tokens
+
+
+def test_invariant_numerics_get_their_own_cost_curve(native_bf16) -> None:
+    """The adaptive budget caches one cost curve per execution: the invariant attention costs more per tree row."""
+    from specdec.budget import curve_path
+
+    model = tiny(torch.bfloat16)
+    invariant = HFTarget(model, max_len=32).model
+    variable = HFTarget(model, max_len=32, invariant=False).model
+    assert curve_path(invariant, torch.device("cpu"), 2) != curve_path(variable, torch.device("cpu"), 2)
+    assert curve_path(invariant, torch.device("cpu"), 2).name.endswith("packed+invariant.json")
