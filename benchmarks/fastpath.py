@@ -1,22 +1,27 @@
 """CPU fast path against the stock path, measured side by side in one run (SmolLM2-135M-Instruct, CPU).
 
-    python benchmarks/fastpath.py [--context 120] [--repeats 7] [--prompts 8] [--new-tokens 64] [--threads 2]
-                                  [--out results.json]
+    python benchmarks/fastpath.py [--dtype float32|bfloat16] [--context 120] [--repeats 7] [--prompts 8]
+                                  [--new-tokens 64] [--threads 2] [--out results.json]
 
-Two copies of the model live in one process: ``stock`` (as loaded: MKL linears, transformers' sdpa) and ``fast``
-(``HFTarget(..., weights="auto")``: oneDNN-prepacked linears, GQA attention without key/value copies). Printed:
+Copies of the model live in one process, all in ``--dtype``: ``stock`` (as loaded: MKL or oneDNN linears,
+transformers' sdpa) and ``fast`` (``HFTarget(..., weights="auto")``: oneDNN-prepacked linears where that pays on this
+CPU, GQA attention without key/value copies; in bfloat16 with row-invariant numerics). Where ``auto`` does not pack
+every linear on this CPU, a third side ``packed`` (every linear packed) shows what it would give; in bfloat16 a side
+``fast-var`` (``invariant=False``) shows what the row-invariant numerics cost. Printed:
 
 1. The target forward curve ``T(n)`` for a chain of ``n`` tree tokens after ``--context`` tokens, ``n = 1..32``,
-   both paths interleaved round by round (medians), and ``T(n) / T(1)`` for each (targets: fast ``n=8 <= 1.3``,
-   ``n=16 <= 1.6``).
+   all sides interleaved round by round (medians), and ``T(n) / T(1)`` for each (targets: fast ``n=8 <= 1.3``,
+   ``n=16 <= 1.6``; Intel issue: float32 ``<= 1.25`` and ``<= 1.4``, bfloat16 ``n=16 <= 1.2``).
 2. Our 1-token step (fast ``decode_one``) against transformers' own 1-token step (stock model, ``DynamicCache``),
-   same prompt, interleaved (target <= 0.75).
+   same prompt, interleaved (target <= 0.75); in bfloat16 also against transformers' float32 step (targets <= 0.8
+   of its bfloat16 step, <= 0.6 of its float32 step).
 3. Our vanilla loop (fast) against HF ``generate`` (stock model) at T=0 on the first ``--prompts`` MT-bench
    questions, same number of tokens (no EOS), interleaved per prompt (target >= 1.3); token agreement, and for any
    difference the stock model's top-2 logit gap at the first differing position (a near-tie is < 1e-4).
 4. The draft share of an EAGLE-3 cycle (shipped head, fast path, adaptive tree) on the same prompts (target <= 10 %).
 5. Resident memory of a process holding the model on each path (separate subprocesses, same forwards), split into
-   anonymous memory and pages of the memory-mapped weights file.
+   anonymous memory and pages of the memory-mapped weights file; in bfloat16 against the float32 ``auto`` path too
+   (target <= 0.6).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from transformers import DynamicCache
 from specdec.assets import chat_ids, mtbench_prompts
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import MethodOptions, build_method
-from specdec.models import load_smollm2
+from specdec.models import DTYPES, load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
@@ -74,27 +79,35 @@ def forward_curve(targets: dict[str, HFTarget], context: int, repeats: int) -> d
 
 
 @torch.no_grad()
-def one_token_steps(fast: HFTarget, stock_model, context: int, repeats: int) -> dict[str, float]:
+def one_token_steps(fast: HFTarget, hf_models: dict[str, object], context: int, repeats: int) -> dict[str, float]:
+    """Our 1-token step against transformers' own on each of ``hf_models`` (name -> stock model), interleaved."""
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, fast.vocab_size, (context,), generator=g)
     fast.prefill(prompt)
-    cache = DynamicCache(config=stock_model.config)
-    stock_model(input_ids=prompt[None], use_cache=True, **{fast.layout.cache_kwarg: cache})
+    caches = {}
+    for name, model in hf_models.items():
+        caches[name] = DynamicCache(config=model.config)
+        model(input_ids=prompt[None], use_cache=True, **{fast.layout.cache_kwarg: caches[name]})
     token = torch.tensor([[5]])
-    ours, hf = [], []
+    times: dict[str, list[float]] = {"ours": [], **{name: [] for name in hf_models}}
     for round_ in range(3 * repeats + 1):
         t0 = time.perf_counter()
         fast.decode_one(token[0, 0])
-        t1 = time.perf_counter()
-        stock_model(input_ids=token, use_cache=True, **{fast.layout.cache_kwarg: cache})
-        t2 = time.perf_counter()
+        step = {"ours": time.perf_counter() - t0}
         fast.length = context  # the next step overwrites the same slot
-        cache.crop(-1)  # drop the step just taken
+        for name, model in hf_models.items():
+            t0 = time.perf_counter()
+            model(input_ids=token, use_cache=True, **{fast.layout.cache_kwarg: caches[name]})
+            step[name] = time.perf_counter() - t0
+            caches[name].crop(-1)  # drop the step just taken
         if round_:
-            ours.append(t1 - t0)
-            hf.append(t2 - t1)
-    ratio = statistics.median(ours) / statistics.median(hf)
-    return {"ours_ms": median_ms(ours), "hf_ms": median_ms(hf), "ratio": ratio}
+            for name, dt in step.items():
+                times[name].append(dt)
+    out = {"ours_ms": median_ms(times["ours"])}
+    for name in hf_models:
+        out[f"hf_{name}_ms"] = median_ms(times[name])
+        out[f"ratio_{name}"] = out["ours_ms"] / out[f"hf_{name}_ms"]
+    return out
 
 
 def top2_gap(model, ids: torch.Tensor, tokens: list[int], position: int) -> float:
@@ -149,14 +162,14 @@ def eagle3_draft_share(fast: HFTarget, tokenizer, prompts, new_tokens: int) -> d
     return {"split": r["share"], "ms_per_cycle": r["ms_per_cycle"], "tau": r["tau"]}
 
 
-def rss_probe(backend: str, context: int) -> None:
+def rss_probe(backend: str, context: int, dtype: str) -> None:
     """Subprocess body: load, run a prefill and 8 steps on ``backend``, print resident memory in MB.
 
     ``RssFile`` counts the touched pages of the memory-mapped safetensors file the weights were loaded from: clean
     page cache the kernel can drop, still mapped while any tensor of the file (the embedding) is alive. ``RssAnon`` is
     the process's own memory (the packed weights live there).
     """
-    model, _ = load_smollm2()
+    model, _ = load_smollm2(dtype=DTYPES[dtype])
     # "auto" transforms the loaded model in place (what the command line does); "auto-copy" is the library's default,
     # a transformed copy that shares the caller's tensors while the caller keeps its model
     weights, copy_mode = backend.removesuffix("-copy"), backend.endswith("-copy")
@@ -170,18 +183,34 @@ def rss_probe(backend: str, context: int) -> None:
     print(json.dumps({"backend": target.execution.label + ("-copy" if copy_mode else ""), **mb}))
 
 
-def rss(context: int) -> dict:
+def rss(context: int, dtype: str) -> dict:
+    """Resident memory per path (``{probe: {label, VmRSS, RssAnon, RssFile}}`` for the probes ``stock``, ``auto``
+    and ``auto-copy``); a bfloat16 run adds the float32 ``auto`` path as ``float32:auto``."""
     out = {}
-    for backend in ("stock", "auto", "auto-copy"):
+    probes = [(dtype, b) for b in ("stock", "auto", "auto-copy")] + [("float32", "auto")] * (dtype != "float32")
+    for probe_dtype, backend in probes:
         proc = subprocess.run(
-            [sys.executable, __file__, "--rss-probe", backend, "--context", str(context)],
+            [sys.executable, __file__, "--rss-probe", backend, "--context", str(context), "--dtype", probe_dtype],
             capture_output=True,
             text=True,
             check=True,
         )
         row = json.loads(proc.stdout.strip().splitlines()[-1])
-        out[row.pop("backend")] = row
+        row["label"] = row.pop("backend")
+        out[backend if probe_dtype == dtype else f"float32:{backend}"] = row
     return out
+
+
+def cpu_name() -> str:
+    """The CPU's model name and family/model numbers from /proc/cpuinfo (the machine, for every result)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine()
+    return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,34 +221,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--rss-probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.rss_probe:
-        rss_probe(args.rss_probe, args.context)
+        rss_probe(args.rss_probe, args.context, args.dtype)
         return 0
-    stock_model, tokenizer = load_smollm2()
+    stock_model, tokenizer = load_smollm2(dtype=DTYPES[args.dtype])
     fast = HFTarget(stock_model, max_len=1024)  # a transformed copy sharing the stock model's tensors
-    stock = HFTarget(stock_model, max_len=1024, weights="stock")
+    sides = {"stock": HFTarget(stock_model, max_len=1024, weights="stock"), "fast": fast}
+    if fast.execution.weights != "packed":  # what packing every linear would give on this CPU
+        sides["packed"] = HFTarget(stock_model, max_len=1024, weights="packed")
+    if fast.execution.invariant:  # what the row-invariant numerics cost
+        sides["fast-var"] = HFTarget(stock_model, max_len=1024, invariant=False)
     print(
-        f"device=cpu threads={args.threads} torch={torch.__version__} cpu={platform.processor() or platform.machine()} "
-        f"fast backend={fast.execution.label} attention={fast.model.config._attn_implementation}"
+        f"device=cpu threads={args.threads} torch={torch.__version__} cpu={cpu_name()} dtype={args.dtype} "
+        f"fast: {fast.execution.describe()}, attention={fast.model.config._attn_implementation}"
     )
-    report: dict = {"threads": args.threads, "context": args.context, "torch": torch.__version__}
+    report: dict = {
+        "threads": args.threads,
+        "context": args.context,
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "cpu": cpu_name(),
+        "fast": fast.execution.describe(),
+    }
 
     print(f"1) target forward T(n) after {args.context} tokens, chain of n nodes (median ms; ratio to n=1)")
-    curve = forward_curve({"stock": stock, "fast": fast}, args.context, args.repeats)
-    print("   n      " + " ".join(f"{n:>6}" for n in SIZES))
+    curve = forward_curve(sides, args.context, args.repeats)
+    print("   n        " + " ".join(f"{n:>6}" for n in SIZES))
     for name, row in curve.items():
-        print(f"   {name:6s} " + " ".join(f"{row[n]:6.1f}" for n in SIZES))
-        print(f"   {'ratio':6s} " + " ".join(f"{row[n] / row[1]:6.2f}" for n in SIZES))
+        print(f"   {name:8s} " + " ".join(f"{row[n]:6.1f}" for n in SIZES))
+        print(f"   {'ratio':8s} " + " ".join(f"{row[n] / row[1]:6.2f}" for n in SIZES))
     fast_ratio = {n: curve["fast"][n] / curve["fast"][1] for n in SIZES}
     print(f"   fast T(8)/T(1) = {fast_ratio[8]:.2f} (target <= 1.3), T(16)/T(1) = {fast_ratio[16]:.2f} (target <= 1.6)")
     report["curve_ms"] = curve
 
     print("2) 1-token step: ours (fast) vs transformers' own (stock model, DynamicCache), same prompt")
-    steps = one_token_steps(fast, stock_model, args.context, args.repeats)
-    print(f"   ours {steps['ours_ms']:.1f} ms, HF {steps['hf_ms']:.1f} ms, ratio {steps['ratio']:.2f} (target <= 0.75)")
+    hf_models = {args.dtype: stock_model}
+    if args.dtype != "float32":
+        hf_models["float32"] = load_smollm2()[0]
+    steps = one_token_steps(fast, hf_models, args.context, args.repeats)
+    for name in hf_models:
+        goal = {"float32": 0.75 if args.dtype == "float32" else 0.6}.get(name, 0.8)
+        print(
+            f"   ours {steps['ours_ms']:.1f} ms, HF {name} {steps[f'hf_{name}_ms']:.1f} ms, "
+            f"ratio {steps[f'ratio_{name}']:.2f} (target <= {goal})"
+        )
+    del hf_models  # the float32 copy of a bfloat16 run is not needed further
     report["one_token_step"] = steps
 
     prompts = mtbench_prompts()[: args.prompts]
@@ -235,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     report["eagle3_split"] = share
 
     print("5) resident memory, MB (separate processes, prefill + 8 steps; RssFile: pages of the mapped weights file)")
-    mem = rss(args.context)
-    for name, row in mem.items():
-        if name == "stock":
+    mem = rss(args.context, args.dtype)
+    for probe, row in mem.items():
+        if probe in ("stock", "float32:auto"):
             continue
+        name = row["label"]
         cells = ", ".join(
             f"{kind} {row[kind]:.0f} ({row[kind] / max(mem['stock'][kind], 1e-9):.2f}x stock)"
             for kind in ("VmRSS", "RssAnon", "RssFile")
@@ -248,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         "   stock            "
         + ", ".join(f"{kind} {mem['stock'][kind]:.0f}" for kind in ("VmRSS", "RssAnon", "RssFile"))
     )
+    if "float32:auto" in mem:
+        ratio = mem["auto"]["VmRSS"] / mem["float32:auto"]["VmRSS"]
+        fp32 = mem["float32:auto"]["VmRSS"]
+        print(f"   float32 auto VmRSS {fp32:.0f}; {args.dtype} auto / float32 auto: {ratio:.2f} (target <= 0.6)")
     report["rss_mb"] = mem
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
