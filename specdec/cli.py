@@ -284,8 +284,10 @@ def cmd_data(args: argparse.Namespace) -> int:
             f"--model {args.model}: its tokenizer has no chat template, and regenerate answers chat prompts; pass "
             "--model a chat (instruct) model"
         )
-    # the batcher runs eagerly; our own model: in place
-    apply(model, args.weights, static_shapes=False, invariant=target_backend(args)["invariant"])
+    # the batcher runs eagerly and never verifies trees, so row invariance would be pure cost unless asked for; our
+    # own model: in place
+    invariant = target_backend(args)["invariant"]
+    apply(model, args.weights, static_shapes=False, invariant=False if invariant == "auto" else invariant)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
         capture = None

@@ -5,8 +5,9 @@
 
 Defaults to the shipped EAGLE-3 head; without shipped heads it falls back to the best training-free drafter. Our
 vanilla loop and HF ``generate`` (on the model as loaded; our target runs a transformed copy) are timed in the same
-run. With ``--dtype bfloat16`` all three run the bfloat16 model (HF ``generate`` too), so greedy speculative output
-equals our vanilla bfloat16 output token for token.
+run. With ``--dtype bfloat16`` all three run the bfloat16 model (HF ``generate`` too); where ``auto`` packs its
+linears (AMD CPUs with native bfloat16) it runs row-invariant numerics, so greedy speculative output equals our
+vanilla bfloat16 output token for token.
 """
 
 from __future__ import annotations

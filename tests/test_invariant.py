@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from specdec.assets import chat_ids, mtbench_prompts
-from specdec.backends import GQA_ATTENTION, GQA_INVARIANT, BackendError, PackedLinear, kernels
+from specdec.backends import GQA_ATTENTION, GQA_INVARIANT, BackendError, PackedLinear, execution_label, kernels
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
 from specdec.models import load_smollm2, tiny_llama
@@ -27,8 +27,10 @@ BF16 = frozenset({"avx512_bf16"})
 
 @pytest.fixture
 def native_bf16(monkeypatch):
-    """The CPU flags of a CPU with native bfloat16 (the packed bfloat16 path's condition), whatever this CPU is."""
+    """An AMD-like CPU with native bfloat16, whatever this CPU is: the flags of the packed bfloat16 path's condition
+    and oneDNN's GEMM profile (where ``auto`` packs every linear)."""
     monkeypatch.setattr(kernels, "cpu_flags", lambda: BF16)
+    monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
 
 
 def tiny(dtype: torch.dtype = torch.float32) -> nn.Module:
@@ -50,8 +52,12 @@ def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None
 
 
 def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
-    with pytest.raises(BackendError, match="stock weights"):
+    with pytest.raises(BackendError, match="every linear packed"):
         HFTarget(tiny(), max_len=32, weights="stock", invariant=True)
+    model = tiny()
+    with pytest.raises(BackendError, match="every linear packed"):
+        HFTarget(model, max_len=32, weights="stock", invariant=True, in_place=True)
+    assert execution_label(model) == "stock"  # refused before anything changed
     with pytest.raises(BackendError, match="invariant must be"):
         HFTarget(tiny(), max_len=32, invariant="yes")
     stock = HFTarget(tiny(torch.bfloat16), max_len=32, weights="stock").execution  # auto: off, and says why
@@ -60,9 +66,10 @@ def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
 
 def test_bfloat16_packing_needs_native_instructions(monkeypatch) -> None:
     monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2"}))
-    with pytest.warns(kernels.FastPathWarning, match="native bfloat16"):
+    with pytest.warns(kernels.FastPathWarning, match="will be slow"):  # one warning: the slow dtype's
         target = HFTarget(tiny(torch.bfloat16), max_len=32)
     assert target.execution.weights == "stock" and not target.execution.invariant
+    assert "native bfloat16" in target.execution.reason
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -100,8 +107,9 @@ def tree_and_paths(vocab: int, seed: int) -> tuple[DraftTree, list[list[int]]]:
 @torch.no_grad()
 def rows_match_steps(model: nn.Module, invariant, seed: int = 0, context: int = 40) -> list[bool]:
     """For every node of a branching tree: is its tree-forward logits row bitwise its path's 1-token-step logits?"""
-    tree_side = HFTarget(model, max_len=context + 16, invariant=invariant)
-    steps = HFTarget(model, max_len=context + 16, invariant=invariant)
+    # weights="packed": invariant numerics need every linear packed, which auto does not choose on every CPU
+    tree_side = HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
+    steps = HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
     prompt = torch.randint(0, tree_side.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
     tree, paths = tree_and_paths(tree_side.vocab_size, seed)
     tree_side.prefill(prompt)
@@ -128,7 +136,7 @@ def test_smollm2_bfloat16_tree_rows_are_bitwise_single_steps() -> None:
     model, _ = smollm2(torch.bfloat16)
     # 186 + 1 keys in a step, 186 + 9 in the tree: MKL blocks the key sum at 192 (the float64 GEMM's reason)
     for context in (40, 186, 250):
-        assert all(rows_match_steps(model, "auto", context=context)), f"context {context}"
+        assert all(rows_match_steps(model, True, context=context)), f"context {context}"
     # negative control: the same comparison without the invariant numerics fails (the test can fail)
     assert not all(rows_match_steps(model, False))
 
@@ -146,8 +154,7 @@ def test_smollm2_bfloat16_eagle3_greedy_equals_vanilla_token_for_token() -> None
     if kernels.slow_dtype_reason(torch.bfloat16):
         pytest.skip("this CPU has no native bfloat16: the packed bfloat16 path does not apply")
     model, tokenizer = smollm2(torch.bfloat16)
-    target = HFTarget(model, max_len=512)
-    assert target.execution.invariant
+    target = HFTarget(model, max_len=512, weights="packed", invariant=True)
     vanilla, spec = build_method("vanilla", target), build_method("eagle3", target, MethodOptions())
     stop, greedy = StopCondition(max_new_tokens=128), SamplingParams(temperature=0.0)
     for q in (mtbench_prompts()[1], mtbench_prompts()[16]):  # mtbench/82, mtbench/97
@@ -166,3 +173,30 @@ def test_invariant_numerics_get_their_own_cost_curve(native_bf16) -> None:
     variable = HFTarget(model, max_len=32, invariant=False).model
     assert curve_path(invariant, torch.device("cpu"), 2) != curve_path(variable, torch.device("cpu"), 2)
     assert curve_path(invariant, torch.device("cpu"), 2).name.endswith("packed+invariant.json")
+
+
+def test_a_row_that_sees_no_key_gets_zeros_not_nan(native_bf16) -> None:
+    """A left-padded batch (the continuous batcher's 2-D mask): padding rows see no key. The invariant attention
+    gives them 0 as SDPA does, so no NaN reaches the cache, and the real rows match the ordinary attention."""
+    model = tiny()
+    ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        out = {
+            inv: HFTarget(model, max_len=32, weights="packed", invariant=inv).model(input_ids=ids, attention_mask=mask)
+            for inv in (True, False)
+        }
+    assert torch.isfinite(out[True].logits).all()
+    torch.testing.assert_close(out[True].logits[0, 3:], out[False].logits[0, 3:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out[True].logits[1], out[False].logits[1], atol=1e-4, rtol=1e-4)
+
+
+def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16) -> None:
+    """The small-LM drafter runs the target's own modules: building it must not switch their row padding."""
+    from specdec.drafters import SmallLMDrafter
+
+    for dtype, invariant in ((torch.float32, True), (torch.bfloat16, False)):
+        target = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=invariant)
+        SmallLMDrafter.from_target(target, num_layers=1)
+        padding = {m.pad_single_row for m in target.model.modules() if isinstance(m, PackedLinear)}
+        assert padding == {invariant}, dtype

@@ -189,18 +189,28 @@ def apply(
     (:func:`~specdec.backends.kernels.own_memory`); off for a copy whose tensors are the caller's.
 
     ``invariant``: row-invariant numerics, so that a row's logits are bitwise the same whether the row runs alone
-    (a 1-token step) or inside a tree forward of any size: single rows padded to two in every packed linear
-    (:class:`~specdec.backends.kernels.PackedLinear`) and attention in float64 (:mod:`specdec.backends.gqa`). Greedy
-    speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns them on for a
-    bfloat16 model whose linears are all packed, where without them greedy output measured different from vanilla's
-    on 6 of 6 MT-bench prompts; float32 keeps the faster attention (its differences are ~1e-6 of a logit).
+    (a 1-token step) or inside a tree forward: single rows padded to two in every packed linear
+    (:class:`~specdec.backends.kernels.PackedLinear`) and the invariant attention of :mod:`specdec.backends.gqa`
+    (float32 scores and ``exp`` laid out so that no row's bits depend on its neighbours, the sum over the keys in
+    float64). Greedy speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns
+    them on for a bfloat16 model whose linears are all packed (on AMD CPUs with native bfloat16; not yet on Intel,
+    where ``auto`` keeps bfloat16 linears stock), where without them greedy EAGLE-3 output differed from vanilla's on
+    19 of 20 MT-bench prompts; float32 keeps the faster attention (its differences are ~1e-6 of a logit).
 
     Raises:
         BackendError: ``invariant=True`` where the model does not run every linear packed, on eager shapes, with
-            SDPA attention.
+            SDPA attention (checked before the model is changed where the choices alone tell).
     """
     if invariant not in (True, False, "auto"):
         raise BackendError(f"invariant must be True, False or 'auto', got {invariant!r}")
+    if invariant is True:  # refuse before changing the model where the choices alone tell
+        resolved, static, _ = resolve(model, weights, static_shapes)
+        if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl"):
+            what = "static shapes" if static else f"weights {weights!r} resolving to {resolved!r} on this CPU"
+            raise BackendError(
+                f"row-invariant numerics need every linear packed on eager shapes, not {what}; pass "
+                "weights='packed', static_shapes=False"
+            )
     execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
     on, reason = _invariant(invariant, execution, _params(model)[1])
     set_row_padding(model, on)
@@ -219,6 +229,7 @@ def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | 
     missing = (
         "static shapes" if execution.static else "",
         f"{execution.weights} weights" if execution.weights != "packed" else "",
+        f"{execution.skipped} linear(s) left stock" if execution.skipped else "",
         f"{execution.attention} attention"
         if execution.attention and execution.attention not in (GQA_ATTENTION, GQA_INVARIANT)
         else "",
@@ -249,7 +260,7 @@ def _apply_weights(
         unpack_linears(model)
         if getattr(getattr(model, "config", None), "_attn_implementation", None) in (GQA_ATTENTION, GQA_INVARIANT):
             set_attention(model, "sdpa")
-        if reason and weights != "stock":
+        if reason and weights != "stock" and not slow:  # a slow dtype has said it already: one warning
             _warn(warn, "fast path off, running stock", reason)
         return Execution("stock", reason=reason)
     try:

@@ -24,8 +24,7 @@ on the number of rows or on where masked slots fall:
 
 These are properties of the kernels measured here (MKL's GEMMs and torch's vectorised ``exp`` on AMD Zen 4), not
 guarantees of their documentation; ``tests/test_invariant.py`` checks them bit for bit on SmolLM2 on whatever CPU
-runs the suite. A causal prefill (or more than
-:data:`INVARIANT_MAX_ROWS` rows) runs the ordinary kernel: vanilla and speculative decoding share their prefill.
+runs the suite. A causal prefill (no mask) runs the ordinary kernel: vanilla and speculative decoding share it.
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ __all__ = ["GQA_ATTENTION", "GQA_INVARIANT", "set_attention", "use_gqa_attention
 
 GQA_ATTENTION = "specdec_sdpa"
 GQA_INVARIANT = "specdec_sdpa_invariant"
-#: Forwards of more rows than this run the ordinary kernel under row-invariant numerics (a prefill, shared by both).
-INVARIANT_MAX_ROWS = 64
 #: The invariant form's GEMMs run at least this many rows: MKL's float32 GEMM gave a row other bits with 1-3 rows than
 #: with 4-64 (AMD Zen 4; 4-64 agreed with each other, whatever the number of keys).
 INVARIANT_MIN_ROWS = 8
@@ -103,11 +100,11 @@ def _gqa_attention_invariant(
     """:func:`_gqa_sdpa` with row-invariant numerics (the module docstring); same contract and shapes.
 
     Contract: a boolean mask marks the slots to attend; an additive one holds 0 or a large negative value, which
-    gives weight exactly 0. Every row attends to at least one slot (its own).
+    gives weight exactly 0. A row that attends to no slot (padding in a batch) gets 0, as SDPA gives it.
     """
     b, h, t, d = query.shape
     causal = bool(t > 1 and attention_mask is None and (is_causal if is_causal is not None else module.is_causal))
-    if causal or t > INVARIANT_MAX_ROWS or dropout:
+    if causal or dropout:  # a causal prefill: shared by vanilla and speculative decoding
         return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _refuse_unsupported(kwargs)
     kv_heads, s = key.shape[1], key.shape[2]
@@ -125,11 +122,15 @@ def _gqa_attention_invariant(
             mine.masked_fill_(~mask, float("-inf"))
         else:
             mine.add_(mask)
-    p = scores.sub_(scores.amax(-1, keepdim=True)).exp_()  # unnormalised weights; masked slots exactly 0
+    top = scores.amax(-1, keepdim=True)
+    top.masked_fill_(top == float("-inf"), 0.0)  # a row that sees no key (a padded batch row): weights 0, not NaN
+    p = scores.sub_(top).exp_()  # unnormalised weights; masked slots exactly 0
     # one float64 GEMM gives both sum_j p_j v_j and sum_j p_j (a column of ones)
+    dv = value.shape[-1]
     values = F.pad(value.double(), (0, 1, 0, width - s), value=1.0)  # padded keys have weight 0
     total = (p.double() @ values)[:, :, :real]
-    out = (total[..., :d] / total[..., d:]).reshape(b, h, t, d)
+    # a row that sees a key has a denominator >= 1 (its top key's weight is exactly 1); a row that sees none, 0 / 1
+    out = (total[..., :dv] / total[..., dv:].clamp(min=1.0)).reshape(b, h, t, dv)
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 

@@ -350,7 +350,7 @@ def return_freed_memory() -> bool:
 
     Tensors of a few MB come from malloc's heap once its mmap threshold has grown, and freeing them leaves their
     pages resident. After packing a bfloat16 model in place (its plain weights were converted from the file, so
-    they live on that heap) this took the process from 909 to 704 MB (SmolLM2, AMD Zen 4).
+    they live on that heap) this took the process from 909 to 710 MB (SmolLM2, AMD Zen 4).
     """
     try:
         import ctypes

@@ -30,7 +30,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout
-from specdec.backends import StaticShapes, prepare_model
+from specdec.backends import Invariant, StaticShapes, prepare_model
 from specdec.backends.compiled import BUCKETS
 from specdec.interfaces import Drafter, TargetHidden, VocabMismatchError
 from specdec.runner import ModelRunner
@@ -75,6 +75,7 @@ class SmallLMDrafter(Drafter):
         static_shapes: StaticShapes = False,
         buckets: tuple[int, ...] = BUCKETS,
         in_place: bool = False,
+        invariant: Invariant = False,
     ) -> None:
         head = model.get_output_embeddings()
         vocab = getattr(head, "out_features", None) or model.config.get_text_config().vocab_size
@@ -82,7 +83,7 @@ class SmallLMDrafter(Drafter):
             raise VocabMismatchError(f"draft model vocabulary {vocab} != target vocabulary {target_vocab_size}")
         if max_len < 2:
             raise ValueError(f"max_len must be at least 2, got {max_len}")
-        model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place)
+        model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place, invariant=invariant)
         self.model = model
         self.static = self.execution.static
         self.layout = AttentionLayout.of(model, warn=False)
@@ -104,6 +105,7 @@ class SmallLMDrafter(Drafter):
         static_shapes: StaticShapes = False,
         buckets: tuple[int, ...] = BUCKETS,
         in_place: bool = False,
+        invariant: Invariant = False,
     ) -> SmallLMDrafter:
         """A drafter made of the target's first ``num_layers`` decoder layers, final norm and lm_head.
 
@@ -111,7 +113,9 @@ class SmallLMDrafter(Drafter):
         the target's own (shared, not copied), so it costs no extra memory. Works for HF decoder-only models laid
         out like Llama (``model.{embed_tokens, layers, norm, rotary_emb}`` + ``lm_head``). ``in_place``: apply the
         backend to those shared modules themselves (:meth:`from_target`, whose modules are the target's prepared
-        copy); default: the drafter runs a copy, and ``target_model`` is left as it was.
+        copy); default: the drafter runs a copy, and ``target_model`` is left as it was. ``invariant``: the
+        row-invariant numerics of :func:`specdec.backends.apply` (a draft gains nothing from them, but modules
+        shared with a target must keep the target's setting).
         """
         config = copy.deepcopy(target_model.config)
         total = config.num_hidden_layers
@@ -134,7 +138,9 @@ class SmallLMDrafter(Drafter):
             raise ValueError(f"{type(target_model).__name__} has a layout this constructor does not know: {left}")
         head = target_model.get_output_embeddings()
         vocab = None if head is None else getattr(head, "out_features", None)
-        return cls(small.eval(), max_len, vocab, weights, static_shapes, buckets, in_place=in_place)
+        return cls(
+            small.eval(), max_len, vocab, weights, static_shapes, buckets, in_place=in_place, invariant=invariant
+        )
 
     @classmethod
     def from_target(cls, target: HFTarget, num_layers: int | None = None) -> SmallLMDrafter:
@@ -142,7 +148,14 @@ class SmallLMDrafter(Drafter):
         6 of SmolLM2's 30), on the target's device, dtype, cache size and backend (:meth:`from_target_layers`)."""
         layers = num_layers or max(1, target.num_layers // 5)
         return cls.from_target_layers(
-            target.model, layers, target.max_len, target.weights_choice, target.static, target.buckets, in_place=True
+            target.model,
+            layers,
+            target.max_len,
+            target.weights_choice,
+            target.static,
+            target.buckets,
+            in_place=True,
+            invariant=target.execution.invariant,  # the modules are the target's own
         )
 
     def reset(self) -> None:
