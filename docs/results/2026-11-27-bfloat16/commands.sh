@@ -13,3 +13,5 @@ rm -f ~/.cache/specdec/budget/*.json   # the adaptive trees' cost curves, re-mea
 .venv/bin/specdec bench --dataset mtbench --limit 20 --max-new-tokens 128 --methods eagle3 hf-generate --dtype bfloat16 --out $D/bench-bf16 --fresh --no-progress
 .venv/bin/specdec bench --dataset mtbench --limit 20 --max-new-tokens 128 --methods eagle3 hf-generate --dtype float32 --out $D/bench-fp32 --fresh --no-progress
 .venv/bin/specdec bench --dataset mtbench --limit 20 --max-new-tokens 128 --methods eagle3 --dtype bfloat16 --invariant off --out $D/bench-bf16-variable --fresh --no-progress
+# After the review mends (commit 3076733), the same bfloat16 run again:
+.venv/bin/python benchmarks/fastpath.py --dtype bfloat16 --prompts 4 --new-tokens 64 --repeats 5 --out $D/fastpath_bf16_final.json > $D/fastpath_bf16_final.txt
