@@ -40,7 +40,7 @@ def tiny(dtype: torch.dtype = torch.float32) -> nn.Module:
 def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None:
     bf16 = HFTarget(tiny(torch.bfloat16), max_len=32).execution
     assert bf16.weights == "packed" and bf16.invariant and bf16.attention == GQA_INVARIANT
-    assert "row-invariant numerics" in bf16.describe()
+    assert "row-invariant numerics" in bf16.describe() and bf16.label == "packed+invariant"
     fp32 = HFTarget(tiny(), max_len=32, weights="packed").execution
     assert not fp32.invariant and fp32.attention == GQA_ATTENTION
     forced = HFTarget(tiny(), max_len=32, weights="packed", invariant=True)

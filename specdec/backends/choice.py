@@ -94,8 +94,8 @@ class Execution:
 
     @property
     def label(self) -> str:
-        """``"packed"``, ``"stock+static"``, ... (file names, stats lines)."""
-        return self.weights + ("+static" if self.static else "")
+        """``"packed"``, ``"stock+static"``, ``"packed+invariant"``, ... (file names, stats lines)."""
+        return self.weights + ("+static" if self.static else "") + ("+invariant" if self.invariant else "")
 
     def describe(self) -> str:
         """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
@@ -208,8 +208,8 @@ def apply(
         if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl"):
             what = "static shapes" if static else f"weights {weights!r} resolving to {resolved!r} on this CPU"
             raise BackendError(
-                f"row-invariant numerics need every linear packed on eager shapes, not {what}; pass "
-                "weights='packed', static_shapes=False"
+                f"row-invariant numerics need every linear packed on eager shapes, not {what}; pass weights='packed' "
+                "and static_shapes=False (--weights packed --static-shapes off), or leave invariant off"
             )
     execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
     on, reason = _invariant(invariant, execution, _params(model)[1])
@@ -239,7 +239,10 @@ def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | 
         return True, ""
     need = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"
     if invariant is True:
-        raise BackendError(f"{need}; this model runs {missing} (pass weights='packed', static_shapes=False)")
+        raise BackendError(
+            f"{need}; this model runs {missing} (pass weights='packed' and static_shapes=False, i.e. --weights packed "
+            "--static-shapes off, or leave invariant off)"
+        )
     return False, f"{need}, not {missing}: greedy output may differ from vanilla's where two logits nearly tie"
 
 
