@@ -330,3 +330,12 @@ def test_near_tie_is_two_ulps_of_bfloat16_logits_and_fixed_for_float32() -> None
     assert 0.25 < near_tie_threshold(20.0, torch.bfloat16) < 0.26  # ulp 0.125 between 16 and 32
     assert 0.0625 < near_tie_threshold(-5.0, torch.bfloat16) < 0.07  # ulp 0.03125 between 4 and 8
     assert near_tie_threshold(0.01, torch.bfloat16) == NEAR_TIE  # never below the float32 threshold
+
+
+def test_resume_refuses_another_target_backend_or_dtype(tiny, tmp_path):
+    """Rows of a float32 packed target and of a bfloat16 (or stock) one must not pool in one report."""
+    bench(tiny, tmp_path, methods=("ngram",), limit=1, weights="packed")
+    with pytest.raises(ResumeMismatchError, match="backend 'packed'.*backend 'stock'.*--fresh"):
+        bench(tiny, tmp_path, methods=("ngram",), limit=2, weights="stock")
+    bench(tiny, tmp_path, methods=("ngram",), limit=2, weights="packed")  # the same target resumes
+    bench(tiny, tmp_path, methods=("ngram",), limit=1, weights="stock", resume=False)  # --fresh starts over

@@ -218,6 +218,23 @@ def _check_resumed_trees(rows: list[dict], variants: Sequence[Variant], out: Pat
             )
 
 
+def _check_resumed_target(out: Path, has_rows: bool, backend: str, dtype: str) -> None:
+    """Refuse to resume ``out`` where its last run measured another target backend or dtype (``runs.jsonl``; runs that
+    predate the fields are not checked): the report would pool rows of two different targets."""
+    runs = out / "runs.jsonl"
+    if not has_rows or not runs.is_file():
+        return
+    metas = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
+    last = metas[-1] if metas else {}
+    theirs = (last.get("backend", backend), last.get("dtype", dtype))
+    if theirs != (backend, dtype):
+        raise ResumeMismatchError(
+            f"{out} holds rows measured on a {theirs[1]} target with backend {theirs[0]!r}, and this run's target is "
+            f"{dtype} with backend {backend!r}; pass the same --dtype/--weights/--invariant/--static-shapes, --fresh, "
+            "or another --out"
+        )
+
+
 def result_row(
     variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
 ) -> dict:
@@ -408,12 +425,15 @@ def run_bench(
     hf_model = model
     target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes, invariant=invariant)
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    dtype = str(target.dtype).removeprefix("torch.")
+    _check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
 
     meta = {
         "command": command,
         "hardware": hardware_info(device),
         "backend": target.execution.label,
         "execution": target.execution.describe(),
+        "dtype": dtype,
         "methods": [v.name for v in variants],
         "dataset": dataset if isinstance(dataset, str) else "custom",
         "temperatures": [float(t) for t in temperatures],
