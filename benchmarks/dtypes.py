@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import torch
-from fastpath import cpu_name  # benchmarks/ is on sys.path when this script runs
 
 from specdec import HFTarget, SamplingParams, StopCondition, build_method, chat_ids
 from specdec.assets import mtbench_prompts
+from specdec.backends.kernels import cpu_name
 from specdec.methods import MethodOptions
 from specdec.models import load_smollm2
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from cycle_split import phase_split  # benchmarks/ is on sys.path when this scri
 from transformers import DynamicCache
 
 from specdec.assets import chat_ids, mtbench_prompts
+from specdec.backends.kernels import cpu_name
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import MethodOptions, build_method
 from specdec.models import DTYPES, load_smollm2
@@ -200,18 +200,6 @@ def rss(context: int, dtype: str) -> dict:
         row["label"] = row.pop("backend")
         out[backend if probe_dtype == dtype else f"float32:{backend}"] = row
     return out
-
-
-def cpu_name() -> str:
-    """The CPU's model name and family/model numbers from /proc/cpuinfo (the machine, for every result)."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine()
-    return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
 
 
 def main(argv: list[str] | None = None) -> int:

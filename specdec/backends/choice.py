@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from specdec.backends.gqa import GQA_ATTENTION, GQA_INVARIANT, set_attention, use_gqa_attention
+from specdec.backends.gqa import GQA_NAMES, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
     PACKED_DTYPES,
     FastPathWarning,
@@ -206,19 +206,22 @@ def apply(
     if invariant is True:  # refuse before changing the model where the choices alone tell
         resolved, static, _ = resolve(model, weights, static_shapes)
         if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl"):
-            what = "static shapes" if static else f"weights {weights!r} resolving to {resolved!r} on this CPU"
-            raise BackendError(
-                f"row-invariant numerics need every linear packed on eager shapes, not {what}; pass weights='packed' "
-                "and static_shapes=False (--weights packed --static-shapes off), or leave invariant off"
-            )
+            what = "static shapes" if static else f"weights {weights!r}, which resolve to {resolved!r} on this CPU"
+            raise BackendError(f"{_INVARIANT_NEEDS}; this model would run {what} ({_INVARIANT_FIX})")
     execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
     on, reason = _invariant(invariant, execution, _params(model)[1])
     set_row_padding(model, on)
     attention = execution.attention
-    if attention in (GQA_ATTENTION, GQA_INVARIANT):
+    if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
     reason = "; ".join(r for r in (execution.reason, reason) if r)
     return replace(execution, attention=attention, reason=reason, invariant=on)
+
+
+_INVARIANT_NEEDS = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"
+_INVARIANT_FIX = (
+    "pass weights='packed' and static_shapes=False, i.e. --weights packed --static-shapes off, or leave invariant off"
+)
 
 
 def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | None) -> tuple[bool, str]:
@@ -230,20 +233,14 @@ def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | 
         "static shapes" if execution.static else "",
         f"{execution.weights} weights" if execution.weights != "packed" else "",
         f"{execution.skipped} linear(s) left stock" if execution.skipped else "",
-        f"{execution.attention} attention"
-        if execution.attention and execution.attention not in (GQA_ATTENTION, GQA_INVARIANT)
-        else "",
+        f"{execution.attention} attention" if execution.attention and execution.attention not in GQA_NAMES else "",
     )
     missing = ", ".join(m for m in missing if m)
     if not missing:
         return True, ""
-    need = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"
     if invariant is True:
-        raise BackendError(
-            f"{need}; this model runs {missing} (pass weights='packed' and static_shapes=False, i.e. --weights packed "
-            "--static-shapes off, or leave invariant off)"
-        )
-    return False, f"{need}, not {missing}: greedy output may differ from vanilla's where two logits nearly tie"
+        raise BackendError(f"{_INVARIANT_NEEDS}; this model runs {missing} ({_INVARIANT_FIX})")
+    return False, f"{_INVARIANT_NEEDS}, not {missing}: greedy output may differ from vanilla's at near-ties"
 
 
 def _apply_weights(
@@ -261,7 +258,7 @@ def _apply_weights(
         return Execution("stock", True, attention=use_gqa_attention(model))
     if resolved == "stock":
         unpack_linears(model)
-        if getattr(getattr(model, "config", None), "_attn_implementation", None) in (GQA_ATTENTION, GQA_INVARIANT):
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) in GQA_NAMES:
             set_attention(model, "sdpa")
         if reason and weights != "stock" and not slow:  # a slow dtype has said it already: one warning
             _warn(warn, "fast path off, running stock", reason)
@@ -285,7 +282,7 @@ def _apply_weights(
     if not packed and profile == "mkl" and any(plain_linear(m) for m in model.modules()):
         # a choice, not a fallback: on this CPU MKL runs these linears faster than the packed kernel (float32), or
         # packing bfloat16 has not been measured on an Intel CPU yet (kernels.packing_pays)
-        if attention in (GQA_ATTENTION, GQA_INVARIANT):
+        if attention in GQA_NAMES:
             set_attention(model, "sdpa")
         why = "MKL on this Intel CPU runs every linear of this model faster unpacked"
         if dtype == torch.bfloat16:

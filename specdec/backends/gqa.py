@@ -33,16 +33,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GQA_ATTENTION", "GQA_INVARIANT", "set_attention", "use_gqa_attention"]
+__all__ = ["GQA_ATTENTION", "GQA_INVARIANT", "GQA_NAMES", "set_attention", "use_gqa_attention"]
 
 GQA_ATTENTION = "specdec_sdpa"
 GQA_INVARIANT = "specdec_sdpa_invariant"
+#: Both forms of the copy-free GQA attention.
+GQA_NAMES = (GQA_ATTENTION, GQA_INVARIANT)
 #: The invariant form's GEMMs run at least this many rows: MKL's float32 GEMM gave a row other bits with 1-3 rows than
 #: with 4-64 (AMD Zen 4; 4-64 agreed with each other, whatever the number of keys).
 INVARIANT_MIN_ROWS = 8
 #: The invariant form pads the keys to a multiple of this, so that ``exp`` runs whole vectors (torch computes a
 #: tensor's last ``numel % (2 x vector width)`` elements with the scalar ``exp``, whose last bit may differ).
 INVARIANT_KEY_ALIGN = 64
+
+
+def _causal(module: nn.Module, t: int, attention_mask: torch.Tensor | None, is_causal: bool | None) -> bool:
+    """A causal forward of ``t > 1`` rows without a mask (a prefill), as transformers' sdpa function decides it."""
+    return bool(t > 1 and attention_mask is None and (is_causal if is_causal is not None else module.is_causal))
 
 
 def _refuse_unsupported(kwargs: dict) -> None:
@@ -70,7 +77,7 @@ def _gqa_sdpa(
     """
     _refuse_unsupported(kwargs)
     t = query.shape[2]
-    causal = bool(t > 1 and attention_mask is None and (is_causal if is_causal is not None else module.is_causal))
+    causal = _causal(module, t, attention_mask, is_causal)
     if causal and key.shape[2] > t:  # a causal prefill attends over exactly its own t positions
         key, value = key[:, :, :t], value[:, :, :t]
     out = F.scaled_dot_product_attention(
@@ -103,8 +110,7 @@ def _gqa_attention_invariant(
     gives weight exactly 0. A row that attends to no slot (padding in a batch) gets 0, as SDPA gives it.
     """
     b, h, t, d = query.shape
-    causal = bool(t > 1 and attention_mask is None and (is_causal if is_causal is not None else module.is_causal))
-    if causal or dropout:  # a causal prefill: shared by vanilla and speculative decoding
+    if _causal(module, t, attention_mask, is_causal) or dropout:  # a prefill: shared by vanilla and speculative
         return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _refuse_unsupported(kwargs)
     kv_heads, s = key.shape[1], key.shape[2]
@@ -153,10 +159,10 @@ def set_attention(model: nn.Module, name: str) -> bool:
 
 
 def use_gqa_attention(model: nn.Module, invariant: bool = False) -> str:
-    """Switch an ``sdpa`` model to the copy-free GQA attention (its float64 form with ``invariant``); returns the
-    attention implementation now in force."""
+    """Switch an ``sdpa`` model to the copy-free GQA attention (its row-invariant form with ``invariant``); returns
+    the attention implementation now in force."""
     attention = getattr(getattr(model, "config", None), "_attn_implementation", "") or ""
-    if attention in ("sdpa", GQA_ATTENTION, GQA_INVARIANT):
+    if attention in ("sdpa", *GQA_NAMES):
         _register_gqa_attention()
         name = GQA_INVARIANT if invariant else GQA_ATTENTION
         attention = name if set_attention(model, name) else attention

@@ -28,6 +28,7 @@ extra. On a copy that shares the caller's weights, every packed weight is extra 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import platform
 import warnings
@@ -40,6 +41,8 @@ __all__ = [
     "NATIVE_DTYPE_FLAGS",
     "PACKED_DTYPES",
     "cpu_flags",
+    "cpu_info",
+    "cpu_name",
     "slow_dtype_reason",
     "FastPathWarning",
     "Int8Linear",
@@ -103,10 +106,10 @@ class PackedLinear(nn.Module):
         rows = x.reshape(-1, self.in_features)
         if rows.dtype != self.dtype or rows.device.type != "cpu":
             raise TypeError(f"this PackedLinear runs {self.dtype} CPU inputs, got {rows.dtype} on {rows.device}")
-        if self.pad_single_row and rows.shape[0] == 1:  # one row runs oneDNN's GEMV kernel: pad it to a GEMM
-            y = torch.ops.mkldnn._linear_pointwise(rows.expand(2, -1), self.packed, self.bias, "none", [], "")[:1]
-        else:
-            y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        n = rows.shape[0]
+        if self.pad_single_row and n == 1:  # one row runs oneDNN's GEMV kernel: pad it to a GEMM
+            rows = rows.expand(2, -1)
+        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")[:n]
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def to_linear(self) -> nn.Linear:
@@ -233,15 +236,33 @@ def cpu_gemm_profile() -> str:
     return "mkl" if torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel" else "onednn"
 
 
-def _cpu_vendor() -> str:
+@functools.cache
+def cpu_info() -> dict[str, str]:
+    """The first CPU's fields in /proc/cpuinfo (``vendor_id``, ``model name``, ``cpu family``, ``model``, ``flags``,
+    ...); empty where it cannot be read."""
+    info: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+                key, sep, value = line.partition(":")
+                if not sep and info:  # the blank line after the first processor's block
+                    break
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor()
+    return info
+
+
+def cpu_name() -> str:
+    """The CPU's model name with its family and model numbers (which CPU a result was measured on)."""
+    info = cpu_info()
+    if "model name" not in info:
+        return platform.processor() or platform.machine()
+    return f"{info['model name']} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
+
+
+def _cpu_vendor() -> str:
+    return cpu_info().get("vendor_id") or platform.processor()
 
 
 #: The CPU instructions that compute each low-precision dtype natively (/proc/cpuinfo flags); without any of them
@@ -251,14 +272,7 @@ NATIVE_DTYPE_FLAGS = {torch.bfloat16: ("avx512_bf16", "amx_bf16"), torch.float16
 
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset(cpu_info().get("flags", "").split())
 
 
 def slow_dtype_reason(dtype: torch.dtype) -> str | None:

@@ -4,6 +4,7 @@ where a method's tokens first differ from vanilla's (with the target's margin th
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -22,8 +23,8 @@ def near_tie_threshold(top: float, dtype: torch.dtype) -> float:
     """The margin under which a divergence at a top logit of ``top`` in ``dtype`` counts as a near-tie."""
     if dtype in (torch.float32, torch.float64):
         return NEAR_TIE
-    ulp = torch.finfo(dtype).eps * 2.0 ** float(torch.tensor(abs(top) or 1.0).log2().floor())
-    return max(NEAR_TIE, NEAR_TIE_ULPS * ulp * (1 + 1e-6))
+    ulp = torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(abs(top) or 1.0))
+    return max(NEAR_TIE, NEAR_TIE_ULPS * ulp * (1 + 1e-6))  # a margin of exactly NEAR_TIE_ULPS ulps is below it
 
 
 def row_key(row: dict) -> tuple:

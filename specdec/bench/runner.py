@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
+from specdec.backends.kernels import cpu_name
 from specdec.bench.baselines import HFGenerate
 from specdec.bench.plan import (
     DEFAULT_TEMPERATURES,
@@ -149,15 +150,8 @@ def plan_variants(
 
 
 def hardware_info(device: torch.device | str = "cpu") -> dict:
-    """What the numbers were measured on: CPU model, threads, torch, device, date."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """What the numbers were measured on: CPU model (family and model numbers), threads, torch, device, date."""
+    cpu = cpu_name()
     device = torch.device(device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     import transformers
