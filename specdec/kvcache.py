@@ -48,12 +48,14 @@ class PositionLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        start, end = self.write_pos, self.write_pos + key_states.shape[-2]
-        if end > self.max_len:
-            raise CacheFullError(f"cache of {self.max_len} positions cannot hold position {end - 1}")
-        self.keys[:, :, start:end] = key_states
-        self.values[:, :, start:end] = value_states
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        start, n = self.write_pos, key_states.shape[-2]
+        if start + n > self.max_len:
+            raise CacheFullError(f"cache of {self.max_len} positions cannot hold position {start + n - 1}")
+        # narrow: one view op each, where `keys[:, :, start:end]` dispatches a slice per dimension (every layer, every
+        # forward)
+        self.keys.narrow(2, start, n).copy_(key_states)
+        self.values.narrow(2, start, n).copy_(value_states)
+        return self.keys.narrow(2, 0, start + n), self.values.narrow(2, 0, start + n)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.write_pos + query_length, 0

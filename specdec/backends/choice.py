@@ -44,6 +44,7 @@ from specdec.backends.kernels import (
     slow_dtype_reason,
     unpack_linears,
 )
+from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.errors import SpecdecError
 
 __all__ = [
@@ -82,6 +83,7 @@ class Execution:
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
             in a tree forward of any size.
+        norms: RMS norms running as one op (:mod:`specdec.backends.norms`; the same values).
     """
 
     weights: str
@@ -91,6 +93,7 @@ class Execution:
     attention: str = ""
     reason: str = ""
     invariant: bool = False
+    norms: int = 0
 
     @property
     def label(self) -> str:
@@ -100,7 +103,8 @@ class Execution:
     def describe(self) -> str:
         """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
         shapes = "static shapes (compiled)" if self.static else "eager shapes"
-        weights = f"{self.weights} weights" + (f" ({self.packed} linears)" if self.packed else "")
+        counts = [f"{n} {what}" for n, what in ((self.packed, "linears"), (self.norms, "fused norms")) if n]
+        weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         numerics = ", row-invariant numerics" if self.invariant else ""
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
@@ -253,6 +257,7 @@ def _apply_weights(
     if slow:  # the dtype is the caller's choice: kept, with one warning
         _warn(warn, f"{dtype} kept, but it will be slow", slow)
     setattr(model, STATIC_MARK, static)
+    unfuse_norms(model)  # the model's own norms unless the fast path below runs
     if static:  # plain linears for inductor, GQA attention without copies
         unpack_linears(model)
         return Execution("stock", True, attention=use_gqa_attention(model))
@@ -295,7 +300,7 @@ def _apply_weights(
     label = execution_label(model)
     if label == "packed-vocab":
         reason = reason or "vocabulary projection only: MKL runs the smaller linears faster on this Intel CPU"
-    return Execution(label, False, packed, skipped, attention, reason)
+    return Execution(label, False, packed, skipped, attention, reason, norms=fuse_norms(model))
 
 
 def _is_prepared(model: nn.Module, weights: str, static_shapes: StaticShapes) -> bool:

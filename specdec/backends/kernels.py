@@ -103,14 +103,17 @@ class PackedLinear(nn.Module):
         return self._weight if self._weight is not None else self.packed.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        if rows.dtype != self.dtype or rows.device.type != "cpu":
-            raise TypeError(f"this PackedLinear runs {self.dtype} CPU inputs, got {rows.dtype} on {rows.device}")
-        n = rows.shape[0]
-        if self.pad_single_row and n == 1:  # one row runs oneDNN's GEMV kernel: pad it to a GEMM
-            rows = rows.expand(2, -1)
-        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")[:n]
-        return y.reshape(*x.shape[:-1], self.out_features)
+        if x.dtype != self.dtype or not x.is_cpu:
+            raise TypeError(f"this PackedLinear runs {self.dtype} CPU inputs, got {x.dtype} on {x.device}")
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"this PackedLinear takes [..., {self.in_features}] inputs, got {list(x.shape)}")
+        if self.pad_single_row and x.numel() == self.in_features:  # one row runs oneDNN's GEMV kernel: pad it
+            y = torch.ops.mkldnn._linear_pointwise(
+                x.reshape(1, -1).expand(2, -1), self.packed, self.bias, "none", [], ""
+            )
+            return y[:1].reshape(*x.shape[:-1], self.out_features)
+        # one op: the kernel flattens [..., in_features] to rows and gives the output back in x's leading shape
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` with the same weight and bias (the kept parameter itself when there is one)."""

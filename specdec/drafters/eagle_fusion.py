@@ -3,52 +3,35 @@
 The drafters run a private copy of the head (``specdec.backends.packed_copy(head, transform=fuse_for_inference)``,
 which then packs or int8-quantises the copy's linears). :func:`fuse_for_inference` stacks ``q/k/v`` into one
 ``qkv_proj`` and ``gate/up`` into one ``gate_up_proj`` (one GEMM instead of three or two: each output row is still
-computed from the same weight row) and swaps float32 ``LlamaRMSNorm`` s for :class:`FusedRMSNorm` (one op instead of
-seven, the same math). The state-dict keys change, so a fused copy is never saved; the caller's head keeps the
-official layout.
+computed from the same weight row) and swaps the ``LlamaRMSNorm`` s for :class:`~specdec.backends.norms.FusedRMSNorm`
+(one op instead of six in float32, the same values). The state-dict keys change, so a fused copy is never saved;
+the caller's head keeps the official layout.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
+from specdec.backends.norms import FusedRMSNorm, fuse_norms
 from specdec.drafters.eagle_heads import EagleAttention, EagleMLP
 
 __all__ = ["FusedRMSNorm", "fuse_for_inference"]
 
 
-class FusedRMSNorm(nn.Module):
-    """``LlamaRMSNorm`` through ``torch.nn.functional.rms_norm``: one op instead of seven, same values in float32.
-
-    Shares the replaced norm's ``weight`` parameter. Shapes: ``[..., H]`` -> ``[..., H]``.
-    """
-
-    def __init__(self, norm: LlamaRMSNorm) -> None:
-        super().__init__()
-        self.weight = norm.weight
-        self.eps = float(norm.variance_epsilon)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-
 def fuse_for_inference(module: nn.Module) -> nn.Module:
     """Fuse ``q/k/v`` and ``gate/up`` of every EAGLE attention and MLP under ``module`` in place; returns it.
 
-    Also swaps float32 ``LlamaRMSNorm`` s for :class:`FusedRMSNorm`. The outputs are the same values; the state-dict
-    keys change, so this is for inference copies (``specdec.backends.packed_copy(..., transform=fuse_for_inference)``).
+    Also swaps the RMS norms for :class:`~specdec.backends.norms.FusedRMSNorm` s. The outputs are the same values;
+    the state-dict keys change, so this is for inference copies
+    (``specdec.backends.packed_copy(..., transform=fuse_for_inference)``).
     """
     for sub in list(module.modules()):
         if isinstance(sub, EagleAttention):
             _fuse_attention(sub)
         elif isinstance(sub, EagleMLP):
             _fuse_mlp(sub)
-        for name, child in list(sub.named_children()):
-            if type(child) is LlamaRMSNorm and child.weight.dtype == torch.float32:
-                setattr(sub, name, FusedRMSNorm(child))
+    fuse_norms(module)
     return module
 
 
