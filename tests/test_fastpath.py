@@ -75,8 +75,9 @@ def test_tied_weight_is_kept_and_shared():
     apply(m, "auto")
     assert isinstance(m.lm_head, PackedLinear)
     assert m.lm_head.weight is m.model.embed_tokens.weight  # kept, not a copy
-    q = m.model.layers[0].self_attn.q_proj
-    assert isinstance(q, PackedLinear) and q._weight is None  # untied: released
+    o = m.model.layers[0].self_attn.o_proj
+    assert isinstance(o, PackedLinear) and o._weight is None  # untied: released
+    assert m.model.layers[0].self_attn.q_proj.stack.linear._weight is None  # stacked q/k/v: released too
 
 
 def test_hooks_move_with_the_module():

@@ -45,6 +45,7 @@ from specdec.backends.kernels import (
     unpack_linears,
 )
 from specdec.backends.norms import fuse_norms, unfuse_norms
+from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import SpecdecError
 
 __all__ = [
@@ -83,7 +84,8 @@ class Execution:
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
             in a tree forward of any size.
-        norms: RMS norms running as one op (:mod:`specdec.backends.norms`; the same values).
+        norms: RMS norms running as one call (:mod:`specdec.backends.norms`; the same values).
+        stacked: groups of projections run as one GEMM (``q/k/v``, ``gate/up``: :mod:`specdec.backends.stacking`).
     """
 
     weights: str
@@ -94,6 +96,7 @@ class Execution:
     reason: str = ""
     invariant: bool = False
     norms: int = 0
+    stacked: int = 0
 
     @property
     def label(self) -> str:
@@ -103,7 +106,8 @@ class Execution:
     def describe(self) -> str:
         """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
         shapes = "static shapes (compiled)" if self.static else "eager shapes"
-        counts = [f"{n} {what}" for n, what in ((self.packed, "linears"), (self.norms, "fused norms")) if n]
+        counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
+        counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         numerics = ", row-invariant numerics" if self.invariant else ""
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
@@ -257,7 +261,8 @@ def _apply_weights(
     if slow:  # the dtype is the caller's choice: kept, with one warning
         _warn(warn, f"{dtype} kept, but it will be slow", slow)
     setattr(model, STATIC_MARK, static)
-    unfuse_norms(model)  # the model's own norms unless the fast path below runs
+    unfuse_norms(model)  # the model's own norms and projections unless the fast path below runs
+    unstack_projections(model)
     if static:  # plain linears for inductor, GQA attention without copies
         unpack_linears(model)
         return Execution("stock", True, attention=use_gqa_attention(model))
@@ -300,7 +305,10 @@ def _apply_weights(
     label = execution_label(model)
     if label == "packed-vocab":
         reason = reason or "vocabulary projection only: MKL runs the smaller linears faster on this Intel CPU"
-    return Execution(label, False, packed, skipped, attention, reason, norms=fuse_norms(model))
+    norms, stacked = fuse_norms(model), stack_projections(model)
+    if stacked and own_tensors:
+        return_freed_memory()  # the separate packed projections' pages
+    return Execution(label, False, packed, skipped, attention, reason, norms=norms, stacked=stacked)
 
 
 def _is_prepared(model: nn.Module, weights: str, static_shapes: StaticShapes) -> bool:

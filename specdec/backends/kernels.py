@@ -343,10 +343,11 @@ def pack_linears(
 
 
 def set_row_padding(module: nn.Module, on: bool) -> int:
-    """Set :attr:`PackedLinear.pad_single_row` on every packed linear under ``module``; returns how many."""
+    """Set :attr:`PackedLinear.pad_single_row` on every packed linear under ``module`` (and on every module that
+    forwards it to one: :class:`~specdec.backends.stacking.StackedSlice`); returns how many."""
     count = 0
     for sub in module.modules():
-        if isinstance(sub, PackedLinear):
+        if hasattr(sub, "pad_single_row"):
             sub.pad_single_row = on
             count += 1
     return count

@@ -1,13 +1,20 @@
-"""The 2026-11-27 'fewer ops per target step' change, before and after, side by side in one process.
+"""The 2026-11-27 'fewer ops per target step' changes, before and after, side by side in one process.
 
     python docs/results/2026-11-27-step-ops/ab_step_ops.py [--dtype float32|bfloat16] [--reps 40] [--context 120]
+                                                           [--sides before,after]
 
-Two targets of SmolLM2-135M-Instruct on the fast path (``weights="auto"``) in one process: ``after`` is the code as
-committed; ``before`` is the same target with the three changes undone for its own calls: the norms put back
-(``unfuse_norms``), and the previous ``PackedLinear.forward`` and ``PositionLayer.update`` (copied below from the
-parent commit, 4b093af) swapped in around each of its forwards. Each repetition times one forward of each side in
-turn (1-token step, then chains of 1, 8 and 16 tree nodes); printed are the medians, the ratio after / before and the
-median of the per-repetition ratios, and whether the two sides' logits are bitwise equal.
+Targets of SmolLM2-135M-Instruct on the fast path (``weights="auto"``) in one process:
+
+* ``after``: the code as committed;
+* ``unstacked``: the same with the projections unstacked (``unstack_projections``, then packed one by one): the code
+  of commit e92cabb;
+* ``before``: also the norms put back (``unfuse_norms``), and the previous ``PackedLinear.forward`` and
+  ``PositionLayer.update`` (copied below from commit 4b093af) swapped in around each of its forwards: the code of
+  4b093af.
+
+Each repetition times one forward of each side in turn (1-token step, then chains of 1, 8 and 16 tree nodes);
+printed are the medians, each side's ratio to ``before`` and the median of the per-repetition ratios, and whether
+its logits are bitwise equal to ``before``'s.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ import torch
 
 from specdec import kvcache
 from specdec.backends import kernels
-from specdec.backends.kernels import cpu_name
+from specdec.backends.kernels import cpu_name, pack_linears
 from specdec.backends.norms import unfuse_norms
+from specdec.backends.stacking import unstack_projections
 from specdec.models import load_smollm2
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
@@ -61,14 +69,19 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--context", type=int, default=120)
+    ap.add_argument("--sides", default="before,unstacked,after")
     args = ap.parse_args()
     torch.set_num_threads(2)
     dtype = getattr(torch, args.dtype)
     sides = {}
-    for name in ("before", "after"):
+    for name in args.sides.split(","):
         model, _ = load_smollm2(dtype=dtype)
         sides[name] = HFTarget(model, max_len=args.context + 64, weights="auto", in_place=True)
-    unfuse_norms(sides["before"].model)
+        if name != "after":
+            unstack_projections(sides[name].model)
+            pack_linears(sides[name].model)
+        if name == "before":
+            unfuse_norms(sides[name].model)
     print(f"cpu={cpu_name()} threads=2 dtype={args.dtype}: {sides['after'].execution.describe()}")
     g = torch.Generator().manual_seed(0)
     vocab = sides["after"].vocab_size
@@ -94,15 +107,17 @@ def main() -> None:
                     if rep >= 3:
                         times[k][name].append(time.perf_counter() - t0)
                     t.length = args.context
-                equal[k] &= torch.equal(logits["before"], logits["after"])
+                equal[k] &= all(torch.equal(logits["before"], x) for x in logits.values())
     use(False)
     for k, by_side in times.items():
-        b, a = (statistics.median(by_side[s]) * 1e3 for s in ("before", "after"))
-        paired = statistics.median(x / y for x, y in zip(by_side["after"], by_side["before"], strict=True))
-        print(
-            f"{k:>6}: before {b:.2f} ms, after {a:.2f} ms, after/before {a / b:.3f} (paired {paired:.3f}); "
-            f"logits bitwise equal: {equal[k]}"
-        )
+        base = statistics.median(by_side["before"])
+        row = [f"before {base * 1e3:.2f} ms"]
+        for s in sides:
+            if s != "before":
+                paired = statistics.median(x / y for x, y in zip(by_side[s], by_side["before"], strict=True))
+                ms = statistics.median(by_side[s])
+                row.append(f"{s} {ms * 1e3:.2f} ms = {ms / base:.3f}x (paired {paired:.3f})")
+        print(f"{k:>6}: " + ", ".join(row) + f"; logits bitwise equal: {equal[k]}")
     for s in sides:
         m = {k: statistics.median(times[k][s]) for k in times}
         print(f"{s}: T(8)/T(1) {m['T(8)'] / m['T(1)']:.2f}, T(16)/T(1) {m['T(16)'] / m['T(1)']:.2f}")
