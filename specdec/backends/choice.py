@@ -306,8 +306,8 @@ def _apply_weights(
     if label == "packed-vocab":
         reason = reason or "vocabulary projection only: MKL runs the smaller linears faster on this Intel CPU"
     norms, stacked = fuse_norms(model), stack_projections(model)
-    if stacked and own_tensors:
-        return_freed_memory()  # the separate packed projections' pages
+    if stacked:
+        return_freed_memory()  # the separate packed projections' pages (on a copy too: they were the copy's own)
     return Execution(label, False, packed, skipped, attention, reason, norms=norms, stacked=stacked)
 
 

@@ -9,3 +9,11 @@ D=docs/results/2026-11-27-step-ops
 # With stacked projections: before (4b093af's code), unstacked (e92cabb's), after, in one process.
 .venv/bin/python $D/ab_step_ops.py --reps 40 --dtype float32 > $D/ab_fp32.txt
 .venv/bin/python $D/ab_step_ops.py --reps 40 --dtype bfloat16 > $D/ab_bf16.txt
+# The fast-path benchmark on the final code (before the copy's memory fix), both dtypes:
+rm -f ~/.cache/specdec/budget/*.json
+.venv/bin/python benchmarks/fastpath.py --dtype float32 --prompts 4 --new-tokens 64 --repeats 5 --out $D/fastpath_fp32.json > $D/fastpath_fp32.txt
+.venv/bin/python benchmarks/fastpath.py --dtype bfloat16 --prompts 4 --new-tokens 64 --repeats 5 --out $D/fastpath_bf16.json > $D/fastpath_bf16.txt
+# Resident memory after the fix (fresh process per probe):
+for dt in float32 bfloat16; do for b in auto auto-copy; do
+  .venv/bin/python -c "import sys; sys.path.insert(0, 'benchmarks'); from fastpath import rss_probe; rss_probe('$b', 120, '$dt')" | grep backend | sed "s/^/$dt /"
+done; done > $D/rss_after_fix.txt
