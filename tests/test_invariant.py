@@ -45,10 +45,10 @@ def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None
     assert not fp32.invariant and fp32.attention == GQA_ATTENTION
     forced = HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
     assert forced.execution.invariant and forced.execution.attention == GQA_INVARIANT
-    assert all(m.pad_single_row for m in forced.model.modules() if isinstance(m, PackedLinear))
+    assert all(m.pad_single_row for m in forced.model.modules() if kernels.runs_packed(m))
     off = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
     assert not off.execution.invariant and off.execution.attention == GQA_ATTENTION
-    assert not any(m.pad_single_row for m in off.model.modules() if isinstance(m, PackedLinear))
+    assert not any(m.pad_single_row for m in off.model.modules() if kernels.runs_packed(m))
 
 
 def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
@@ -198,5 +198,5 @@ def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16) -> None:
     for dtype, invariant in ((torch.float32, True), (torch.bfloat16, False)):
         target = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=invariant)
         SmallLMDrafter.from_target(target, num_layers=1)
-        padding = {m.pad_single_row for m in target.model.modules() if isinstance(m, PackedLinear)}
+        padding = {m.pad_single_row for m in target.model.modules() if kernels.runs_packed(m)}
         assert padding == {invariant}, dtype

@@ -36,19 +36,35 @@ def test_only_llama_style_norms_are_swapped() -> None:
     originals = norms(model)
     assert fuse_norms(model) == 2 * 2 + 1 and all(isinstance(m, FusedRMSNorm) for m in norms(model))
     assert sorted(model.state_dict()) == keys  # the same parameters under the same names
-    assert fuse_norms(model) == 0  # nothing left to swap
+    assert fuse_norms(model) == 5  # idempotent: the fused ones are counted, nothing new swapped
     assert unfuse_norms(model) == 5 and norms(model) == originals  # the very modules put back
 
 
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [1, 3, 64])
-def test_fused_norm_is_bitwise_transformers_norm(dtype: torch.dtype, rows: int) -> None:
+def test_fused_norm_is_bitwise_transformers_norm(weight_dtype: torch.dtype, dtype: torch.dtype, rows: int) -> None:
     g = torch.Generator().manual_seed(rows)
-    norm = LlamaRMSNorm(576, eps=1e-5).to(dtype)
-    norm.weight.data = torch.randn(576, generator=g).to(dtype)
+    norm = LlamaRMSNorm(576, eps=1e-5).to(weight_dtype)
+    norm.weight.data = torch.randn(576, generator=g).to(weight_dtype)
     x = (torch.randn(1, rows, 576, generator=g) * 3).to(dtype)
     with torch.no_grad():
-        assert torch.equal(FusedRMSNorm(norm)(x), norm(x))
+        fused, own = FusedRMSNorm(norm)(x), norm(x)
+    assert fused.dtype == own.dtype and torch.equal(fused, own)
+
+
+def test_hooked_or_disagreeing_norms_keep_their_forward(monkeypatch) -> None:
+    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0)
+    hits = []
+    model.model.norm.register_forward_hook(lambda *a: hits.append(1))
+    assert fuse_norms(model) == 4 and isinstance(model.model.norm, LlamaRMSNorm)  # a hooked norm stays
+    with torch.no_grad():
+        model(torch.tensor([[1, 2]]))
+    assert hits == [1]
+    unfuse_norms(model)
+    # a FusedRMSNorm whose bits differ from the module's (as if transformers changed its norm): nothing is swapped
+    monkeypatch.setattr(FusedRMSNorm, "forward", lambda self, x: x * 1.0)
+    assert fuse_norms(model) == 0
 
 
 @functools.cache

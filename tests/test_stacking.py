@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.backends import PackedLinear, apply, prepare_model
-from specdec.backends.kernels import pack_linears, set_row_padding
+from specdec.backends import PackedLinear, apply, execution_label, prepare_model
+from specdec.backends.kernels import pack_linears, set_row_padding, unpack_linears
 from specdec.backends.stacking import StackedSlice, stack_projections, unstack_projections
 from specdec.models import load_smollm2, tiny_llama
 from specdec.target import HFTarget
@@ -57,6 +57,43 @@ def test_members_stand_in_for_their_linears() -> None:
         assert torch.equal(members[2](x), want_x[2])  # another order
 
 
+def test_nothing_is_kept_between_forwards_and_inference_mode_runs() -> None:
+    model = tiny_packed()
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        want = model(ids).logits
+    stack_projections(model)
+    attn = model.model.layers[0].self_attn
+    x = torch.randn(1, 3, 64)
+    with torch.no_grad():
+        attn.q_proj(x)  # a partial group: the product is kept while the attention runs...
+        assert attn.q_proj.stack.input is x
+        model(ids)  # ...and dropped when the attention returns (its forward hook)
+        assert attn.q_proj.stack.input is None and attn.q_proj.stack.output is None
+    with torch.inference_mode():  # inference tensors have no version counter
+        assert torch.equal(model(ids).logits, want)
+    twin = copy.deepcopy(model)  # the copy's hook clears the copy's stack
+    with torch.no_grad():
+        twin.model.layers[0].self_attn.q_proj(x)
+        twin(ids)
+    assert twin.model.layers[0].self_attn.q_proj.stack.input is None
+
+
+def test_unpacking_undoes_stacks_and_labels_see_them() -> None:
+    model = tiny_packed()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    stack_projections(model)
+    assert execution_label(model) == "packed"
+    hits = []
+    model.model.layers[1].mlp.up_proj.register_forward_hook(lambda *a: hits.append(1))
+    assert unpack_linears(model) == 2 * 7 + 1  # every projection and the lm_head, stacked or not
+    assert execution_label(model) == "stock"
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        model(torch.tensor([[1, 2]]))
+    assert hits == [1]  # the hook moved with the module
+
+
 def test_stacking_skips_what_it_cannot_stack_and_undoes() -> None:
     model = tiny_packed()
     model.model.layers[0].self_attn.k_proj.register_forward_hook(lambda *a: None)
@@ -80,6 +117,13 @@ def test_fast_path_stacks_and_stock_restores() -> None:
     assert apply(target.model, weights="stock").stacked == 0
     assert not any(isinstance(m, (StackedSlice, PackedLinear)) for m in target.model.modules())
     assert apply(target.model, weights="packed").stacked == 4  # and again
+    hits = []
+    target.model.model.layers[0].self_attn.k_proj.register_forward_hook(lambda *a: hits.append(1))
+    again = apply(target.model, weights="packed")  # idempotent: what was stacked stays, with its hooks
+    assert (again.stacked, again.packed, again.norms) == (4, 2 * 7 + 1, 5)
+    with torch.no_grad():
+        target.model(torch.tensor([[1, 2]]))
+    assert hits == [1]
 
 
 @functools.cache

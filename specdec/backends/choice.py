@@ -32,13 +32,13 @@ from specdec.backends.gqa import GQA_NAMES, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
     PACKED_DTYPES,
     FastPathWarning,
-    PackedLinear,
     cpu_gemm_profile,
     own_memory,
     pack_linears,
     packing_pays,
     plain_linear,
     return_freed_memory,
+    runs_packed,
     set_row_padding,
     shared_copy,
     slow_dtype_reason,
@@ -171,7 +171,7 @@ def execution_label(model: nn.Module) -> str:
     if getattr(model, STATIC_MARK, False):
         return "stock+static"
     modules = list(model.modules())
-    if not any(isinstance(m, PackedLinear) for m in modules):
+    if not any(runs_packed(m) for m in modules):
         return "stock"
     return "packed-vocab" if any(plain_linear(m) for m in modules) else "packed"
 
@@ -261,13 +261,11 @@ def _apply_weights(
     if slow:  # the dtype is the caller's choice: kept, with one warning
         _warn(warn, f"{dtype} kept, but it will be slow", slow)
     setattr(model, STATIC_MARK, static)
-    unfuse_norms(model)  # the model's own norms and projections unless the fast path below runs
-    unstack_projections(model)
     if static:  # plain linears for inductor, GQA attention without copies
-        unpack_linears(model)
+        _restore(model)
         return Execution("stock", True, attention=use_gqa_attention(model))
     if resolved == "stock":
-        unpack_linears(model)
+        _restore(model)
         if getattr(getattr(model, "config", None), "_attn_implementation", None) in GQA_NAMES:
             set_attention(model, "sdpa")
         if reason and weights != "stock" and not slow:  # a slow dtype has said it already: one warning
@@ -281,7 +279,7 @@ def _apply_weights(
             own_memory(model)
             return_freed_memory()  # the released plain weights' pages
     except RuntimeError as e:  # an op missing or failing in this torch build: undo and run stock
-        unpack_linears(model)
+        _restore(model)
         reason = f"oneDNN weight packing failed ({e})"
         _warn(warn, "fast path off, running stock", reason)
         return Execution("stock", reason=reason)
@@ -309,6 +307,13 @@ def _apply_weights(
     if stacked:
         return_freed_memory()  # the separate packed projections' pages (on a copy too: they were the copy's own)
     return Execution(label, False, packed, skipped, attention, reason, norms=norms, stacked=stacked)
+
+
+def _restore(model: nn.Module) -> None:
+    """The model's own modules back: norms, projections (unstacked, then unpacked), linears."""
+    unfuse_norms(model)
+    unstack_projections(model)
+    unpack_linears(model)
 
 
 def _is_prepared(model: nn.Module, weights: str, static_shapes: StaticShapes) -> bool:

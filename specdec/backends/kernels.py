@@ -55,8 +55,10 @@ __all__ = [
     "packing_pays",
     "plain_linear",
     "return_freed_memory",
+    "runs_packed",
     "set_row_padding",
     "shared_copy",
+    "swap_module",
     "unpack_linears",
 ]
 
@@ -206,7 +208,7 @@ _HOOK_DICTS = (
 )
 
 
-def _swap(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
+def swap_module(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
     """Put ``new`` in ``old``'s place; hooks on ``old`` move along (the same dicts, so their handles still work)."""
     for attr in _HOOK_DICTS:
         setattr(new, attr, getattr(old, attr))
@@ -216,6 +218,12 @@ def _swap(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) -> None:
 
 #: The weight dtypes :class:`PackedLinear` runs.
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def runs_packed(module: nn.Module) -> bool:
+    """A :class:`PackedLinear`, or a module that runs rows of one (a member of a stacked group,
+    :class:`~specdec.backends.stacking.StackedSlice`): counted, padded and undone with the packed linears."""
+    return isinstance(module, PackedLinear) or getattr(type(module), "packed_member", False)
 
 
 def plain_linear(module: nn.Module) -> bool:
@@ -328,14 +336,14 @@ def pack_linears(
     shared = _shared_weights(module)
     packed = skipped = 0
     for parent, name, child in list(_children(module)):
-        if isinstance(child, PackedLinear):
+        if runs_packed(child):
             packed += 1  # already packed (idempotent)
             continue
         if plain_linear(child):
             if only is not None and not only(child):
                 continue
             kept = not release or id(child.weight) in shared or (keep is not None and keep(child))
-            _swap(parent, name, child, PackedLinear(child, keep_weight=kept))
+            swap_module(parent, name, child, PackedLinear(child, keep_weight=kept))
             packed += 1
         elif isinstance(child, nn.Linear) or type(child).__name__ in ("Conv1D", "Linear8bitLt", "Linear4bit"):
             skipped += 1
@@ -347,18 +355,19 @@ def set_row_padding(module: nn.Module, on: bool) -> int:
     forwards it to one: :class:`~specdec.backends.stacking.StackedSlice`); returns how many."""
     count = 0
     for sub in module.modules():
-        if hasattr(sub, "pad_single_row"):
+        if runs_packed(sub):
             sub.pad_single_row = on
             count += 1
     return count
 
 
 def unpack_linears(module: nn.Module) -> int:
-    """Swap every :class:`PackedLinear` back for an ``nn.Linear`` (same values); returns how many."""
+    """Swap every :class:`PackedLinear` (and member of a stacked group) back for an ``nn.Linear`` (same values, hooks
+    moved); returns how many."""
     count = 0
     for parent, name, child in list(_children(module)):
-        if isinstance(child, PackedLinear):
-            _swap(parent, name, child, child.to_linear())
+        if runs_packed(child):
+            swap_module(parent, name, child, child.to_linear())
             count += 1
     return count
 
@@ -437,5 +446,5 @@ def packed_copy(
         return clone
     for parent, name, child in list(_children(clone)):
         if plain_linear(child):
-            _swap(parent, name, child, Int8Linear(child, keep_weight=id(child.weight) in shared))
+            swap_module(parent, name, child, Int8Linear(child, keep_weight=id(child.weight) in shared))
     return clone

@@ -11,7 +11,11 @@ Contract (checked bit for bit on SmolLM2 in float32 and bfloat16 by ``tests/test
 transformers' ``weight * (h * rsqrt(mean(h^2) + eps)).to(input dtype)`` with ``h`` the input in float32, and
 ``torch.nn.functional.rms_norm`` computes ``h * rsqrt(mean(h^2) + eps)`` with the same ops in the same order on
 the CPU. Only modules whose ``forward`` is that code are swapped: :func:`llama_style` compares the bytecode with
-``LlamaRMSNorm.forward``'s, so a norm that differs (Gemma's ``1 + weight``, OLMo-2's order) keeps its own forward.
+``LlamaRMSNorm.forward``'s, so a norm that differs (Gemma's ``1 + weight``, OLMo-2's order) keeps its own forward,
+and so does a norm with hooks or a forward of its own set on the instance. Before each swap :func:`fuse_norms`
+also runs both forms on a probe (three random rows in the weight's dtype) and keeps the module's own forward unless
+the bits agree: a future transformers whose ``LlamaRMSNorm`` computes something else is compared against itself
+there, not against this module's formula.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from specdec.backends.kernels import swap_module
 
 __all__ = ["FusedRMSNorm", "fuse_norms", "llama_style", "unfuse_norms"]
 
@@ -33,6 +39,8 @@ def llama_style(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (
         code is not None
+        and "forward" not in module.__dict__
+        and not (module._forward_hooks or module._forward_pre_hooks)
         and (code.co_code, code.co_consts, code.co_names)
         == (_REFERENCE.co_code, _REFERENCE.co_consts, _REFERENCE.co_names)
         and isinstance(weight, torch.Tensor)
@@ -65,21 +73,34 @@ class FusedRMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.eps}"
 
 
-def _swap(model: nn.Module, pick, make) -> int:
+@torch.no_grad()
+def _same_bits(norm: nn.Module, fused: FusedRMSNorm) -> bool:
+    """Both forms agree bit for bit on three random rows in the weight's dtype (a fixed seed)."""
+    g = torch.Generator(device=norm.weight.device).manual_seed(0)
+    x = torch.randn(3, norm.weight.shape[0], generator=g, device=norm.weight.device).to(norm.weight.dtype) * 3
+    return torch.equal(norm(x), fused(x))
+
+
+def fuse_norms(model: nn.Module) -> int:
+    """Swap every Llama-style RMS norm under ``model`` that gives the same bits on a probe for a
+    :class:`FusedRMSNorm`, in place; returns how many the model has now (those fused before included)."""
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if pick(child):
-                setattr(parent, name, make(child))
+            if isinstance(child, FusedRMSNorm):
+                count += 1
+            elif llama_style(child) and _same_bits(child, fused := FusedRMSNorm(child)):
+                swap_module(parent, name, child, fused)
                 count += 1
     return count
 
 
-def fuse_norms(model: nn.Module) -> int:
-    """Swap every Llama-style RMS norm under ``model`` for a :class:`FusedRMSNorm`, in place; returns how many."""
-    return _swap(model, llama_style, FusedRMSNorm)
-
-
 def unfuse_norms(model: nn.Module) -> int:
-    """Put back the norms :func:`fuse_norms` replaced, in place; returns how many."""
-    return _swap(model, lambda m: isinstance(m, FusedRMSNorm), lambda m: m.original)
+    """Put back the norms :func:`fuse_norms` replaced (hooks added since move along), in place; returns how many."""
+    count = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, FusedRMSNorm):
+                swap_module(parent, name, child, child.original)
+                count += 1
+    return count

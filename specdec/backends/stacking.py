@@ -10,10 +10,12 @@ transformers' attention calls ``self.q_proj(h)``, ``self.k_proj(h)`` and ``self.
 same ``h`` (the MLP ``gate_proj(x)`` then ``up_proj(x)``), and its code is not ours to change. So each projection is
 replaced by a :class:`StackedSlice` that stands in for it: the first member of a group called with an input runs the
 stacked GEMM and keeps the product; the others called with *the same tensor* (the same object, not modified in
-place since: its version counter) take their columns of it. Once every member has taken its part the product is
-dropped. Contract: a member's output is its own linear of its input whatever the model does. A member called with
-another input, or twice, runs the stacked GEMM again and takes its columns (the same values, more work); nothing is
-ever served from another input.
+place since: its version counter, where it has one) take their columns of it. The product is dropped once every
+member has taken its part, and in any case when the module holding the group (the attention, the MLP) returns: a
+forward hook there, so nothing is kept from one forward to the next. Contract: a member's output is its own linear
+of its input whatever the model does. A member called with another input, or twice, runs the stacked GEMM again and
+takes its columns (the same values, more work); nothing is served from another input or another forward.
+Assumption: one thread runs a given model at a time (the decoding loop's case).
 
 The members' outputs are column slices of the product (``[..., out]`` views with stride 1 in the last dimension:
 transformers' ``.view(..., heads, head_dim)`` and elementwise ops take them as they are). Each output is computed from
@@ -26,8 +28,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.utils import skip_init
 
-from specdec.backends.kernels import PackedLinear
+from specdec.backends.kernels import PackedLinear, swap_module
 
 __all__ = ["GROUPS", "StackedSlice", "stack_projections", "unstack_projections"]
 
@@ -36,11 +39,17 @@ GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_pr
 
 
 class _Stack:
-    """A group's stacked linear and the product of its last input, until every member has taken its part."""
+    """A group's stacked linear and the product of its last input, until every member has taken its part or the
+    module holding the group returns (:meth:`clear`, its forward hook)."""
 
     def __init__(self, linear: PackedLinear, sizes: list[int]) -> None:
         self.linear = linear
         self.members = len(sizes)
+        self.hook = None  # the handle of the forward hook on the module holding the group
+        self.clear()
+
+    def clear(self, *hook_args) -> None:
+        """Drop the kept product (also the holding module's forward hook: ``(module, args, output)``)."""
         self.input: torch.Tensor | None = None
         self.version = -1
         self.output: torch.Tensor | None = None
@@ -48,14 +57,21 @@ class _Stack:
 
     def part(self, x: torch.Tensor, index: int, start: int, stop: int) -> torch.Tensor:
         bit = 1 << index
-        if not (self.waiting & bit and self.input is x and self.version == x._version):
+        version = -1 if x.is_inference() else x._version  # inference tensors keep no version counter
+        if not (self.waiting & bit and self.input is x and self.version == version):
             self.output = self.linear(x)
-            self.input, self.version, self.waiting = x, x._version, (1 << self.members) - 1
+            self.input, self.version, self.waiting = x, version, (1 << self.members) - 1
         out = self.output[..., start:stop]
         self.waiting &= ~bit
         if not self.waiting:
-            self.input = self.output = None  # no activations held between forwards
+            self.clear()
         return out
+
+    def dense_weight(self) -> torch.Tensor:
+        """The stacked ``[sum of outs, in]`` weight, made dense once for all the members (undoing the stack)."""
+        if getattr(self, "_dense", None) is None:
+            self._dense = self.linear.weight.detach()
+        return self._dense
 
 
 class StackedSlice(nn.Module):
@@ -63,6 +79,10 @@ class StackedSlice(nn.Module):
 
     Shapes: ``x [..., in_features]`` -> ``[..., out_features]`` (a view of the group's product).
     """
+
+    #: Runs rows of a packed weight (:func:`~specdec.backends.kernels.runs_packed`: counted and undone with the
+    #: packed linears).
+    packed_member = True
 
     def __init__(self, stack: _Stack, index: int, start: int, stop: int) -> None:
         super().__init__()
@@ -93,11 +113,12 @@ class StackedSlice(nn.Module):
         return None if bias is None else bias[self.start : self.stop]
 
     def to_linear(self) -> nn.Linear:
-        """An ``nn.Linear`` with this member's weight and bias (copies)."""
+        """An ``nn.Linear`` with this member's weight and bias (copies of its rows)."""
         bias = self.bias
-        lin = nn.Linear(self.in_features, self.out_features, bias=bias is not None, dtype=self.stack.linear.dtype)
+        dtype = self.stack.linear.dtype
+        lin = skip_init(nn.Linear, self.in_features, self.out_features, bias=bias is not None, dtype=dtype)
         with torch.no_grad():
-            lin.weight.copy_(self.weight)
+            lin.weight.copy_(self.stack.dense_weight()[self.start : self.stop])
             if bias is not None:
                 lin.bias.copy_(bias)
         return lin.requires_grad_(False)
@@ -127,11 +148,15 @@ def _stackable(parts: list[nn.Module]) -> bool:
 
 def stack_projections(model: nn.Module) -> int:
     """Replace every group of :data:`GROUPS` whose members are packed linears over the same input by
-    :class:`StackedSlice` s of one stacked packed linear, in place; returns the number of groups stacked."""
+    :class:`StackedSlice` s of one stacked packed linear, in place; returns the number of stacked groups under
+    ``model`` (those stacked before included)."""
     count = 0
     for module in list(model.modules()):
         for names in GROUPS:
             parts = [getattr(module, n, None) for n in names]
+            if all(isinstance(p, StackedSlice) for p in parts) and len({id(p.stack) for p in parts}) == 1:
+                count += 1  # stacked before
+                continue
             if any(p is None for p in parts) or not _stackable(parts):
                 continue
             weight = torch.cat([p.weight.detach() for p in parts])
@@ -144,6 +169,7 @@ def stack_projections(model: nn.Module) -> int:
             linear.pad_single_row = parts[0].pad_single_row
             sizes = [p.out_features for p in parts]
             stack = _Stack(linear, sizes)
+            stack.hook = module.register_forward_hook(stack.clear)
             start = 0
             for i, (name, size) in enumerate(zip(names, sizes, strict=True)):
                 setattr(module, name, StackedSlice(stack, i, start, start + size))
@@ -153,11 +179,15 @@ def stack_projections(model: nn.Module) -> int:
 
 
 def unstack_projections(model: nn.Module) -> int:
-    """Put plain ``nn.Linear`` s (the same values) back for every :class:`StackedSlice`; returns how many groups."""
-    groups = set()
+    """Put plain ``nn.Linear`` s (the same values, hooks moved) back for every :class:`StackedSlice`; returns how
+    many groups."""
+    groups = {}
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, StackedSlice):
-                groups.add(id(child.stack))
-                setattr(module, name, child.to_linear())
+                groups[id(child.stack)] = child.stack
+                swap_module(module, name, child, child.to_linear())
+    for stack in groups.values():
+        if stack.hook is not None:
+            stack.hook.remove()
     return len(groups)

@@ -6,7 +6,8 @@ D=docs/results/2026-11-27-step-ops
 # At commit e92cabb (norms, one-op linears, narrow cache), the script's first version, two sides:
 #   .venv/bin/python $D/ab_step_ops.py --reps 40 --dtype float32 > $D/ab2_fp32.txt
 #   .venv/bin/python $D/ab_step_ops.py --reps 40 --dtype bfloat16 > $D/ab2_bf16.txt
-# With stacked projections: before (4b093af's code), unstacked (e92cabb's), after, in one process.
+# With stacked projections: before (4b093af's code), unstacked (e92cabb's), after, in one process; first at dfaed64
+# (ab3_*.txt), then on the final code after the review mends (ab_*.txt):
 .venv/bin/python $D/ab_step_ops.py --reps 40 --dtype float32 > $D/ab_fp32.txt
 .venv/bin/python $D/ab_step_ops.py --reps 40 --dtype bfloat16 > $D/ab_bf16.txt
 # The fast-path benchmark on the final code (before the copy's memory fix), both dtypes:
@@ -17,3 +18,7 @@ rm -f ~/.cache/specdec/budget/*.json
 for dt in float32 bfloat16; do for b in auto auto-copy; do
   .venv/bin/python -c "import sys; sys.path.insert(0, 'benchmarks'); from fastpath import rss_probe; rss_probe('$b', 120, '$dt')" | grep backend | sed "s/^/$dt /"
 done; done > $D/rss_after_fix.txt
+# End to end, float32, final code of the step changes (dfaed64 + the memory fix):
+rm -f ~/.cache/specdec/budget/*.json
+.venv/bin/specdec bench --dataset mtbench --limit 20 --max-new-tokens 128 --methods eagle3 hf-generate --dtype float32 --out $D/bench-fp32 --fresh --no-progress
+make demo > $D/demo.txt 2>&1
