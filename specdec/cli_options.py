@@ -100,7 +100,8 @@ def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SHAPE",
         help="at temperature > 0 the EAGLE and small-lm methods draw a static tree with sampled children, of this "
-        "shape (a name in specdec.methods.SAMPLED_SHAPES; default: MethodOptions.sampled_tree); off keeps the "
+        "shape (a name in specdec.methods.SAMPLED_SHAPES, or menu: chosen per cycle by measured rate; default: "
+        "MethodOptions.sampled_tree); off keeps the "
         "dynamic top-k tree",
     )
 

@@ -266,6 +266,7 @@ class SpeculativeGenerator:
                     verdict.bonus_token.reshape(1),
                     logits_ok(step.logits).reshape(1).long(),
                     tree.tokens[accepted.clamp(min=0)],
+                    accepted,
                 ]
             )
             extra = policy.sync_payload()
@@ -273,11 +274,14 @@ class SpeculativeGenerator:
             packed = (ints if extra is None else torch.cat([ints.double(), extra.double()])).tolist()
             t4 = time.perf_counter()
             n_acc, bonus, ok = int(packed[0]), int(packed[1]), packed[2]
-            path = [int(t) for t in packed[3:width]]
+            slots = accepted.shape[0]
+            path = [int(t) for t in packed[3 : 3 + slots]]
+            ids = [int(i) for i in packed[3 + slots : width]]
             if not ok:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
             count = n_acc + 1
             policy.observe(n_acc, None if extra is None else packed[width:])
+            policy.observe_path(ids[:count])
             target.commit(accepted, count)
             drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
             root = verdict.bonus_token

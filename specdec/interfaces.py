@@ -319,6 +319,10 @@ class TreePolicy(ABC):
         ``payload``: the host copy of this cycle's :meth:`sync_payload` (None when it returned None).
         """
 
+    def observe_path(self, accepted: list[int]) -> None:  # noqa: B027 - optional hook
+        """Feedback after each cycle, after :meth:`observe`: the accepted path's node ids in the latest tree, root
+        first (``accept_length + 1`` host ints, already synced). The default does nothing."""
+
 
 class Verifier(ABC):
     """A pure function from (tree, target logits, sampling, randomness) to a :class:`Verdict`."""

@@ -23,6 +23,7 @@ __all__ = [
     "DYNAMIC_TREE_METHODS",
     "HEAD_KINDS",
     "METHODS",
+    "SAMPLED_MENU",
     "SAMPLED_SHAPES",
     "SAMPLED_TREE_METHODS",
     "MethodOptions",
@@ -54,6 +55,9 @@ SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
     "r3d": ((0,), (1,), (2,), (0, 0), (1, 0)),
     "t6": ((0,), (1,), (0, 0), (1, 0), (0, 0, 0)),
 }
+#: ``MethodOptions.sampled_tree`` value for a shape chosen per cycle from a menu by measured rate
+#: (:class:`~specdec.trees.menu.SampledMenuPolicy`: the root alone up to ``r3d``).
+SAMPLED_MENU = "menu"
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ class MethodOptions:
         sampled_tree: at temperature > 0, the methods of :data:`SAMPLED_TREE_METHODS` draw a static tree of this
             :data:`SAMPLED_SHAPES` shape with children sampled from the draft distribution, verified by stochastic
             multi-round verification, instead of the dynamic tree of top-k children (measured: more tokens per
-            target forward at T = 1, see the results page). None keeps the dynamic tree at every temperature.
+            target forward at T = 1, see the results page). ``"menu"`` (:data:`SAMPLED_MENU`) chooses each cycle's
+            shape from the root alone up to ``r3d`` by the measured cost curve and accepted lengths
+            (:class:`~specdec.trees.menu.SampledMenuPolicy`). None keeps the dynamic tree at every temperature.
             Temperature 0 and a fixed ``total_tokens`` always use the dynamic tree.
     """
 
@@ -98,8 +104,9 @@ class MethodOptions:
     sampled_tree: str | None = "r3d"
 
     def __post_init__(self) -> None:
-        if self.sampled_tree is not None and self.sampled_tree not in SAMPLED_SHAPES:
-            raise ValueError(f"unknown sampled tree {self.sampled_tree!r}; choose from {', '.join(SAMPLED_SHAPES)}")
+        if self.sampled_tree is not None and self.sampled_tree not in (*SAMPLED_SHAPES, SAMPLED_MENU):
+            names = ", ".join((*SAMPLED_SHAPES, SAMPLED_MENU))
+            raise ValueError(f"unknown sampled tree {self.sampled_tree!r}; choose from {names}")
 
 
 def shipped_head_dir(kind: str) -> Path:
@@ -128,7 +135,14 @@ def _dynamic(target: HFTarget, o: MethodOptions, method: str) -> TreePolicy:
     T > 0 the sampled static tree where :func:`sampled_tree_of` names one (:class:`~specdec.trees.ByTemperature`)."""
     greedy = _dynamic_tree(target, o)
     shape = _sampled_shape(method, o)
-    return greedy if shape is None else ByTemperature(greedy, StochasticTreePolicy(SAMPLED_SHAPES[shape]))
+    if shape is None:
+        return greedy
+    if shape == SAMPLED_MENU:
+        from specdec.budget import forward_cost_curve
+        from specdec.trees.menu import SampledMenuPolicy
+
+        return ByTemperature(greedy, SampledMenuPolicy(forward_cost_curve(target)))
+    return ByTemperature(greedy, StochasticTreePolicy(SAMPLED_SHAPES[shape]))
 
 
 def _dynamic_tree(target: HFTarget, o: MethodOptions) -> TreePolicy:

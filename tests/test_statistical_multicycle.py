@@ -10,7 +10,9 @@ committed before. Each positive configuration asserts at least two cycles per ru
 
 Configurations: the sampled EAGLE-1 tree with multi-round and with traversal verification, the small LM's
 deterministic chain with block verification, EAGLE-3's dynamic tree with multi-round verification (top-p), the
-n-gram drafter's static tree (top-k) and EAGLE-3's sampled chain with block verification: ``FAMILY = 6`` checks.
+n-gram drafter's static tree (top-k), EAGLE-3's sampled chain with block verification, EAGLE-3 with a retrieval chain
+beside its sampled tree, and EAGLE-3's sampled shape chosen per cycle from a menu (the root alone included):
+``FAMILY = 8`` checks.
 
 False-positive rate: Bonferroni at family-wise ``ALPHA = 1e-3`` (each check fails iff its p-value is
 ``<= ALPHA / FAMILY``), so a correct implementation fails this file with probability at most about 1e-3 over the
@@ -21,7 +23,7 @@ that keeps the cache entries of the first nodes in index order instead of the ac
 the three-token test and on chains; here it is caught with a p-value near 1e-150 at 800 runs (measured), and at
 ``N_CONTROL`` runs far below the level.
 
-Runtime: the negative control runs in ``make test`` (about 30 s on a busy 2-core machine); the six positive
+Runtime: the negative control runs in ``make test`` (about 30 s on a busy 2-core machine); the eight positive
 configurations are marked ``heavy`` (``make test-heavy``, about a minute each on a busy machine). ``make test``
 checks multi-cycle state with the deterministic invariants of ``tests/test_multicycle.py``.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec.budget import CostCurve
 from specdec.drafters import CompositeDrafter, RetrievalDrafter
 from specdec.generate import SpeculativeGenerator
 from specdec.models import tiny_llama
@@ -38,7 +41,13 @@ from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.testing.broken import IndexOrderCompactionTarget, PointMassAsDrawVerifier
 from specdec.testing.e2e import e2e_check, exact_sequence_distribution
-from specdec.trees import CompositeTreePolicy, DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
+from specdec.trees import (
+    CompositeTreePolicy,
+    DynamicTreePolicy,
+    SampledMenuPolicy,
+    StaticTreePolicy,
+    StochasticTreePolicy,
+)
 from specdec.verify import (
     BlockVerifier,
     MixedMultiRoundVerifier,
@@ -77,6 +86,7 @@ CONFIGS = {
     "ngram-static-multiround-T1.5-topk": ("ngram", "static", "multiround", SamplingParams(temperature=1.5, top_k=3)),
     "eagle3-stochastic-chain-block-T1": ("eagle3", "stochastic-chain", "block", SamplingParams(temperature=1.0)),
     "composite-mixed-T1": ("eagle3+retrieval", "composite", "mixed", SamplingParams(temperature=1.0)),
+    "eagle3-menu-stochastic-T1": ("eagle3", "menu", "stochastic", SamplingParams(temperature=1.0)),
 }
 FAMILY = len(CONFIGS)
 QUICK: set[str] = set()  # the invariant tests (tests/test_multicycle.py) cover multi-cycle state in `make test`
@@ -91,7 +101,16 @@ def policy(kind: str):
         "stochastic-chain": lambda: StochasticTreePolicy.chain(2),
         # EAGLE-3's sampled tree with a retrieval chain beside it wherever the context repeats (every node added)
         "composite": lambda: CompositeTreePolicy(StochasticTreePolicy(SHAPE), max_draft=2, min_prob=0.0),
+        "menu": menu_policy,
     }[kind]()
+
+
+def menu_policy() -> SampledMenuPolicy:
+    """Shapes chosen per cycle: the root alone, one draw, two root draws and ``SHAPE``, with exploration every third
+    cycle so that every shape is drawn often (made-up costs, no timing)."""
+    policy = SampledMenuPolicy(CostCurve((1, 5), (1.0, 1.2)), ((), ((0,),), ((0,), (1,)), SHAPE), draft_seconds=0.05)
+    policy.EXPLORE_EVERY = 3
+    return policy
 
 
 def verifier(kind: str):

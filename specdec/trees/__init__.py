@@ -4,6 +4,7 @@ from specdec.trees.adaptive import AdaptiveTreePolicy
 from specdec.trees.by_temperature import ByTemperature
 from specdec.trees.composite import CompositeTreePolicy
 from specdec.trees.dynamic import DynamicTreePolicy
+from specdec.trees.menu import SampledMenuPolicy
 from specdec.trees.static import EAGLE1_DEFAULT_PATHS, StaticTreePolicy, validate_paths
 from specdec.trees.stochastic import StochasticTreePolicy
 
@@ -13,6 +14,7 @@ __all__ = [
     "CompositeTreePolicy",
     "EAGLE1_DEFAULT_PATHS",
     "DynamicTreePolicy",
+    "SampledMenuPolicy",
     "StaticTreePolicy",
     "StochasticTreePolicy",
     "validate_paths",

@@ -43,6 +43,7 @@ from specdec.drafters.retrieval import Continuation
 from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
+from specdec.trees.menu import SampledMenuPolicy
 from specdec.trees.stochastic import StochasticTreePolicy
 
 __all__ = ["CompositeTreePolicy", "RetrievalRates"]
@@ -167,7 +168,7 @@ class CompositeTreePolicy(TreePolicy):
         sampled = base is not None and base.kind(sampling).sampled
         if base is None:
             tree = DraftTree.single(root)
-        elif sampled and isinstance(base, StochasticTreePolicy) and proposals:
+        elif sampled and isinstance(base, (StochasticTreePolicy, SampledMenuPolicy)) and proposals:
             avoid = torch.tensor(sorted({c.tokens[0] for c in proposals}), dtype=torch.long, device=root.device)
             tree = base.grow(drafter.tree_drafter, root, sampling, generator, avoid=avoid)
         else:
@@ -238,7 +239,9 @@ class CompositeTreePolicy(TreePolicy):
         for c in last.proposals:
             self.rates.observe(c.match_length, c.tokens, emitted)
         if pending is not None and last.base is not None:
-            last.base.observe(_matched_depth(last.base_tokens, last.base_parents, emitted), pending[1])
+            path = _matched_path(last.base_tokens, last.base_parents, emitted)
+            last.base.observe(len(path) - 1, pending[1])
+            last.base.observe_path(path)
 
     def sync_payload(self) -> torch.Tensor | None:
         """The payload of the base policy that grew the latest tree."""
@@ -263,12 +266,13 @@ def _children(tokens: list[int], parents: list[int]) -> dict[tuple[int, int], in
     return child
 
 
-def _matched_depth(tokens: list[int], parents: list[int], emitted: list[int]) -> int:
-    """How deep the base tree follows ``emitted`` from the root (its accepted length had it been alone, at T = 0)."""
+def _matched_path(tokens: list[int], parents: list[int], emitted: list[int]) -> list[int]:
+    """The base tree's node ids that follow ``emitted`` from the root, root first (its accepted path had it been
+    alone, at T = 0: its accepted length is one less)."""
     child = _children(tokens, parents)
-    u, depth = 0, 0
+    path = [0]
     for token in emitted[:-1]:  # the last emitted token is the bonus, never a draft token
-        if (u, token) not in child:
+        if (path[-1], token) not in child:
             break
-        u, depth = child[(u, token)], depth + 1
-    return depth
+        path.append(child[(path[-1], token)])
+    return path
