@@ -171,9 +171,15 @@ class DraftTree:
         return m
 
     @classmethod
-    def single(cls, token: torch.Tensor) -> DraftTree:
-        """A root-only tree (vanilla decoding step)."""
-        return cls.from_parents(token.reshape(1), torch.full((1,), -1, dtype=torch.long, device=token.device), 0)
+    def single(cls, token: torch.Tensor, vocab: int | None = None) -> DraftTree:
+        """A root-only tree (vanilla decoding step); with ``vocab``, as a sampled tree (``q_dist [1, vocab]`` zero:
+        the root is a leaf, nothing was drawn; ``q_cond [1]`` one)."""
+        parents = torch.full((1,), -1, dtype=torch.long, device=token.device)
+        if vocab is None:
+            return cls.from_parents(token.reshape(1), parents, 0)
+        q_dist = torch.zeros(1, vocab, dtype=torch.float32, device=token.device)
+        q_cond = torch.ones(1, dtype=torch.float32, device=token.device)
+        return cls.from_parents(token.reshape(1), parents, 0, q_dist, q_cond)
 
     @classmethod
     def from_parents(

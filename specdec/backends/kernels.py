@@ -43,6 +43,7 @@ __all__ = [
     "cpu_flags",
     "cpu_info",
     "cpu_name",
+    "each_child",
     "slow_dtype_reason",
     "FastPathWarning",
     "Int8Linear",
@@ -193,7 +194,8 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def _children(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
+def each_child(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
+    """``(parent, name, child)`` for every direct child of every module under ``module`` (list it before swapping)."""
     for parent in module.modules():
         for name, child in parent.named_children():
             yield parent, name, child
@@ -335,7 +337,7 @@ def pack_linears(
     """
     shared = _shared_weights(module)
     packed = skipped = 0
-    for parent, name, child in list(_children(module)):
+    for parent, name, child in list(each_child(module)):
         if runs_packed(child):
             packed += 1  # already packed (idempotent)
             continue
@@ -365,7 +367,7 @@ def unpack_linears(module: nn.Module) -> int:
     """Swap every :class:`PackedLinear` (and member of a stacked group) back for an ``nn.Linear`` (same values, hooks
     moved); returns how many."""
     count = 0
-    for parent, name, child in list(_children(module)):
+    for parent, name, child in list(each_child(module)):
         if runs_packed(child):
             swap_module(parent, name, child, child.to_linear())
             count += 1
@@ -444,7 +446,7 @@ def packed_copy(
     if not int8:
         pack_linears(clone, keep=lambda linear: id(linear.weight) in shared)
         return clone
-    for parent, name, child in list(_children(clone)):
+    for parent, name, child in list(each_child(clone)):
         if plain_linear(child):
             swap_module(parent, name, child, Int8Linear(child, keep_weight=id(child.weight) in shared))
     return clone

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from specdec.backends.kernels import swap_module
+from specdec.backends.kernels import each_child, swap_module
 
 __all__ = ["FusedRMSNorm", "fuse_norms", "llama_style", "unfuse_norms"]
 
@@ -41,8 +41,7 @@ def llama_style(module: nn.Module) -> bool:
         code is not None
         and "forward" not in module.__dict__
         and not (module._forward_hooks or module._forward_pre_hooks)
-        and (code.co_code, code.co_consts, code.co_names)
-        == (_REFERENCE.co_code, _REFERENCE.co_consts, _REFERENCE.co_names)
+        and (code.co_code, code.co_consts, code.co_names) == _SIGNATURE
         and isinstance(weight, torch.Tensor)
         and weight.dim() == 1
         and hasattr(module, "variance_epsilon")
@@ -85,22 +84,20 @@ def fuse_norms(model: nn.Module) -> int:
     """Swap every Llama-style RMS norm under ``model`` that gives the same bits on a probe for a
     :class:`FusedRMSNorm`, in place; returns how many the model has now (those fused before included)."""
     count = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, FusedRMSNorm):
-                count += 1
-            elif llama_style(child) and _same_bits(child, fused := FusedRMSNorm(child)):
-                swap_module(parent, name, child, fused)
-                count += 1
+    for parent, name, child in list(each_child(model)):
+        if isinstance(child, FusedRMSNorm):
+            count += 1
+        elif llama_style(child) and _same_bits(child, fused := FusedRMSNorm(child)):
+            swap_module(parent, name, child, fused)
+            count += 1
     return count
 
 
 def unfuse_norms(model: nn.Module) -> int:
     """Put back the norms :func:`fuse_norms` replaced (hooks added since move along), in place; returns how many."""
     count = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, FusedRMSNorm):
-                swap_module(parent, name, child, child.original)
-                count += 1
+    for parent, name, child in list(each_child(model)):
+        if isinstance(child, FusedRMSNorm):
+            swap_module(parent, name, child, child.original)
+            count += 1
     return count

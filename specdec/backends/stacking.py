@@ -26,13 +26,15 @@ against the unstacked model in float32 and bfloat16. Saving writes every member'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from torch.nn.utils import skip_init
 
-from specdec.backends.kernels import PackedLinear, swap_module
+from specdec.backends.kernels import PackedLinear, each_child, swap_module
 
-__all__ = ["GROUPS", "StackedSlice", "stack_projections", "unstack_projections"]
+__all__ = ["GROUPS", "StackedSlice", "stack_projections", "stacked_linear", "unstack_projections"]
 
 #: Projections stacked when a module has all of them as packed linears over the same input size.
 GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -42,9 +44,9 @@ class _Stack:
     """A group's stacked linear and the product of its last input, until every member has taken its part or the
     module holding the group returns (:meth:`clear`, its forward hook)."""
 
-    def __init__(self, linear: PackedLinear, sizes: list[int]) -> None:
+    def __init__(self, linear: PackedLinear, members: int) -> None:
         self.linear = linear
-        self.members = len(sizes)
+        self.members = members
         self.hook = None  # the handle of the forward hook on the module holding the group
         self.clear()
 
@@ -133,6 +135,19 @@ class StackedSlice(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, columns={self.start}:{self.stop}"
 
 
+def stacked_linear(parts: Sequence[nn.Module]) -> nn.Linear:
+    """One ``nn.Linear`` whose output rows are ``parts``' rows in order (their weights and biases copied; ``parts``:
+    linears or packed linears over the same input)."""
+    w = torch.cat([p.weight.detach() for p in parts])
+    has_bias = parts[0].bias is not None
+    out = skip_init(nn.Linear, w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        out.weight.copy_(w)
+        if has_bias:
+            out.bias.copy_(torch.cat([p.bias.detach() for p in parts]))
+    return out.train(parts[0].training)
+
+
 def _stackable(parts: list[nn.Module]) -> bool:
     first = parts[0]
     return all(
@@ -159,21 +174,14 @@ def stack_projections(model: nn.Module) -> int:
                 continue
             if any(p is None for p in parts) or not _stackable(parts):
                 continue
-            weight = torch.cat([p.weight.detach() for p in parts])
-            has_bias = parts[0].bias is not None
-            plain = nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias, dtype=weight.dtype)
-            plain.weight = nn.Parameter(weight, requires_grad=False)
-            if has_bias:
-                plain.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), requires_grad=False)
-            linear = PackedLinear(plain)
+            linear = PackedLinear(stacked_linear(parts))
             linear.pad_single_row = parts[0].pad_single_row
-            sizes = [p.out_features for p in parts]
-            stack = _Stack(linear, sizes)
+            stack = _Stack(linear, len(parts))
             stack.hook = module.register_forward_hook(stack.clear)
             start = 0
-            for i, (name, size) in enumerate(zip(names, sizes, strict=True)):
-                setattr(module, name, StackedSlice(stack, i, start, start + size))
-                start += size
+            for i, (name, part) in enumerate(zip(names, parts, strict=True)):
+                setattr(module, name, StackedSlice(stack, i, start, start + part.out_features))
+                start += part.out_features
             count += 1
     return count
 
@@ -182,11 +190,10 @@ def unstack_projections(model: nn.Module) -> int:
     """Put plain ``nn.Linear`` s (the same values, hooks moved) back for every :class:`StackedSlice`; returns how
     many groups."""
     groups = {}
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, StackedSlice):
-                groups[id(child.stack)] = child.stack
-                swap_module(module, name, child, child.to_linear())
+    for module, name, child in list(each_child(model)):
+        if isinstance(child, StackedSlice):
+            groups[id(child.stack)] = child.stack
+            swap_module(module, name, child, child.to_linear())
     for stack in groups.values():
         if stack.hook is not None:
             stack.hook.remove()

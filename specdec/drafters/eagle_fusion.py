@@ -10,10 +10,10 @@ the caller's head keeps the official layout.
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from specdec.backends.norms import FusedRMSNorm, fuse_norms
+from specdec.backends.stacking import stacked_linear
 from specdec.drafters.eagle_heads import EagleAttention, EagleMLP
 
 __all__ = ["FusedRMSNorm", "fuse_for_inference"]
@@ -39,7 +39,7 @@ def _fuse_attention(attn: EagleAttention) -> None:
     """Replace ``q/k/v_proj`` by one ``qkv_proj`` over their stacked rows (the forward splits its output)."""
     if attn.qkv_proj is not None:
         return
-    attn.qkv_proj = _stacked_linear((attn.q_proj, attn.k_proj, attn.v_proj))
+    attn.qkv_proj = stacked_linear((attn.q_proj, attn.k_proj, attn.v_proj))
     del attn.q_proj, attn.k_proj, attn.v_proj
 
 
@@ -47,17 +47,5 @@ def _fuse_mlp(mlp: EagleMLP) -> None:
     """Replace ``gate/up_proj`` by one ``gate_up_proj`` over their stacked rows (the forward chunks its output)."""
     if mlp.gate_up_proj is not None:
         return
-    mlp.gate_up_proj = _stacked_linear((mlp.gate_proj, mlp.up_proj))
+    mlp.gate_up_proj = stacked_linear((mlp.gate_proj, mlp.up_proj))
     del mlp.gate_proj, mlp.up_proj
-
-
-def _stacked_linear(parts: tuple[nn.Linear, ...]) -> nn.Linear:
-    """One ``nn.Linear`` whose output rows are ``parts``' rows in order (weights and biases copied)."""
-    w = torch.cat([p.weight.detach() for p in parts])
-    has_bias = parts[0].bias is not None
-    out = nn.Linear(w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
-    with torch.no_grad():
-        out.weight.copy_(w)
-        if has_bias:
-            out.bias.copy_(torch.cat([p.bias.detach() for p in parts]))
-    return out.train(parts[0].training)

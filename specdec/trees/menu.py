@@ -156,12 +156,12 @@ class SampledMenuPolicy(TreePolicy):
         (:meth:`StochasticTreePolicy.grow <specdec.trees.stochastic.StochasticTreePolicy.grow>`)."""
         if sampling.greedy:
             last = self.trees[-1]
-            return last.grow(drafter, root, sampling, generator) if last is not None else _root_only(root)
+            return last.grow(drafter, root, sampling, generator) if last is not None else DraftTree.single(root)
         after_skip = self.last_shape is not None and self.trees[self.last_shape] is None
         index = self.next_shape()
         tree = self.trees[index]
         if tree is None:
-            return _root_only(root, drafter.vocab_size)
+            return DraftTree.single(root, drafter.vocab_size)
         t0 = time.perf_counter()
         out = tree.grow(drafter, root, sampling, generator, avoid=avoid)
         if not after_skip:  # a root step after a skipped cycle also runs the skipped tokens
@@ -184,12 +184,3 @@ class SampledMenuPolicy(TreePolicy):
 
     def __repr__(self) -> str:
         return f"SampledMenuPolicy(shapes={len(self.shapes)}, max_nodes={self.max_nodes})"
-
-
-def _root_only(root: torch.Tensor, vocab: int | None = None) -> DraftTree:
-    """A tree of the root alone: the verifier accepts nothing and draws the bonus token from the target's p."""
-    tokens, parents = root.reshape(1), torch.full((1,), -1, dtype=torch.long, device=root.device)
-    if vocab is None:
-        return DraftTree.from_parents(tokens, parents, 0)
-    q_dist = torch.zeros(1, vocab, dtype=torch.float32, device=root.device)  # a leaf's row: no children drawn
-    return DraftTree.from_parents(tokens, parents, 0, q_dist, torch.ones(1, dtype=torch.float32, device=root.device))
