@@ -1,8 +1,11 @@
 """A preallocated KV cache indexed by position, plugged into Hugging Face models through their Cache API.
 
-Each layer owns ``keys``/``values`` buffers ``[B, H_kv, max_len, D]`` allocated once. A forward writes its
-new entries at ``write_pos .. write_pos + n`` and attends over ``[0, write_pos + n)``; the caller passes
-an explicit 4-D mask of that width. Rejected tree entries are simply overwritten by the next forward,
+Each layer owns ``keys``/``values`` buffers ``[B, H_kv, max_len, D]`` allocated once, in the model's dtype or in the
+cache's own (``dtype``: float64 for the row-invariant attention of :mod:`specdec.backends.gqa`, which then reads them
+without a conversion). A forward writes its new entries at ``write_pos .. write_pos + n`` and attends over
+``[0, write_pos + n)``; the caller passes an explicit 4-D mask of that width. Contract: a forward reads only slots
+written before it or by itself, so the buffers are allocated uninitialised (pages become resident as positions are
+written, not for the whole capacity at once). Rejected tree entries are simply overwritten by the next forward,
 so rollback costs nothing; :meth:`PositionCache.compact` moves an accepted path's entries into place.
 
 No modeling code is forked: HF decoder layers call ``Cache.update`` and accept a ready 4-D mask.
@@ -29,20 +32,29 @@ class CacheFullError(SpecdecError, ValueError):
 
 
 class PositionLayer(CacheLayerMixin):
-    """One layer's preallocated keys/values; writes at ``write_pos`` (a Python int set by the owner)."""
+    """One layer's preallocated keys/values; writes at ``write_pos`` (a Python int set by the owner).
+
+    Args:
+        max_len: capacity in positions.
+        dtype: the buffers' dtype (None: the first keys' and values' own); the written states are cast to it.
+    """
 
     is_compileable = False
     is_sliding = False
 
-    def __init__(self, max_len: int) -> None:
+    def __init__(self, max_len: int, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.max_len = max_len
+        self.dtype = dtype
         self.write_pos = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         b, h, _, d = key_states.shape
-        self.keys = key_states.new_zeros(b, h, self.max_len, d)
-        self.values = value_states.new_zeros(b, h, self.max_len, value_states.shape[-1])
+        # uninitialised: a forward reads only slots written before it or by itself (the module docstring)
+        self.keys = key_states.new_empty(b, h, self.max_len, d, dtype=self.dtype or key_states.dtype)
+        self.values = value_states.new_empty(
+            b, h, self.max_len, value_states.shape[-1], dtype=self.dtype or value_states.dtype
+        )
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -75,11 +87,14 @@ class PositionCache(Cache):
         num_layers: decoder layers of the model.
         max_len: capacity in positions.
         static: fixed-shape layers (write at a device-side position, attend over the whole capacity).
+        dtype: the keys'/values' dtype (None: the model's); eager layers only.
     """
 
-    def __init__(self, num_layers: int, max_len: int, static: bool = False) -> None:
-        layer = StaticLayer if static else PositionLayer
-        super().__init__(layers=[layer(max_len) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, max_len: int, static: bool = False, dtype: torch.dtype | None = None) -> None:
+        if static and dtype is not None:
+            raise ValueError("a static cache holds the model's dtype (transformers' StaticLayer); dtype is for eager")
+        layers = [StaticLayer(max_len) if static else PositionLayer(max_len, dtype) for _ in range(num_layers)]
+        super().__init__(layers=layers)
         self.max_len = max_len
         self.static = static
 

@@ -40,6 +40,8 @@ class ModelRunner:
         capacity: positions real tokens may occupy.
         static: fixed-shape forwards compiled once per bucket (the module docstring).
         buckets: forward sizes of static shapes.
+        cache_dtype: the cache's keys/values dtype (None: the model's; float64 for row-invariant numerics, whose
+            attention reads float64 keys/values, :mod:`specdec.backends.gqa`); eager shapes only.
 
     Attributes:
         cache: the :class:`~specdec.kvcache.PositionCache` (static: ``max(buckets)`` slots of room for padding rows).
@@ -52,11 +54,12 @@ class ModelRunner:
         capacity: int,
         static: bool = False,
         buckets: tuple[int, ...] = BUCKETS,
+        cache_dtype: torch.dtype | None = None,
     ) -> None:
         self.model, self.layout, self.capacity, self.static = model, layout, capacity, static
         self.buckets = tuple(sorted(buckets))
         layers = int(model.config.get_text_config().num_hidden_layers)
-        self.cache = PositionCache(layers, capacity + max(self.buckets) * static, static)
+        self.cache = PositionCache(layers, capacity + max(self.buckets) * static, static, cache_dtype)
         self._run = compile_forward(model) if static else model
 
     @property

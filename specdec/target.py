@@ -97,7 +97,7 @@ class HFTarget(Target):
         self.max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)
         self.hidden = hidden or HiddenRequest()
         self.static: bool = self.execution.static
-        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets)
+        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets, self.execution.cache_dtype)
         self.buckets, self.cache = self.runner.buckets, self.runner.cache
         self.length = 0
 

@@ -15,7 +15,9 @@ from torch import nn
 
 from specdec.assets import chat_ids, mtbench_prompts
 from specdec.backends import GQA_ATTENTION, GQA_INVARIANT, BackendError, PackedLinear, execution_label, kernels
+from specdec.backends.gqa import _gqa_attention_invariant
 from specdec.generate import StopCondition
+from specdec.kvcache import PositionCache
 from specdec.methods import MethodOptions, build_method
 from specdec.models import load_smollm2, tiny_llama
 from specdec.sampling import SamplingParams
@@ -134,8 +136,8 @@ def test_smollm2_bfloat16_tree_rows_are_bitwise_single_steps() -> None:
     if kernels.slow_dtype_reason(torch.bfloat16):
         pytest.skip("this CPU has no native bfloat16: the packed bfloat16 path does not apply")
     model, _ = smollm2(torch.bfloat16)
-    # 186 + 1 keys in a step, 186 + 9 in the tree: MKL blocks the key sum at 192 (the float64 GEMM's reason)
-    for context in (40, 186, 250):
+    # 505 + 1 keys in a step, 505 + 9 in the tree: SDPA's CPU kernel splits the keys into blocks of 512
+    for context in (40, 186, 505):
         assert all(rows_match_steps(model, True, context=context)), f"context {context}"
     # negative control: the same comparison without the invariant numerics fails (the test can fail)
     assert not all(rows_match_steps(model, False))
@@ -200,3 +202,42 @@ def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16) -> None:
         SmallLMDrafter.from_target(target, num_layers=1)
         padding = {m.pad_single_row for m in target.model.modules() if kernels.runs_packed(m)}
         assert padding == {invariant}, dtype
+
+
+def test_invariant_targets_cache_keys_and_values_in_float64(native_bf16) -> None:
+    """The invariant attention runs in float64 and reads its keys/values from a float64 cache (no conversion per
+    forward); every other path keeps the model's dtype, and a static cache refuses another dtype."""
+    from specdec.drafters import SmallLMDrafter
+
+    target = HFTarget(tiny(torch.bfloat16), max_len=32)
+    assert target.execution.invariant and target.execution.cache_dtype == torch.float64
+    target.prefill(torch.arange(5))
+    target.forward_tree(DraftTree.from_parents(torch.tensor([1, 2]), torch.tensor([-1, 0]), 1))
+    layer = target.cache.layers[0]
+    assert layer.keys.dtype == layer.values.dtype == torch.float64
+    drafter = SmallLMDrafter.from_target(target, num_layers=1)  # the target's modules, so its attention too
+    assert drafter.runner.cache.layers[0].dtype == torch.float64
+    plain = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
+    plain.prefill(torch.arange(5))
+    assert plain.execution.cache_dtype is None and plain.cache.layers[0].keys.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="static cache"):
+        PositionCache(2, 8, static=True, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_invariant_attention_is_the_same_on_a_cache_of_the_models_dtype(masked) -> None:
+    """bfloat16 keys/values are exact in float64: the float64 cache changes the cost, not one bit of the output
+    (a mask, a 1-row step and the query's dtype kept)."""
+
+    class Module:
+        is_causal = True
+
+    g = torch.Generator().manual_seed(0)
+    t, s = (4, 37) if masked else (1, 37)
+    q = torch.randn(1, 9, t, 16, generator=g).bfloat16()
+    k, v = (torch.randn(1, 3, s, 16, generator=g).bfloat16() for _ in range(2))
+    mask = torch.rand(1, 1, t, s, generator=g) < 0.7 if masked else None
+    out, _ = _gqa_attention_invariant(Module(), q, k, v, mask)
+    again, _ = _gqa_attention_invariant(Module(), q, k.double(), v.double(), mask)
+    assert out.dtype == torch.bfloat16 and out.shape == (1, t, 9, 16)
+    assert torch.equal(out, again)

@@ -99,6 +99,12 @@ class Execution:
     stacked: int = 0
 
     @property
+    def cache_dtype(self) -> torch.dtype | None:
+        """The KV cache's dtype this execution needs: float64 for row-invariant numerics (their attention runs in
+        float64, :mod:`specdec.backends.gqa`), None (the model's) otherwise."""
+        return torch.float64 if self.invariant else None
+
+    @property
     def label(self) -> str:
         """``"packed"``, ``"stock+static"``, ``"packed+invariant"``, ... (file names, stats lines)."""
         return self.weights + ("+static" if self.static else "") + ("+invariant" if self.invariant else "")

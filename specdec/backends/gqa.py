@@ -5,26 +5,20 @@ transformers' ``sdpa`` path repeats every layer's keys/values to all query heads
 (an addition to its registry; nothing else changes) and switched on per model by :func:`use_gqa_attention`.
 
 Row-invariant numerics (``"specdec_sdpa_invariant"``): the attention of a tree forward and of a 1-token step must
-give a row the same bits, but SDPA's CPU kernels group their sums by the key length and by where masked slots fall
-among the keys, and both differ between a 1-token step (keys ``[0, L]``) and a tree forward (keys ``[0, L + n)``,
-siblings masked). In bfloat16 that last-bit difference becomes a whole bfloat16 ulp in some outputs of every layer.
-The invariant form (:func:`_gqa_attention_invariant`) is a float32 softmax attention written so that no sum depends
-on the number of rows or on where masked slots fall:
+give a row the same bits, but SDPA's CPU kernels group their sums by the number of rows and keys and by where masked
+slots fall among the keys, and these differ between a 1-token step (keys ``[0, L]``) and a tree forward (keys
+``[0, L + n)``, siblings masked). In bfloat16 that last-bit difference becomes a whole bfloat16 ulp in some outputs
+of every layer. The invariant form (:func:`_gqa_attention_invariant`) runs the same SDPA in float64 and rounds its
+output to the model's dtype. The two forwards still group their sums differently, but in float64 that moves a result
+by ~1e-16 relative, and rounding it to bfloat16 (or float32) gives the same value unless it lies that close to a
+rounding boundary: probability ~1e-13 per element in bfloat16, ~1e-9 in float32.
 
-* the scores ``q @ k^T`` are a float32 GEMM over at least :data:`INVARIANT_MIN_ROWS` rows (zero rows pad a 1-token
-  step): each score is one dot product over the head dimension, and MKL gave it the same bits for any number of rows
-  from 4 up and any number of keys, while 1-3 rows ran another kernel;
-* ``exp`` runs on whole vectors (keys padded to :data:`INVARIANT_KEY_ALIGN`), so every weight takes the same code
-  path whatever its position; the row maximum is exact in any order;
-* ``weights @ [values | 1]`` (the ones column gives the softmax's denominator) is a float64 GEMM. The sum over the
-  keys is where the two forwards differ: MKL blocks it by the number of keys, so a key lands in another partial sum
-  when the tree's extra slots push the count past a block boundary (measured: 192 against 256 keys). In float64 that
-  moves the result by ~1e-16 relative, and rounding it to bfloat16 (or float32) gives the same value unless it lies
-  that close to a rounding boundary: probability ~1e-13 per element in bfloat16, ~1e-9 in float32.
-
-These are properties of the kernels measured here (MKL's GEMMs and torch's vectorised ``exp`` on AMD Zen 4), not
-guarantees of their documentation; ``tests/test_invariant.py`` checks them bit for bit on SmolLM2 on whatever CPU
-runs the suite. A causal prefill (no mask) runs the ordinary kernel: vanilla and speculative decoding share it.
+Its keys and values come from a float64 cache (:class:`~specdec.kvcache.PositionCache` ``dtype``, which
+:class:`~specdec.target.HFTarget` sets for invariant numerics; bfloat16 and float32 values are exact in float64), so
+no forward converts the cache; with a cache in the model's dtype every call converts it (same values, slower).
+``tests/test_invariant.py`` checks the property bit for bit on SmolLM2 on whatever CPU runs the suite (contexts across
+SDPA's key blocks, a branching tree, greedy EAGLE-3 against vanilla token for token). A causal prefill (no mask) runs
+the ordinary kernel in the model's dtype: vanilla and speculative decoding share it.
 """
 
 from __future__ import annotations
@@ -39,12 +33,6 @@ GQA_ATTENTION = "specdec_sdpa"
 GQA_INVARIANT = "specdec_sdpa_invariant"
 #: Both forms of the copy-free GQA attention.
 GQA_NAMES = (GQA_ATTENTION, GQA_INVARIANT)
-#: The invariant form's GEMMs run at least this many rows: MKL's float32 GEMM gave a row other bits with 1-3 rows than
-#: with 4-64 (AMD Zen 4; 4-64 agreed with each other, whatever the number of keys).
-INVARIANT_MIN_ROWS = 8
-#: The invariant form pads the keys to a multiple of this, so that ``exp`` runs whole vectors (torch computes a
-#: tensor's last ``numel % (2 x vector width)`` elements with the scalar ``exp``, whose last bit may differ).
-INVARIANT_KEY_ALIGN = 64
 
 
 def _causal(module: nn.Module, t: int, attention_mask: torch.Tensor | None, is_causal: bool | None) -> bool:
@@ -106,37 +94,24 @@ def _gqa_attention_invariant(
 ) -> tuple[torch.Tensor, None]:
     """:func:`_gqa_sdpa` with row-invariant numerics (the module docstring); same contract and shapes.
 
-    Contract: a boolean mask marks the slots to attend; an additive one holds 0 or a large negative value, which
-    gives weight exactly 0. A row that attends to no slot (padding in a batch) gets 0, as SDPA gives it.
+    ``key``/``value`` ``[B, h_kv, S, d]`` in float64 (the invariant cache) or in the query's dtype; the output is in
+    the query's dtype.
     """
-    b, h, t, d = query.shape
+    t = query.shape[2]
     if _causal(module, t, attention_mask, is_causal) or dropout:  # a prefill: shared by vanilla and speculative
+        key, value = key.to(query.dtype), value.to(query.dtype)  # exact: the cache holds the model's own values
         return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _refuse_unsupported(kwargs)
-    kv_heads, s = key.shape[1], key.shape[2]
-    group = h // kv_heads
-    real = group * t  # query rows per key/value head: head i reads key/value head i // group
-    rows = max(real, INVARIANT_MIN_ROWS)  # fewer rows run other GEMM kernels than a tree's
-    width = -(-s // INVARIANT_KEY_ALIGN) * INVARIANT_KEY_ALIGN  # exp sees whole vectors only (no scalar tail)
-    scale = scaling if scaling is not None else d**-0.5
-    q = F.pad(query.reshape(b, kv_heads, real, d).float() * scale, (0, 0, 0, rows - real))
-    scores = F.pad(q @ key.float().transpose(-1, -2), (0, width - s), value=float("-inf"))
-    if attention_mask is not None:
-        mine = scores[:, :, :real, :s].unflatten(2, (group, t))  # [B, kv, group, T, S], a view
-        mask = attention_mask[:, :, None]  # [B, 1, 1, T, S]
-        if mask.dtype == torch.bool:
-            mine.masked_fill_(~mask, float("-inf"))
-        else:
-            mine.add_(mask)
-    top = scores.amax(-1, keepdim=True)
-    top.masked_fill_(top == float("-inf"), 0.0)  # a row that sees no key (a padded batch row): weights 0, not NaN
-    p = scores.sub_(top).exp_()  # unnormalised weights; masked slots exactly 0
-    # one float64 GEMM gives both sum_j p_j v_j and sum_j p_j (a column of ones)
-    dv = value.shape[-1]
-    values = F.pad(value.double(), (0, 1, 0, width - s), value=1.0)  # padded keys have weight 0
-    total = (p.double() @ values)[:, :, :real]
-    # a row that sees a key has a denominator >= 1 (its top key's weight is exactly 1); a row that sees none, 0 / 1
-    out = (total[..., :dv] / total[..., dv:].clamp(min=1.0)).reshape(b, h, t, dv)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        attention_mask = attention_mask.double()
+    out = F.scaled_dot_product_attention(
+        query.double(),
+        key.double(),
+        value.double(),
+        attn_mask=attention_mask,
+        scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 

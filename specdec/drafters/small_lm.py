@@ -89,7 +89,7 @@ class SmallLMDrafter(Drafter):
         self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
-        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets)
+        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets, self.execution.cache_dtype)
         self.buckets, self.cache = self.runner.buckets, self.runner.cache
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
