@@ -241,3 +241,49 @@ def test_invariant_attention_is_the_same_on_a_cache_of_the_models_dtype(masked) 
     again, _ = _gqa_attention_invariant(Module(), q, k.double(), v.double(), mask)
     assert out.dtype == torch.bfloat16 and out.shape == (1, t, 9, 16)
     assert torch.equal(out, again)
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_no_forward_reads_a_cache_slot_it_did_not_write(monkeypatch, invariant) -> None:
+    """Cache buffers are allocated uninitialised (``PositionLayer``): filled with NaN here, a read of a slot no
+    forward wrote would reach the logits (a masked NaN still poisons attention: 0 * NaN) and fail the finite-logits
+    check or change the tokens. Vanilla, a small-LM drafter (its own cache) and dynamic and stochastic trees with
+    their commits run over them; the tokens equal those of zero-filled buffers."""
+    from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+    from specdec.kvcache import PositionLayer
+    from tests.factories import make_drafter, make_policy
+
+    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=3)
+    prompt = torch.randint(0, 64, (9,), generator=torch.Generator().manual_seed(4))
+    stop = StopCondition(max_new_tokens=24)
+
+    def run() -> list[list[int]]:
+        target = HFTarget(model, max_len=64, weights="packed", invariant=invariant)
+        out = [VanillaGenerator(target).generate(prompt, SamplingParams(temperature=0.0), stop).tokens]
+        for policy, temperature in (("dynamic", 0.0), ("stochastic", 1.0)):
+            drafter = make_drafter("small-lm", target.model, 64)
+            gen = SpeculativeGenerator(target, drafter, make_policy(policy))  # each call picks its verifier
+            out.append(gen.generate(prompt, SamplingParams(temperature=temperature, seed=5), stop).tokens)
+        return out
+
+    allocate = PositionLayer.lazy_initialization
+
+    def filled_with(value: float):
+        def lazy_initialization(self, key_states, value_states):
+            allocate(self, key_states, value_states)
+            self.keys.fill_(value)
+            self.values.fill_(value)
+
+        return lazy_initialization
+
+    monkeypatch.setattr(PositionLayer, "lazy_initialization", filled_with(0.0))
+    zero_filled = run()
+    monkeypatch.setattr(PositionLayer, "lazy_initialization", filled_with(float("nan")))
+    assert run() == zero_filled
+    # negative control: a forward that does read unwritten slots (the length moved past the written prefix) fails
+    target = HFTarget(model, max_len=64, weights="packed", invariant=invariant)
+    target.prefill(prompt)
+    target.length += 3
+    with torch.no_grad():
+        logits = target.decode_one(torch.tensor(1)).logits
+    assert not torch.isfinite(logits).all()

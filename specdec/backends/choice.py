@@ -115,7 +115,7 @@ class Execution:
         counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
-        numerics = ", row-invariant numerics" if self.invariant else ""
+        numerics = ", row-invariant numerics (float64 attention and KV cache)" if self.invariant else ""
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 
@@ -205,11 +205,11 @@ def apply(
     ``invariant``: row-invariant numerics, so that a row's logits are bitwise the same whether the row runs alone
     (a 1-token step) or inside a tree forward: single rows padded to two in every packed linear
     (:class:`~specdec.backends.kernels.PackedLinear`) and the invariant attention of :mod:`specdec.backends.gqa`
-    (float32 scores and ``exp`` laid out so that no row's bits depend on its neighbours, the sum over the keys in
-    float64). Greedy speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns
-    them on for a bfloat16 model whose linears are all packed (on AMD CPUs with native bfloat16; not yet on Intel,
-    where ``auto`` keeps bfloat16 linears stock), where without them greedy EAGLE-3 output differed from vanilla's on
-    19 of 20 MT-bench prompts; float32 keeps the faster attention (its differences are ~1e-6 of a logit).
+    (SDPA in float64 on a float64 KV cache, :attr:`Execution.cache_dtype`, rounded to the model's dtype). Greedy
+    speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns them on for a
+    bfloat16 model whose linears are all packed (on AMD CPUs with native bfloat16; not yet on Intel, where ``auto``
+    keeps bfloat16 linears stock), where without them greedy EAGLE-3 output differed from vanilla's on 19 of 20
+    MT-bench prompts; float32 keeps the faster attention (its differences are ~1e-6 of a logit).
 
     Raises:
         BackendError: ``invariant=True`` where the model does not run every linear packed, on eager shapes, with

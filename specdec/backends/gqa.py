@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GQA_ATTENTION", "GQA_INVARIANT", "GQA_NAMES", "set_attention", "use_gqa_attention"]
+__all__ = ["GQA_ATTENTION", "GQA_INVARIANT", "GQA_NAMES", "cache_dtype", "set_attention", "use_gqa_attention"]
 
 GQA_ATTENTION = "specdec_sdpa"
 GQA_INVARIANT = "specdec_sdpa_invariant"
@@ -95,7 +95,8 @@ def _gqa_attention_invariant(
     """:func:`_gqa_sdpa` with row-invariant numerics (the module docstring); same contract and shapes.
 
     ``key``/``value`` ``[B, h_kv, S, d]`` in float64 (the invariant cache) or in the query's dtype; the output is in
-    the query's dtype.
+    the query's dtype. A row that sees no key gets 0 with a boolean or ``-inf`` mask, and SDPA's uniform average
+    with a finite additive one, as :func:`_gqa_sdpa` gives it.
     """
     t = query.shape[2]
     if _causal(module, t, attention_mask, is_causal) or dropout:  # a prefill: shared by vanilla and speculative
@@ -131,6 +132,13 @@ def set_attention(model: nn.Module, name: str) -> bool:
         return False
     model.set_attn_implementation(name)
     return config._attn_implementation == name
+
+
+def cache_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype a KV cache for ``model`` should hold: float64 where its attention is the invariant form (which reads
+    float64 keys/values without converting them), None (the model's own) otherwise."""
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return torch.float64 if attention == GQA_INVARIANT else None
 
 
 def use_gqa_attention(model: nn.Module, invariant: bool = False) -> str:

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from specdec.attention import AttentionLayout
+from specdec.backends.gqa import cache_dtype
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.runner import ModelRunner
 from specdec.sampling import SamplingParams, check_finite, greedy_tokens, sample, warp
@@ -158,7 +159,8 @@ class _Batch:
             )
         self.num_layers = int(model.config.get_text_config().num_hidden_layers)
         self.capacity = capacity
-        self.runner = ModelRunner(model, self.layout, capacity)
+        self.cache_dtype = cache_dtype(model)  # float64 under the invariant attention (it reads it unconverted)
+        self.runner = ModelRunner(model, self.layout, capacity, cache_dtype=self.cache_dtype)
         self.cache = self.runner.cache
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool)  # [B, C] slots each row attends to
         self.clock = 0  # P: the slot the next step writes
@@ -185,12 +187,12 @@ class _Batch:
         self.clock = max(self.clock, width)  # the prompts end just before the clock; the jump is a masked gap
         if self.clock >= self.capacity:
             raise CacheFullError(f"a prompt of {width} tokens leaves no room in a cache of {self.capacity} slots")
-        fresh = PositionCache(self.num_layers, width)
+        fresh = PositionCache(self.num_layers, width, dtype=self.cache_dtype)
         logits, hidden = self._forward(ids, positions, mask, fresh, 0)
         index = torch.tensor(rows, dtype=torch.long)
         span = slice(self.clock - width, self.clock)
         for big, small in zip(self.cache.layers, fresh.layers, strict=True):
-            if not big.is_initialized:
+            if not big.is_initialized:  # zeros, not empty: the masked gap after a clock jump is read, never written
                 shape = (self.valid.shape[0], *small.keys.shape[1:2], self.capacity, small.keys.shape[-1])
                 big.keys = small.keys.new_zeros(shape)
                 big.values = small.values.new_zeros(shape[:3] + small.values.shape[-1:])
