@@ -15,7 +15,7 @@ from torch import nn
 
 from specdec.assets import chat_ids, mtbench_prompts
 from specdec.backends import GQA_ATTENTION, GQA_INVARIANT, BackendError, PackedLinear, execution_label, kernels
-from specdec.backends.gqa import _gqa_attention_invariant
+from specdec.backends.gqa import _gqa_attention_invariant, _gqa_sdpa
 from specdec.generate import StopCondition
 from specdec.kvcache import PositionCache
 from specdec.methods import MethodOptions, build_method
@@ -47,7 +47,11 @@ def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None
     assert not fp32.invariant and fp32.attention == GQA_ATTENTION
     forced = HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
     assert forced.execution.invariant and forced.execution.attention == GQA_INVARIANT
-    assert all(m.pad_single_row for m in forced.model.modules() if kernels.runs_packed(m))
+    probed = [
+        kernels.single_row_padding(kernels.packed_linear(m)) for m in forced.model.modules() if kernels.runs_packed(m)
+    ]
+    assert [m.pad_single_row for m in forced.model.modules() if kernels.runs_packed(m)] == probed
+    assert forced.execution.padded == sum(probed)
     off = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
     assert not off.execution.invariant and off.execution.attention == GQA_ATTENTION
     assert not any(m.pad_single_row for m in off.model.modules() if kernels.runs_packed(m))
@@ -193,10 +197,12 @@ def test_a_row_that_sees_no_key_gets_zeros_not_nan(native_bf16) -> None:
     torch.testing.assert_close(out[True].logits[1], out[False].logits[1], atol=1e-4, rtol=1e-4)
 
 
-def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16) -> None:
-    """The small-LM drafter runs the target's own modules: building it must not switch their row padding."""
+def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16, monkeypatch) -> None:
+    """The small-LM drafter runs the target's own modules: building it must not switch their row padding (a GEMM
+    whose single rows need padding, so that invariant numerics pad every linear and variable ones none)."""
     from specdec.drafters import SmallLMDrafter
 
+    _fake_gemm(monkeypatch, lambda rows: rows == 1)
     for dtype, invariant in ((torch.float32, True), (torch.bfloat16, False)):
         target = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=invariant)
         SmallLMDrafter.from_target(target, num_layers=1)
@@ -227,7 +233,7 @@ def test_invariant_targets_cache_keys_and_values_in_float64(native_bf16) -> None
 @pytest.mark.parametrize("masked", [False, True])
 def test_invariant_attention_is_the_same_on_a_cache_of_the_models_dtype(masked) -> None:
     """bfloat16 keys/values are exact in float64: the float64 cache changes the cost, not one bit of the output
-    (a mask, a 1-row step and the query's dtype kept)."""
+    (a mask, a 1-row step and the query's dtype kept), of the invariant attention or of the ordinary one."""
 
     class Module:
         is_causal = True
@@ -241,6 +247,8 @@ def test_invariant_attention_is_the_same_on_a_cache_of_the_models_dtype(masked) 
     again, _ = _gqa_attention_invariant(Module(), q, k.double(), v.double(), mask)
     assert out.dtype == torch.bfloat16 and out.shape == (1, t, 9, 16)
     assert torch.equal(out, again)
+    # the ordinary attention reads either cache too (same bits): switching a target's attention keeps it working
+    assert torch.equal(_gqa_sdpa(Module(), q, k, v, mask)[0], _gqa_sdpa(Module(), q, k.double(), v.double(), mask)[0])
 
 
 @pytest.mark.parametrize("invariant", [True, False])
@@ -287,3 +295,48 @@ def test_no_forward_reads_a_cache_slot_it_did_not_write(monkeypatch, invariant) 
     with torch.no_grad():
         logits = target.decode_one(torch.tensor(1)).logits
     assert not torch.isfinite(logits).all()
+
+
+def _fake_gemm(monkeypatch, variant) -> None:
+    """Replace the packed GEMM by one that sums a row's products in reversed order where ``variant(rows)`` says so
+    (another grouping of the same sums, as a kernel chosen by the number of rows would have)."""
+    real = PackedLinear.gemm
+
+    def gemm(self, x):
+        if not variant(x.reshape(-1, x.shape[-1]).shape[0]):
+            return real(self, x)
+        w = self.weight.float()
+        return (x.float().flip(-1) @ w.flip(-1).T).to(x.dtype)
+
+    monkeypatch.setattr(PackedLinear, "gemm", gemm)
+    monkeypatch.setattr(kernels, "_PROBED", {})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_probe_finds_a_single_row_kernel_and_a_row_variant_one(monkeypatch, dtype) -> None:
+    """single_row_padding's negative controls: a GEMM that groups one row's sums otherwise is padded, one whose
+    grouping changes with the number of rows is refused; the order-sensitive values show a grouping that normal
+    random values hide behind bfloat16 rounding."""
+    torch.manual_seed(0)
+    linear = PackedLinear(nn.Linear(1536, 96, bias=False).to(dtype))
+    assert kernels.single_row_padding(linear) in (False, True)  # whatever this CPU's kernel does: no error
+    _fake_gemm(monkeypatch, lambda rows: rows == 1)
+    assert kernels.single_row_padding(linear) is True
+    _fake_gemm(monkeypatch, lambda rows: rows % 2 == 1)
+    with pytest.raises(kernels.RowVariantKernelError, match="other bits for 3 rows"):
+        kernels.single_row_padding(linear)
+
+
+def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, native_bf16) -> None:
+    """``auto`` gives the invariant numerics up with one warning and says why; ``invariant=True`` refuses."""
+
+    def refuse(linear):
+        raise kernels.RowVariantKernelError("the packed probe GEMM gives other bits for 3 rows than for more")
+
+    monkeypatch.setattr(kernels, "single_row_padding", refuse)
+    with pytest.warns(kernels.FastPathWarning, match="row-invariant numerics off"):
+        target = HFTarget(tiny(torch.bfloat16), max_len=32)
+    assert not target.execution.invariant and target.execution.attention == GQA_ATTENTION
+    assert "other bits for 3 rows" in target.execution.reason and target.execution.cache_dtype is None
+    with pytest.raises(BackendError, match="cannot be served on this CPU"):
+        HFTarget(tiny(torch.bfloat16), max_len=32, invariant=True)

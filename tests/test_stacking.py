@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from specdec.backends import PackedLinear, apply, execution_label, prepare_model
-from specdec.backends.kernels import pack_linears, set_row_padding, unpack_linears
+from specdec.backends.kernels import pack_linears, unpack_linears
 from specdec.backends.stacking import StackedSlice, stack_projections, unstack_projections
 from specdec.models import load_smollm2, tiny_llama
 from specdec.target import HFTarget
@@ -99,7 +99,9 @@ def test_stacking_skips_what_it_cannot_stack_and_undoes() -> None:
     model.model.layers[0].self_attn.k_proj.register_forward_hook(lambda *a: None)
     assert stack_projections(model) == 3  # the hooked layer's q/k/v stays as it is
     assert isinstance(model.model.layers[0].self_attn.q_proj, PackedLinear)
-    assert set_row_padding(model, True) > 0 and model.model.layers[1].self_attn.q_proj.stack.linear.pad_single_row
+    member = model.model.layers[1].self_attn.q_proj
+    member.pad_single_row = True  # set on a member, it is the group's (kernels.set_row_padding sets it so)
+    assert member.stack.linear.pad_single_row and model.model.layers[1].self_attn.k_proj.pad_single_row
     twin = copy.deepcopy(model)  # a copy's members share a stack of their own
     a, b = twin.model.layers[1].self_attn.q_proj, twin.model.layers[1].self_attn.k_proj
     assert a.stack is b.stack and a.stack is not model.model.layers[1].self_attn.q_proj.stack

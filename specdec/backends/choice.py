@@ -32,6 +32,7 @@ from specdec.backends.gqa import GQA_NAMES, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
     PACKED_DTYPES,
     FastPathWarning,
+    RowVariantKernelError,
     cpu_gemm_profile,
     own_memory,
     pack_linears,
@@ -86,6 +87,8 @@ class Execution:
             in a tree forward of any size.
         norms: RMS norms running as one call (:mod:`specdec.backends.norms`; the same values).
         stacked: groups of projections run as one GEMM (``q/k/v``, ``gate/up``: :mod:`specdec.backends.stacking`).
+        padded: with ``invariant``, packed linears that pad a single row to two (where this CPU's kernel needs it,
+            :func:`~specdec.backends.kernels.single_row_padding`).
     """
 
     weights: str
@@ -97,6 +100,7 @@ class Execution:
     invariant: bool = False
     norms: int = 0
     stacked: int = 0
+    padded: int = 0
 
     @property
     def cache_dtype(self) -> torch.dtype | None:
@@ -115,7 +119,8 @@ class Execution:
         counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
-        numerics = ", row-invariant numerics (float64 attention and KV cache)" if self.invariant else ""
+        padded = f", {self.padded} linears padding single rows" if self.padded else ""
+        numerics = f", row-invariant numerics (float64 attention and KV cache{padded})" if self.invariant else ""
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 
@@ -203,8 +208,10 @@ def apply(
     (:func:`~specdec.backends.kernels.own_memory`); off for a copy whose tensors are the caller's.
 
     ``invariant``: row-invariant numerics, so that a row's logits are bitwise the same whether the row runs alone
-    (a 1-token step) or inside a tree forward: single rows padded to two in every packed linear
-    (:class:`~specdec.backends.kernels.PackedLinear`) and the invariant attention of :mod:`specdec.backends.gqa`
+    (a 1-token step) or inside a tree forward: single rows padded to two in the packed linears whose kernel on this CPU
+    needs it (:func:`~specdec.backends.kernels.single_row_padding` probes each shape; a kernel that is not
+    row-invariant at all turns the numerics off with a warning, or raises ``BackendError`` for ``invariant=True``)
+    and the invariant attention of :mod:`specdec.backends.gqa`
     (SDPA in float64 on a float64 KV cache, :attr:`Execution.cache_dtype`, rounded to the model's dtype). Greedy
     speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns them on for a
     bfloat16 model whose linears are all packed (on AMD CPUs with native bfloat16; not yet on Intel, where ``auto``
@@ -224,12 +231,19 @@ def apply(
             raise BackendError(f"{_INVARIANT_NEEDS}; this model would run {what} ({_INVARIANT_FIX})")
     execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
     on, reason = _invariant(invariant, execution, _params(model)[1])
-    set_row_padding(model, on)
+    try:
+        padded = set_row_padding(model, on)  # probes this CPU's kernels (kernels.single_row_padding)
+    except RowVariantKernelError as error:
+        if invariant is True:
+            raise BackendError(f"row-invariant numerics cannot be served on this CPU: {error}") from error
+        on, padded = False, set_row_padding(model, False)
+        reason = f"row-invariant numerics off: {error}; greedy output may differ from vanilla's at near-ties"
+        _warn(warn, "row-invariant numerics off", str(error))
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
     reason = "; ".join(r for r in (execution.reason, reason) if r)
-    return replace(execution, attention=attention, reason=reason, invariant=on)
+    return replace(execution, attention=attention, reason=reason, invariant=on, padded=padded)
 
 
 _INVARIANT_NEEDS = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"

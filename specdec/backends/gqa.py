@@ -64,6 +64,8 @@ def _gqa_sdpa(
     implement (soft-capping, position biases) instead of ignoring it.
     """
     _refuse_unsupported(kwargs)
+    if key.dtype != query.dtype:  # a float64 cache (invariant numerics) holds the model's values exactly
+        key, value = key.to(query.dtype), value.to(query.dtype)
     t = query.shape[2]
     causal = _causal(module, t, attention_mask, is_causal)
     if causal and key.shape[2] > t:  # a causal prefill attends over exactly its own t positions
@@ -100,7 +102,6 @@ def _gqa_attention_invariant(
     """
     t = query.shape[2]
     if _causal(module, t, attention_mask, is_causal) or dropout:  # a prefill: shared by vanilla and speculative
-        key, value = key.to(query.dtype), value.to(query.dtype)  # exact: the cache holds the model's own values
         return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _refuse_unsupported(kwargs)
     if attention_mask is not None and attention_mask.dtype != torch.bool:

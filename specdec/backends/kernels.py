@@ -56,8 +56,12 @@ __all__ = [
     "packing_pays",
     "plain_linear",
     "return_freed_memory",
+    "PROBE_ROWS",
+    "RowVariantKernelError",
+    "packed_linear",
     "runs_packed",
     "set_row_padding",
+    "single_row_padding",
     "shared_copy",
     "swap_module",
     "unpack_linears",
@@ -76,11 +80,11 @@ class PackedLinear(nn.Module):
     accumulates in float32 and rounds its output to bfloat16, as the stock bfloat16 GEMM does). Inference only: the
     packed weight is not a parameter and gets no gradient.
 
-    Row invariance (``pad_single_row``, :func:`set_row_padding`): oneDNN runs one row through a GEMV kernel whose
-    float32 sums are grouped differently from its GEMM kernel for 2 or more rows, so a row's output can differ in
-    the last bit between a 1-token step and a tree forward (in bfloat16 that is a whole bfloat16 ulp, often enough
-    to change a greedy token). Padded to two rows, a single row runs the GEMM kernel too. Measured on SmolLM2's
-    linears (AMD Zen 4): a row's output is bitwise the same for 2 to 64 rows, and for 1 row padded.
+    Row invariance (``pad_single_row``, :func:`set_row_padding`): for some shapes oneDNN runs one row through a GEMV
+    kernel whose float32 sums are grouped differently from its GEMM kernel for 2 or more rows, so a row's output can
+    differ in the last bit between a 1-token step and a tree forward (in bfloat16 that is a whole bfloat16 ulp,
+    often enough to change a greedy token). Padded to two rows, a single row runs the GEMM kernel too. Which shapes
+    need it is probed on the running CPU (:func:`single_row_padding`).
 
     Args:
         linear: the ``nn.Linear`` to replace.
@@ -111,10 +115,11 @@ class PackedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"this PackedLinear takes [..., {self.in_features}] inputs, got {list(x.shape)}")
         if self.pad_single_row and x.numel() == self.in_features:  # one row runs oneDNN's GEMV kernel: pad it
-            y = torch.ops.mkldnn._linear_pointwise(
-                x.reshape(1, -1).expand(2, -1), self.packed, self.bias, "none", [], ""
-            )
-            return y[:1].reshape(*x.shape[:-1], self.out_features)
+            return self.gemm(x.reshape(1, -1).expand(2, -1))[:1].reshape(*x.shape[:-1], self.out_features)
+        return self.gemm(x)
+
+    def gemm(self, x: torch.Tensor) -> torch.Tensor:
+        """The packed GEMM on ``x [..., in_features]`` as it is (no row padding, no checks)."""
         # one op: the kernel flattens [..., in_features] to rows and gives the output back in x's leading shape
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
@@ -352,15 +357,95 @@ def pack_linears(
     return packed, skipped
 
 
+class RowVariantKernelError(RuntimeError):
+    """A packed GEMM gives a row other bits depending on how many rows run with it, even with single rows padded:
+    row-invariant numerics cannot be served by this CPU's kernel for that shape."""
+
+
+#: Row counts the probe of :func:`single_row_padding` runs (trees run 2 to a few dozen rows; 17 and 33 put rows in
+#: a tail block after full blocks of 16 and 32).
+PROBE_ROWS = (2, 3, 5, 8, 16, 17, 33, 64)
+_PROBED: dict[tuple, bool] = {}
+
+
+def _order_sensitive(generator: torch.Generator, rows: int, outs: int, ins: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``[rows, ins]`` and a weight ``[outs, ins]`` whose products make a GEMM's result depend on how it groups
+    its sums: entries +-1, except at up to 8 random inputs where the rows hold 4096 and each weight row +-4096 (half of
+    each sign), so every output is a sum of +-1 terms around big products (+-2^24) that cancel exactly. A float32
+    partial sum holding a net big product rounds the +-1 terms added to it, so another grouping gives another small
+    result, visible after rounding to bfloat16 too. Exact in bfloat16."""
+    big = torch.randperm(ins, generator=generator)[: min(8, ins) // 2 * 2]
+    x = torch.randint(0, 2, (rows, ins), generator=generator) * 2.0 - 1.0
+    x[:, big] = 4096.0
+    block = min(outs, 256)  # the weight's values are free: a block tiled over the outputs
+    w = torch.randint(0, 2, (block, ins), generator=generator) * 2.0 - 1.0
+    signs = torch.tensor([4096.0, -4096.0]).repeat_interleave(big.numel() // 2)
+    w[:, big] = torch.stack([signs[torch.randperm(signs.numel(), generator=generator)] for _ in range(block)])
+    return x, w.repeat(-(-outs // block), 1)[:outs]
+
+
+@torch.no_grad()
+def single_row_padding(linear: PackedLinear) -> bool:
+    """Whether a single row must be padded to two for ``linear`` to give it the bits it gets among more rows.
+
+    Probed once per shape, dtype and thread count on the running CPU: the grouping of a GEMM's sums depends on the
+    kernel oneDNN picks for those, not on the weight's values. The probe packs a weight of the same shape and runs
+    64 rows as one GEMM, then as GEMMs of every count in :data:`PROBE_ROWS` and as single rows (8 of them, at block
+    edges), comparing each result bit for bit with the same rows of the 64-row GEMM. Its rows and weight are
+    order-sensitive (:func:`_order_sensitive`): with random normal values another grouping moves a float32 sum by an
+    ulp, which rounding to bfloat16 hides in all but ~1 in 10^4 outputs, so such a probe passed a bfloat16 kernel
+    that changed real tokens. With these values 92 % of that kernel's single-row outputs differ, in bfloat16 and in
+    float32, and 98 % of a sum taken in reverse order.
+
+    Returns:
+        False: single rows already match (measured for SmolLM2's 576-input linears on AMD Zen 4, both dtypes);
+        True: single rows match once padded to two (its 1,536-input down projection there, both dtypes).
+
+    Raises:
+        RowVariantKernelError: the rows differ between GEMMs of two counts of rows, or single rows differ padded too.
+    """
+    key = (linear.in_features, linear.out_features, linear.dtype, linear.bias is not None, torch.get_num_threads())
+    if key not in _PROBED:
+        g = torch.Generator().manual_seed(0)
+        x, weight = _order_sensitive(g, max(PROBE_ROWS), linear.out_features, linear.in_features)
+        probe = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, dtype=linear.dtype)
+        probe.weight.data = weight.to(linear.dtype)
+        if probe.bias is not None:
+            probe.bias.data.zero_()
+        probe, x = PackedLinear(probe), x.to(linear.dtype)
+        full = probe.gemm(x)
+        shape = f"{linear.dtype} {linear.in_features}->{linear.out_features}"
+        for m in PROBE_ROWS[:-1]:
+            if not torch.equal(probe.gemm(x[:m]), full[:m]):
+                raise RowVariantKernelError(f"the packed {shape} GEMM gives other bits for {m} rows than for more")
+        rows = (0, 1, 2, 15, 16, 31, 32, 63)
+        if all(torch.equal(probe.gemm(x[i : i + 1]), full[i : i + 1]) for i in rows):
+            _PROBED[key] = False
+        elif all(torch.equal(probe.gemm(x[i : i + 1].expand(2, -1))[:1], full[i : i + 1]) for i in rows):
+            _PROBED[key] = True
+        else:
+            raise RowVariantKernelError(f"the packed {shape} GEMM gives a single row other bits, padded or not")
+    return _PROBED[key]
+
+
 def set_row_padding(module: nn.Module, on: bool) -> int:
     """Set :attr:`PackedLinear.pad_single_row` on every packed linear under ``module`` (and on every module that
-    forwards it to one: :class:`~specdec.backends.stacking.StackedSlice`); returns how many."""
-    count = 0
-    for sub in module.modules():
-        if runs_packed(sub):
-            sub.pad_single_row = on
-            count += 1
-    return count
+    forwards it to one: :class:`~specdec.backends.stacking.StackedSlice`): with ``on``, where the probe of
+    :func:`single_row_padding` says a single row needs it; returns how many pad.
+
+    Raises:
+        RowVariantKernelError: with ``on``, a linear whose kernel is not row-invariant (none is changed then).
+    """
+    packed = [sub for sub in module.modules() if runs_packed(sub)]
+    pads = [on and single_row_padding(packed_linear(sub)) for sub in packed]  # probe all before changing any
+    for sub, pad in zip(packed, pads, strict=True):
+        sub.pad_single_row = pad
+    return sum(pads)
+
+
+def packed_linear(module: nn.Module) -> PackedLinear:
+    """The :class:`PackedLinear` a module of :func:`runs_packed` runs rows of (itself, or its stacked group's)."""
+    return module if isinstance(module, PackedLinear) else module.stack.linear
 
 
 def unpack_linears(module: nn.Module) -> int:

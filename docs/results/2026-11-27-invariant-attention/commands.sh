@@ -20,3 +20,4 @@ rm -f ~/.cache/specdec/budget/*.json
 for side in before after variable; do for context in 120 1500; do
   .venv/bin/python $D/rss_cache.py $side $context
 done; done > $D/rss_cache.txt
+make demo > $D/demo.txt 2>&1
