@@ -362,9 +362,10 @@ class RowVariantKernelError(RuntimeError):
     row-invariant numerics cannot be served by this CPU's kernel for that shape."""
 
 
-#: Row counts the probe of :func:`single_row_padding` runs (trees run 2 to a few dozen rows; 17 and 33 put rows in
-#: a tail block after full blocks of 16 and 32).
-PROBE_ROWS = (2, 3, 5, 8, 16, 17, 33, 64)
+#: Row counts the probe of :func:`single_row_padding` runs (trees run 2 to a few dozen rows; 17 puts a row in a tail
+#: block after a full block of 16). Each count leaves oneDNN buffers behind, ~25 MB for SmolLM2's five shapes (AMD
+#: Zen 4), as trees of those sizes would.
+PROBE_ROWS = (2, 3, 8, 17, 64)
 _PROBED: dict[tuple, bool] = {}
 
 
@@ -437,7 +438,10 @@ def set_row_padding(module: nn.Module, on: bool) -> int:
         RowVariantKernelError: with ``on``, a linear whose kernel is not row-invariant (none is changed then).
     """
     packed = [sub for sub in module.modules() if runs_packed(sub)]
+    probed = len(_PROBED)
     pads = [on and single_row_padding(packed_linear(sub)) for sub in packed]  # probe all before changing any
+    if len(_PROBED) > probed:
+        return_freed_memory()  # a probe's weight can be as large as the model's lm_head: hand its pages back
     for sub, pad in zip(packed, pads, strict=True):
         sub.pad_single_row = pad
     return sum(pads)
