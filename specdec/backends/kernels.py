@@ -432,7 +432,9 @@ def single_row_padding(linear: PackedLinear) -> bool:
 def set_row_padding(module: nn.Module, on: bool) -> int:
     """Set :attr:`PackedLinear.pad_single_row` on every packed linear under ``module`` (and on every module that
     forwards it to one: :class:`~specdec.backends.stacking.StackedSlice`): with ``on``, where the probe of
-    :func:`single_row_padding` says a single row needs it; returns how many pad.
+    :func:`single_row_padding` says a single row needs it; returns how many pad. The probe runs with the thread count
+    in force now: a target built with one thread count and run with another is probed for the first (the fast-path
+    benchmarks and the CLI set the count before building).
 
     Raises:
         RowVariantKernelError: with ``on``, a linear whose kernel is not row-invariant (none is changed then).
