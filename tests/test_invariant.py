@@ -340,3 +340,15 @@ def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, 
     assert "other bits for 3 rows" in target.execution.reason and target.execution.cache_dtype is None
     with pytest.raises(BackendError, match="cannot be served on this CPU"):
         HFTarget(tiny(torch.bfloat16), max_len=32, invariant=True)
+
+
+def test_the_continuous_batcher_caches_in_float64_under_the_invariant_attention() -> None:
+    """The batcher (``regenerate --invariant on``) keys its cache dtype on the model's attention, as targets do."""
+    from specdec.backends import apply
+    from specdec.train.continuous import _Batch
+
+    for invariant, dtype in ((True, torch.float64), (False, None)):
+        model = tiny()
+        apply(model, "packed", static_shapes=False, invariant=invariant)
+        batch = _Batch(model, batch=2, capacity=16)
+        assert batch.cache_dtype == dtype and batch.cache.layers[0].dtype == dtype

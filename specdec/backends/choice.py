@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from specdec.backends.gqa import GQA_NAMES, set_attention, use_gqa_attention
+from specdec.backends.gqa import GQA_NAMES, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
     PACKED_DTYPES,
     FastPathWarning,
@@ -104,9 +104,9 @@ class Execution:
 
     @property
     def cache_dtype(self) -> torch.dtype | None:
-        """The KV cache's dtype this execution needs: float64 for row-invariant numerics (their attention runs in
-        float64, :mod:`specdec.backends.gqa`), None (the model's) otherwise."""
-        return torch.float64 if self.invariant else None
+        """The KV cache's dtype this execution needs (:func:`specdec.backends.gqa.cache_dtype`: float64 for the
+        invariant attention of row-invariant numerics, None (the model's) otherwise)."""
+        return cache_dtype(self.attention)
 
     @property
     def label(self) -> str:

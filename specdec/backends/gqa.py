@@ -135,10 +135,9 @@ def set_attention(model: nn.Module, name: str) -> bool:
     return config._attn_implementation == name
 
 
-def cache_dtype(model: nn.Module) -> torch.dtype | None:
-    """The dtype a KV cache for ``model`` should hold: float64 where its attention is the invariant form (which reads
-    float64 keys/values without converting them), None (the model's own) otherwise."""
-    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+def cache_dtype(attention: str | None) -> torch.dtype | None:
+    """The dtype a KV cache should hold for a model whose attention implementation is ``attention``: float64 for the
+    invariant form (which reads float64 keys/values without converting them), None (the model's own) otherwise."""
     return torch.float64 if attention == GQA_INVARIANT else None
 
 

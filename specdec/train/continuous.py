@@ -159,7 +159,8 @@ class _Batch:
             )
         self.num_layers = int(model.config.get_text_config().num_hidden_layers)
         self.capacity = capacity
-        self.cache_dtype = cache_dtype(model)  # float64 under the invariant attention (it reads it unconverted)
+        # float64 under the invariant attention (it reads it unconverted)
+        self.cache_dtype = cache_dtype(getattr(model.config, "_attn_implementation", None))
         self.runner = ModelRunner(model, self.layout, capacity, cache_dtype=self.cache_dtype)
         self.cache = self.runner.cache
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool)  # [B, C] slots each row attends to
