@@ -63,6 +63,7 @@ _LAZY = {
     "verifier_for": "specdec.verify",
     "load_eagle_head": "specdec.checkpoints",
     "CheckpointError": "specdec.checkpoints",
+    "TargetTakenError": "specdec.calls",
 }
 
 __all__ = [

@@ -8,17 +8,56 @@ budget), before any token is generated.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from specdec.errors import SpecdecError
 from specdec.interfaces import Target
 from specdec.kvcache import CacheFullError
 from specdec.sampling import SamplingParams
 
-__all__ = ["GenerationMetrics", "GenerationResult", "Prompt", "StopCondition", "make_generator", "prepare_call"]
+__all__ = [
+    "GenerationMetrics",
+    "GenerationResult",
+    "Prompt",
+    "StopCondition",
+    "TargetTakenError",
+    "check_claim",
+    "claim",
+    "make_generator",
+    "prepare_call",
+]
+
+
+class TargetTakenError(SpecdecError, RuntimeError):
+    """A stream resumed after another generation (or a direct prefill or reset) used its target's cache."""
+
+
+def claim(target: Target) -> object:
+    """Mark ``target``'s cache as the new stream's (right after its prefill); returns the stream's claim.
+
+    Contract: a target's cache holds one sequence, so it serves one stream at a time. The decoding loops call
+    :func:`check_claim` before every forward after the prefill; a later prefill by another stream re-claims the
+    target (and :class:`~specdec.target.HFTarget` drops the claim on any prefill or reset), so a stream that resumes
+    after that raises instead of decoding from another sequence's cache.
+    """
+    token = object()
+    target.stream_claim = token
+    return token
+
+
+def check_claim(target: Target, token: object) -> None:
+    """Raise :class:`TargetTakenError` unless ``target``'s cache is still the stream's that holds ``token``."""
+    if getattr(target, "stream_claim", None) is not token:
+        raise TargetTakenError(
+            "this stream's target was used by another generation (or prefilled or reset) since the stream began, so "
+            "its cache no longer holds this stream's tokens; a target serves one stream at a time: finish a stream "
+            "before starting another on the same target, or give each its own target (HFTarget.sibling(max_len))"
+        )
 
 
 @dataclass
@@ -122,8 +161,24 @@ class StopCondition:
     decode: Callable[[list[int]], str] | None = None
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        budget = self.max_new_tokens
+        if budget is not None and (not _is_int(budget) or budget < 1):
+            raise ValueError(f"max_new_tokens must be an integer >= 1 (or None), got {budget!r}")
+        # one id or one string is taken as a tuple of one (as transformers' generate takes them); an iterable of
+        # characters would stop at any of them
+        if _is_int(self.eos_token_ids):
+            self.eos_token_ids = (int(self.eos_token_ids),)
+        elif self.eos_token_ids is not None:
+            self.eos_token_ids = tuple(self.eos_token_ids)
+            bad = [t for t in self.eos_token_ids if not _is_int(t)]
+            if bad:
+                raise TypeError(f"eos_token_ids must be integer token ids, got {bad!r}")
+        if isinstance(self.stop_strings, str):
+            self.stop_strings = (self.stop_strings,)
+        self.stop_strings = tuple(self.stop_strings)
+        bad = [t for t in self.stop_strings if not isinstance(t, str) or not t]
+        if bad:
+            raise TypeError(f"stop_strings must be non-empty strings, got {bad!r}")
         if self.stop_strings and self.decode is None:
             raise ValueError("stop_strings need a decode function (e.g. tokenizer.decode)")
 
@@ -167,9 +222,26 @@ def make_generator(
     return g
 
 
+def _is_int(x: object) -> bool:
+    """An integer that is not a bool (Python, numpy or a 0-dim integer tensor)."""
+    if isinstance(x, torch.Tensor):
+        return x.ndim == 0 and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
 #: What a generator takes as a prompt: ``[L]`` or ``[1, L]`` ids (a tensor or a list), or a tokenizer's output
 #: (``BatchEncoding`` or any mapping with ``"input_ids"``).
 Prompt = torch.Tensor | Sequence[int] | Mapping[str, Any]
+
+
+def _ids_tensor(ids: object) -> torch.Tensor:
+    """A list (or nested list, or array) of ids as a long tensor; anything but integers raises ``TypeError``."""
+    values = torch.as_tensor(ids if hasattr(ids, "__array__") else list(ids))  # type: ignore[call-overload]
+    if not values.numel():  # [] is float32 to torch; the prefill reports an empty prompt
+        return values.long()
+    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+        raise TypeError(f"prompt must hold integer token ids, got {values.dtype} values")
+    return values.long()
 
 
 def prepare_call(
@@ -189,9 +261,16 @@ def prepare_call(
     if isinstance(input_ids, Mapping):
         if "input_ids" not in input_ids:
             raise TypeError(f"a mapping prompt needs an 'input_ids' entry, got keys {sorted(input_ids)}")
+        mask = input_ids.get("attention_mask")
+        if mask is not None and not bool(torch.as_tensor(mask).bool().all()):
+            raise ValueError(
+                "the prompt's attention_mask has zeros (padding): specdec decodes one unpadded sequence and would "
+                "read the pad tokens as part of the prompt; encode it without padding (tokenizer(text) with no "
+                "padding=...) or pass only the ids where the mask is 1"
+            )
         input_ids = input_ids["input_ids"]
     if not isinstance(input_ids, torch.Tensor):
-        input_ids = torch.as_tensor(list(input_ids), dtype=torch.long)
+        input_ids = _ids_tensor(input_ids)
     if input_ids.ndim == 2:
         if input_ids.shape[0] != 1:
             raise ValueError(

@@ -70,6 +70,15 @@ BENCH_METHODS = (
 )
 
 
+#: ``--seed``'s help: what a seed does and does not make reproducible.
+SEED_HELP = (
+    "seed of the sampling generator at T > 0 (default 0). A run repeats token for token where the tree's shape does "
+    "not depend on timings (the sampled trees of the EAGLE and small-lm methods, the default); adaptive trees (ngram, "
+    "--sampled-tree off or menu) size themselves from measured costs, so their tokens vary from run to run (each "
+    "run still samples the target's distribution)"
+)
+
+
 def _method_names() -> list[str]:
     from specdec.bench.runner import all_method_names
 
@@ -332,7 +341,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         default=None,
         help="wrap the prompt in the chat template (default when the tokenizer has one); --no-chat continues raw text",
     )
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     add_sampled_tree_option(g)
     g.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     add_backend_options(g)
@@ -369,7 +378,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     b.add_argument("--tree-sizes", nargs="+", type=at_least(1), default=None, help="fixed tree sizes to sweep")
     b.add_argument("--sweep-method", default=None, help="dynamic-tree method of the sweep (default: first one)")
     b.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     b.add_argument("--no-progress", action="store_true")
     b.add_argument(

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.calls import GenerationMetrics, GenerationResult, Prompt, StopCondition, make_generator, prepare_call
+from specdec.calls import (
+    GenerationMetrics,
+    GenerationResult,
+    Prompt,
+    StopCondition,
+    check_claim,
+    claim,
+    make_generator,
+    prepare_call,
+)
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
@@ -103,6 +112,7 @@ class VanillaGenerator:
         g = make_generator(sampling, self.target.device, generator)
         t0 = time.perf_counter()
         _, token = _first_token(self.target, input_ids, sampling, g)
+        mine = claim(self.target)
         metrics.time_prefill = time.perf_counter() - t0
         out: list[int] = []
         token_id = int(token)  # the prefill's sync
@@ -113,6 +123,7 @@ class VanillaGenerator:
             yield out[-1]
             if stop.check(out):
                 return
+            check_claim(self.target, mine)
             t1 = time.perf_counter()
             step = self.target.decode_one(token)
             logits = step.logits[0]
@@ -140,6 +151,8 @@ class VanillaGenerator:
 
 
 def _collect(stream_fn, target: Target, input_ids, sampling, stop, generator) -> GenerationResult:
+    if isinstance(input_ids, Iterator):  # read twice below: by the stream and for the result's prompt
+        input_ids = list(input_ids)
     metrics = GenerationMetrics()
     tokens = list(stream_fn(input_ids, sampling, stop, generator, metrics))
     prompt, stop = prepare_call(target, input_ids, stop, 0)
@@ -218,9 +231,13 @@ class SpeculativeGenerator:
 
         Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned:
         ``TypeError`` for a string without a tokenizer or ids that are not integers, ``ValueError`` for a batch of
-        more than one sequence, ids outside the target's vocabulary, or an empty string
-        (:class:`~specdec.target.EmptyPromptError`; empty ids raise it at the prefill);
-        :class:`~specdec.kvcache.CacheFullError` for a prompt that does not fit the target's cache.
+        more than one sequence, a padded one (an ``attention_mask`` with zeros), ids outside the target's
+        vocabulary, or an empty string (:class:`~specdec.target.EmptyPromptError`; empty ids raise it at the
+        prefill); :class:`~specdec.kvcache.CacheFullError` for a prompt that does not fit the target's cache.
+
+        The target's cache holds this stream's sequence until another generation (or a prefill or reset) uses the
+        target: a stream resumed after that raises :class:`~specdec.calls.TargetTakenError` at its next forward
+        (one stream per target at a time; :meth:`~specdec.target.HFTarget.sibling` gives another cache).
         """
         sampling = sampling or SamplingParams()
         policy, verifier = self.parts_for(sampling)
@@ -243,6 +260,7 @@ class SpeculativeGenerator:
         drafter.reset()
         step, root = _first_token(target, input_ids, sampling, g)
         drafter.prefill(input_ids, step.hidden)
+        mine = claim(target)
         metrics.time_prefill = time.perf_counter() - t0
         out = [int(root)]
         metrics.new_tokens = 1
@@ -251,6 +269,7 @@ class SpeculativeGenerator:
         if stop.check(out):
             return
         while True:
+            check_claim(target, mine)  # the drafter's state belongs to the same stream as the target's cache
             t1 = time.perf_counter()
             tree = policy.grow(drafter, root, sampling, g)
             t2 = time.perf_counter()

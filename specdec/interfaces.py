@@ -371,6 +371,8 @@ class Target(ABC):
     #: The model's own token budget (its generation config's ``max_new_tokens``), used when a stop condition names
     #: none; None: as many tokens as the cache has room for.
     max_new_tokens: int | None = None
+    #: The stream whose sequence the cache holds (:func:`specdec.calls.claim`); None when no stream holds it.
+    stream_claim: object | None = None
 
     @abstractmethod
     def request_hidden(self, request: HiddenRequest) -> None:

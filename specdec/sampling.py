@@ -46,7 +46,7 @@ class SamplingParams(BaseModel):
     temperature: float = Field(0.0, ge=0.0)
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)  # what torch.Generator.manual_seed takes
 
     @field_validator("temperature", "top_p")
     @classmethod
@@ -72,6 +72,11 @@ def check_finite(logits: torch.Tensor, what: str = "target logits") -> None:
         raise NonFiniteLogitsError(f"{what} contain NaN/+inf values or an all -inf row; refusing to sample")
 
 
+#: Below this temperature :func:`warp` subtracts each row's maximum before dividing, so that ``x / T`` cannot
+#: overflow; above it, overflow needs logits beyond ~3e18, and the plain ``x / T`` keeps transformers' bits.
+TINY_TEMPERATURE = 1e-20
+
+
 def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Turn logits into the distribution p that decoding samples from.
 
@@ -87,8 +92,12 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
     x = logits.to(dtype)
     if params.greedy:
         return torch.zeros_like(x).scatter_(-1, greedy_tokens(x, dtype)[..., None], 1.0)
-    if params.temperature != 1.0:  # x / 1.0 == x exactly: skip the [..., V] copy
-        x = x / params.temperature
+    if params.temperature < TINY_TEMPERATURE:
+        # x / T would overflow to inf (a logit of 20 at T = 1e-38 in float32), and the softmax of inf is NaN; each
+        # row's maximum first: (x - max) / T <= 0, the argmax's one-hot at a tiny T (the limit T -> 0)
+        x = (x - x.amax(-1, keepdim=True)) / params.temperature
+    elif params.temperature != 1.0:  # x / 1.0 == x exactly: skip the [..., V] copy
+        x = x / params.temperature  # transformers' TemperatureLogitsWarper, bit for bit
     if params.top_k and params.top_k < x.shape[-1]:
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, -math.inf)

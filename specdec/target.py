@@ -12,6 +12,7 @@ mask over the whole capacity, and trees padded to a bucket of sizes (:class:`~sp
 
 from __future__ import annotations
 
+import numbers
 import time
 
 import torch
@@ -80,7 +81,14 @@ class HFTarget(Target):
         in_place: bool = False,
         invariant: Invariant = "auto",
     ) -> None:
+        if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len < 2:
+            raise ValueError(f"max_len must be an integer >= 2 (the cache's capacity in tokens), got {max_len!r}")
         AttentionLayout.of(model)  # refuse a model we cannot serve before copying it
+        if any(p.is_meta for p in model.parameters()):
+            raise UnsupportedModelError(
+                "the model's weights are on the meta device (not loaded): load them (from_pretrained without "
+                "device='meta', or load_state_dict(..., assign=True)) before building a target"
+            )
         model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place, invariant=invariant)
         self.model: PreTrainedModel = model
         self.layout = AttentionLayout.of(model, warn=False)
@@ -135,6 +143,7 @@ class HFTarget(Target):
 
     def reset(self) -> None:
         self.length = 0
+        self.stream_claim = None
 
     @torch.no_grad()
     def warm_up(self) -> dict[int, float]:
@@ -170,6 +179,7 @@ class HFTarget(Target):
                 "(it needs room for at least one more); raise max_len or shorten the prompt"
             )
         self.length = 0
+        self.stream_claim = None  # whichever stream held the cache no longer does (specdec.calls.claim)
         n = input_ids.shape[0]
         positions = torch.arange(n, device=input_ids.device)
         # the prefill runs eagerly on a static cache too (its length varies), as transformers recommends

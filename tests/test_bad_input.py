@@ -6,17 +6,19 @@ who hits it knows what to change.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
 
+from specdec.calls import TargetTakenError
 from specdec.drafters import NGramDrafter, SmallLMDrafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import VocabMismatchError
 from specdec.kvcache import CacheFullError
 from specdec.models import tiny_llama
 from specdec.sampling import NonFiniteLogitsError, SamplingParams
-from specdec.target import EmptyPromptError, HFTarget
+from specdec.target import EmptyPromptError, HFTarget, UnsupportedModelError
 from specdec.verify import (
     ChainVerifier,
     GreedyVerifier,
@@ -105,6 +107,7 @@ def test_tree_larger_than_cache():
         ({"top_k": -1}, "top_k", "greater than or equal to 0"),
         ({"top_k": 2.5}, "top_k", "valid integer"),
         ({"temperatur": 1.0}, "temperatur", "Extra inputs are not permitted"),
+        ({"seed": 2**64}, "seed", "less than 18446744073709551616"),
     ],
     ids=lambda v: str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items()),
 )
@@ -178,9 +181,87 @@ def test_prompt_not_token_ids(which):
 
 
 def test_max_new_tokens_below_one():
-    for n in (0, -3):
-        with pytest.raises(ValueError, match=f"max_new_tokens must be >= 1, got {n}"):
+    for n in (0, -3, 2.5):
+        with pytest.raises(ValueError, match=f"max_new_tokens must be an integer >= 1 \\(or None\\), got {n}"):
             StopCondition(max_new_tokens=n)
+
+
+@pytest.mark.parametrize("which", list(GENERATORS))
+def test_prompt_list_not_integers(which):
+    """Lists and arrays are checked like tensors: floats or bools are not silently truncated to ids."""
+    gen = GENERATORS[which](model())
+    for bad, dtype in (([1.7, 2.9, 3.2], "float"), ([True, False], "bool"), (np.array([1.5, 2.0]), "float64")):
+        with pytest.raises(TypeError, match=f"prompt must hold integer token ids, got torch.{dtype}"):
+            gen.generate(bad, SAMPLED, STOP)
+    # negative control: integer lists, arrays and iterators are prompts (an iterator is read once)
+    for good in ([1, 2, 3], np.array([1, 2, 3]), iter([1, 2, 3])):
+        assert gen.generate(good, None, STOP).prompt == [1, 2, 3]
+
+
+@pytest.mark.parametrize("which", list(GENERATORS))
+def test_padded_prompt(which):
+    """A tokenizer's padded encoding is refused: the pad ids would be read as part of the prompt."""
+    gen = GENERATORS[which](model())
+    padded = {"input_ids": torch.tensor([[0, 0, 1, 2, 3]]), "attention_mask": torch.tensor([[0, 0, 1, 1, 1]])}
+    with pytest.raises(ValueError, match="attention_mask has zeros \\(padding\\)"):
+        gen.generate(padded, None, STOP)
+    unpadded = {"input_ids": torch.tensor([[1, 2, 3]]), "attention_mask": torch.tensor([[1, 1, 1]])}
+    assert gen.generate(unpadded, None, STOP).tokens == gen.generate([1, 2, 3], None, STOP).tokens
+
+
+def test_stop_condition_takes_one_id_or_string_as_one():
+    """One EOS id or one stop string is a tuple of one (as transformers' generate takes them), not a sequence of
+    characters (which stopped at any "a" or "b") or nothing (``eos_token_ids=0`` never stopped)."""
+    stop = StopCondition(eos_token_ids=0, stop_strings="ab", decode=lambda ids: "".join("ab"[i % 2] for i in ids))
+    assert stop.eos_token_ids == (0,) and stop.stop_strings == ("ab",)
+    assert stop.check([5, 0]) == "eos"
+    assert stop.check([3]) is None and stop.check([3, 2]) is None  # "b", "ba": a character alone does not stop
+    assert stop.check([3, 2, 3]) == "stop"  # "bab"
+    for bad in ({"eos_token_ids": [1.5]}, {"stop_strings": ["", "x"], "decode": str}):
+        with pytest.raises(TypeError):
+            StopCondition(**bad)
+
+
+@pytest.mark.parametrize("which", list(GENERATORS))
+def test_a_target_serves_one_stream_at_a_time(which):
+    """A stream resumed after another generation (or a direct prefill) used its target raises, instead of decoding
+    on from the other sequence's cache (what it did: silently wrong tokens). Negative control: the same stream, not
+    interrupted, gives generate's tokens."""
+    gen = GENERATORS[which](model())
+    stop = StopCondition(max_new_tokens=12)
+    whole = gen.generate(PROMPT, None, stop).tokens
+    assert list(gen.stream(PROMPT, None, stop)) == whole
+    for interrupt in (lambda: gen.generate([4, 5, 6], None, stop), lambda: gen.target.prefill(torch.tensor([4, 5]))):
+        stream = gen.stream(PROMPT, None, stop)
+        first = [next(stream) for _ in range(2)]
+        assert first == whole[:2]
+        interrupt()
+        with pytest.raises(TargetTakenError, match="one stream at a time"):
+            list(stream)
+
+
+@pytest.mark.parametrize("which", list(GENERATORS))
+def test_tiny_temperature_is_greedy(which):
+    """T -> 0 is the argmax: a temperature so small that logits / T overflow float32 (1e-40) gives the greedy
+    tokens, not NaN probabilities sampled as the last token id. The control shows the overflow it guards against."""
+    logits = torch.tensor([20.0, -3.0, 5.0])
+    assert torch.softmax(logits / 1e-40, -1).isnan().all()  # the naive transform
+    gen = GENERATORS[which](model())
+    tiny = gen.generate(PROMPT, SamplingParams(temperature=1e-40, seed=0), STOP).tokens
+    assert tiny == gen.generate(PROMPT, None, STOP).tokens
+
+
+@pytest.mark.parametrize("max_len", [0, -5, 1, 10.5, True])
+def test_target_max_len(max_len):
+    with pytest.raises(ValueError, match="max_len must be an integer >= 2"):
+        HFTarget(model(), max_len=max_len)
+
+
+def test_model_on_meta_device():
+    with torch.device("meta"):
+        m = model()
+    with pytest.raises(UnsupportedModelError, match="meta device"):
+        HFTarget(m, max_len=MAX_LEN)
 
 
 # ------------------------------------------------------------------------------------- verifier out of domain

@@ -550,6 +550,26 @@ def test_missing_unexpected_and_shape_errors_are_reported_together(tmp_path):
     assert "layers.0.self_attn.o_proj.weight: checkpoint (32, 33) vs expected (32, 32)" in msg
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_weights_are_refused(tmp_path, value):
+    """A head with the right keys and shapes but NaN/inf weights would draft garbage (the int8 kernel even crashes on
+    it): refused at load, naming the tensor. Negative control: the same head with finite weights loads."""
+    state = dict(eagle1_head().state_dict())
+    load_eagle_head(write_checkpoint(tmp_path / "ok", official_config(), state))
+    state["fc.weight"] = state["fc.weight"].clone()
+    state["fc.weight"][0, 0] = value
+    with pytest.raises(CheckpointError, match=r"NaN or infinite values in 1 tensor\(s\): fc.weight"):
+        load_eagle_head(write_checkpoint(tmp_path / "bad", official_config(), state))
+
+
+def test_long_key_lists_are_cut(tmp_path):
+    """A whole model's keys given as a head: the error lists the first few and counts the rest."""
+    state = dict(eagle1_head().state_dict())
+    state.update({f"model.layers.{i}.extra.weight": torch.zeros(1) for i in range(30)})
+    with pytest.raises(CheckpointError, match=r"unexpected keys \(30\): .*\.\.\. and 18 more"):
+        load_eagle_head(write_checkpoint(tmp_path, official_config(), state))
+
+
 def test_eagle3_extra_layer_and_missing_lm_head_are_reported(tmp_path):
     state = dict(eagle3_head().state_dict())
     del state["lm_head.weight"]

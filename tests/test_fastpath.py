@@ -104,6 +104,21 @@ def test_fallback_warns_once_and_runs_stock():
         HFTarget(m, max_len=32, weights="stock")  # asking for stock is not a fallback: no warning
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_without_invariant_numerics_warns(dtype):
+    """A bfloat16/float16 target that ``auto`` cannot give the row-invariant numerics (stock weights here) says that
+    greedy output may then differ from vanilla's, once; asking for them off explicitly, or a float32 target, is
+    silent."""
+    with pytest.warns(FastPathWarning, match="row-invariant numerics off.*greedy output may differ") as caught:
+        target = HFTarget(model(4).to(dtype), max_len=32, weights="stock")
+    assert not target.execution.invariant
+    assert len([w for w in caught if "row-invariant" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "row-invariant", FastPathWarning)  # float16 may also warn that it is slow
+        HFTarget(model(4).to(dtype), max_len=32, weights="stock", invariant=False)
+        HFTarget(model(4), max_len=32, weights="stock")
+
+
 class QuantizedLinear(nn.Linear):
     """Stand-in for a quantized projection: an nn.Linear subclass the fast path must not touch."""
 

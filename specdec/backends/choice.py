@@ -231,6 +231,8 @@ def apply(
             raise BackendError(f"{_INVARIANT_NEEDS}; this model would run {what} ({_INVARIANT_FIX})")
     execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
     on, reason = _invariant(invariant, execution, _params(model)[1])
+    if reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
+        _warn(warn, "row-invariant numerics off", reason)
     try:
         padded = set_row_padding(model, on)  # probes this CPU's kernels (kernels.single_row_padding)
     except RowVariantKernelError as error:
@@ -254,9 +256,14 @@ _INVARIANT_FIX = (
 
 def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | None) -> tuple[bool, str]:
     """``(on, reason)``: whether row-invariant numerics apply (:func:`apply`), and why not where ``auto`` left them off
-    on a bfloat16 model."""
-    if invariant is False or (invariant == "auto" and dtype != torch.bfloat16):
+    on a bfloat16 or float16 model (:func:`apply` warns with it)."""
+    if invariant is False or (invariant == "auto" and dtype not in (torch.bfloat16, torch.float16)):
         return False, ""
+    if invariant == "auto" and dtype == torch.float16:
+        return False, (
+            "float16 runs stock (packed weights, which the numerics need, run float32 or bfloat16): greedy output "
+            "may differ from vanilla's at near-ties; a bfloat16 target gets them"
+        )
     missing = (
         "static shapes" if execution.static else "",
         f"{execution.weights} weights" if execution.weights != "packed" else "",

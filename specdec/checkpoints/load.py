@@ -61,7 +61,8 @@ def load_eagle_head(
 
     Raises:
         CheckpointError: unreadable files, a malformed shard index, a config variant our heads do not represent, a
-            ``draft_id_to_target_id`` key, or missing / unexpected / wrongly shaped keys (all listed in one error).
+            ``draft_id_to_target_id`` key, missing / unexpected / wrongly shaped keys (all listed in one error), or
+            NaN or infinite weights.
     """
     config_path, weights_path = _find_files(path_or_dir)
     kind, config = _read_config(config_path)
@@ -246,12 +247,21 @@ def _validate(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
     if missing or unexpected or mismatched:
         lines = [f"checkpoint {where} does not match the head its config describes:"]
         if missing:
-            lines.append(f"  missing keys ({len(missing)}): " + ", ".join(missing))
+            lines.append(f"  missing keys ({len(missing)}): " + _first(missing, ", "))
         if unexpected:
-            lines.append(f"  unexpected keys ({len(unexpected)}): " + ", ".join(unexpected))
+            lines.append(f"  unexpected keys ({len(unexpected)}): " + _first(unexpected, ", "))
         if mismatched:
-            lines.append(f"  shape mismatches ({len(mismatched)}): " + "; ".join(mismatched))
+            lines.append(f"  shape mismatches ({len(mismatched)}): " + _first(mismatched, "; "))
         raise CheckpointError("\n".join(lines))
+    bad = [k for k, v in sorted(state.items()) if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(f"checkpoint {where} holds NaN or infinite values in {len(bad)} tensor(s): {_first(bad)}")
+
+
+def _first(items: list[str], sep: str = ", ", shown: int = 12) -> str:
+    """The first ``shown`` of ``items`` joined, and how many more there are (a whole model's keys in one error)."""
+    more = f"{sep}... and {len(items) - shown} more" if len(items) > shown else ""
+    return sep.join(items[:shown]) + more
 
 
 def _check_vocab_map(state: dict[str, torch.Tensor], config: EagleConfig, where: Path) -> None:
