@@ -15,6 +15,8 @@
 #                      draft share, resident memory; a `packed` side wherever auto leaves some linears stock
 #   fastpath-bf16      the same in bfloat16 (+ fast-var: what the row-invariant numerics cost; RSS vs float32)
 #   invariant-tests    tests/test_invariant.py: tree rows = 1-token steps bit for bit on this CPU's kernels
+#   gemm-shapes        benchmarks/gemm_shapes.py --kernels: each linear shape stock vs packed, per dtype and row
+#                      count, cold weights, and the kernel oneDNN/MKL picks (AMX or AVX-512, GEMV or GEMM)
 #   demo               make demo's composite, on this machine
 #   mtbench-fp32       MT-bench, 80 questions x 128 tokens, EAGLE-3 + HF generate, T = 0 and T = 1
 #   mtbench-bf16       the same on the bfloat16 target (HF generate on the bfloat16 model)
@@ -48,7 +50,7 @@ EOF
 )
 OUT=${1:-docs/results/$(date +%F)-$TAG}
 [[ $# -gt 0 ]] && shift
-ALL=(machine fastpath-fp32 fastpath-bf16 invariant-tests demo mtbench-fp32 mtbench-bf16 sampled-trees
+ALL=(machine fastpath-fp32 fastpath-bf16 invariant-tests gemm-shapes demo mtbench-fp32 mtbench-bf16 sampled-trees
   mtbench-bf16-packed)
 STEPS=("$@")
 [[ ${#STEPS[@]} -eq 0 ]] && STEPS=("${ALL[@]}")
@@ -60,6 +62,7 @@ command_of() {  # the command line of one step (run from the repository root)
     fastpath-fp32) echo "$PY benchmarks/fastpath.py --dtype float32 --out $OUT/fastpath_fp32.json" ;;
     fastpath-bf16) echo "$PY benchmarks/fastpath.py --dtype bfloat16 --out $OUT/fastpath_bf16.json" ;;
     invariant-tests) echo "$PY -m pytest -q -p no:cacheprovider tests/test_invariant.py" ;;
+    gemm-shapes) echo "$PY benchmarks/gemm_shapes.py --kernels --out $OUT/gemm_shapes.json" ;;
     demo) echo "$PY -m specdec.demo" ;;
     mtbench-fp32) echo "$bench --methods eagle3 hf-generate --temperatures 0 1 --out $OUT/mtbench-fp32" ;;
     mtbench-bf16) echo "$bench --methods eagle3 hf-generate --temperatures 0 1 --dtype bfloat16 --out $OUT/mtbench-bf16" ;;

@@ -1,0 +1,141 @@
+"""A decoding step's GEMMs one shape at a time: stock against oneDNN-prepacked, per dtype and row count, cold weights.
+
+    python benchmarks/gemm_shapes.py [--dtypes float32 bfloat16] [--rows 1 2 8 16] [--repeats 15] [--threads 2]
+                                     [--kernels] [--out results.json]
+
+The shapes are SmolLM2-135M-Instruct's linears as the fast path runs them (``in -> out``): ``q/k/v`` stacked
+(576 -> 960), ``o`` (576 -> 576), ``k`` or ``v`` alone (576 -> 192), ``gate/up`` stacked (576 -> 3072), ``gate`` or
+``up`` alone (576 -> 1536), ``down`` (1536 -> 576) and the vocabulary projection (576 -> 49152). Sides:
+
+- ``stock``: ``torch.nn.functional.linear`` on the plain weight (what an unpacked model runs: MKL's sgemm for
+  float32, oneDNN reordering the weight on every call for bfloat16 on the builds seen so far);
+- ``packed``: :class:`specdec.backends.kernels.PackedLinear` (the weight reordered once, ``mkldnn._linear_pointwise``).
+
+In a decoding step every weight comes from memory, not from cache. So each shape runs over enough copies of its
+weight to exceed 64 MB, one call per copy, and a call's time is a pass's time divided by the copies (median of the
+``--repeats`` passes; the sides and row counts interleaved pass by pass). Printed per shape and dtype: ms per call,
+weight GB/s, packed ÷ stock, and T(n)/T(1) per side. ``--kernels`` then runs one call of each (shape, dtype, side,
+row count 1 and 8) under oneDNN's and MKL's verbose modes, so the log names each kernel (AMX or AVX-512, GEMV or
+GEMM); their lines go to this process's stdout.
+
+This explains the whole-model curves of ``benchmarks/fastpath.py`` shape by shape (where a weight is read below the
+memory bandwidth, and which row counts stay flat); the choices themselves are made from ``fastpath.py``'s
+end-to-end sides. CPU, threads and torch build are printed first: only ratios within one run count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specdec.backends.kernels import PackedLinear, cpu_flags, cpu_name
+
+#: ``(name, in_features, out_features)`` of SmolLM2-135M's linears as the fast path runs them.
+SHAPES = (
+    ("qkv stacked", 576, 960),
+    ("o", 576, 576),
+    ("k or v", 576, 192),
+    ("gate/up stacked", 576, 3072),
+    ("gate or up", 576, 1536),
+    ("down", 1536, 576),
+    ("vocab", 576, 49152),
+)
+#: Weight bytes each shape's copies add up to (well above any of these VMs' caches).
+COLD_BYTES = 64 << 20
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def copies(n_in: int, n_out: int, dtype: torch.dtype) -> int:
+    return max(1, math.ceil(COLD_BYTES / (n_in * n_out * dtype.itemsize)))
+
+
+def sides(n_in: int, n_out: int, dtype: torch.dtype, g: torch.Generator) -> dict[str, list[nn.Module]]:
+    """``{side: [copies of the linear]}``: plain ``nn.Linear`` modules and their packed twins (same values)."""
+    plain = []
+    for _ in range(copies(n_in, n_out, dtype)):
+        lin = nn.Linear(n_in, n_out, bias=False, dtype=dtype)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(n_out, n_in, generator=g) / math.sqrt(n_in))
+        plain.append(lin)
+    return {"stock": plain, "packed": [PackedLinear(lin, keep_weight=True) for lin in plain]}
+
+
+@torch.no_grad()
+def time_shape(mods: dict[str, list[nn.Module]], rows: list[int], repeats: int, dtype: torch.dtype) -> dict:
+    """Median ms per call for every (side, row count), interleaved pass by pass after one warm-up pass."""
+    n_in = mods["stock"][0].in_features
+    xs = {n: torch.randn(n, n_in).to(dtype) for n in rows}
+    times: dict[str, dict[int, list[float]]] = {s: {n: [] for n in rows} for s in mods}
+    for rep in range(repeats + 1):
+        for side, layers in mods.items():
+            for n, x in xs.items():
+                t0 = time.perf_counter()
+                for layer in layers:
+                    layer(x)
+                if rep:
+                    times[side][n].append((time.perf_counter() - t0) / len(layers))
+    return {s: {n: statistics.median(v) * 1e3 for n, v in r.items()} for s, r in times.items()}
+
+
+@torch.no_grad()
+def show_kernels(mods: dict[str, list[nn.Module]], dtype: torch.dtype) -> None:
+    """One call per side and row count (1, 8) under oneDNN's and MKL's verbose modes (their lines go to stdout)."""
+    n_in = mods["stock"][0].in_features
+    for side, layers in mods.items():
+        for n in (1, 8):
+            print(f"     -- {side}, {n} row(s):", flush=True)
+            x = torch.randn(n, n_in).to(dtype)
+            onednn, mkl = torch.backends.mkldnn, torch.backends.mkl
+            with onednn.verbose(onednn.VERBOSE_ON), mkl.verbose(mkl.VERBOSE_ON):
+                layers[0](x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--rows", nargs="+", type=int, default=[1, 2, 8, 16])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shapes", nargs="+", default=None, help="names from SHAPES (default: all)")
+    parser.add_argument("--kernels", action="store_true", help="name each kernel (oneDNN and MKL verbose)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    flags = sorted(cpu_flags() & {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16"})
+    print(f"cpu={cpu_name()} flags={','.join(flags)} threads={args.threads} torch={torch.__version__}")
+    shapes = [s for s in SHAPES if args.shapes is None or s[0] in args.shapes]
+    report: dict = {"cpu": cpu_name(), "flags": flags, "threads": args.threads, "torch": torch.__version__}
+    g = torch.Generator().manual_seed(0)
+    rows = sorted(set(args.rows) | {1})
+    for dtype_name in args.dtypes:
+        dtype = DTYPES[dtype_name]
+        print(f"{dtype_name}: ms per call (weight GB/s) for {rows} rows; packed / stock; T(n)/T(1)")
+        for name, n_in, n_out in shapes:
+            mods = sides(n_in, n_out, dtype, g)
+            ms = time_shape(mods, rows, args.repeats, dtype)
+            gbytes = n_in * n_out * dtype.itemsize / 1e9
+            print(f"   {name} ({n_in} -> {n_out}, {len(mods['stock'])} copies)")
+            for side, r in ms.items():
+                cells = " ".join(f"{n}:{t:.3f} ({gbytes / (t / 1e3):.0f})" for n, t in r.items())
+                curve = " ".join(f"{r[n] / r[1]:.2f}" for n in rows)
+                print(f"     {side:7s} {cells}   T(n)/T(1) {curve}")
+            ratio = " ".join(f"{n}:{ms['packed'][n] / ms['stock'][n]:.2f}" for n in rows)
+            print(f"     packed / stock {ratio}")
+            report[f"{dtype_name}/{name}"] = {"in": n_in, "out": n_out, "ms": ms}
+            if args.kernels:
+                show_kernels(mods, dtype)
+            del mods
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
