@@ -26,6 +26,7 @@ __all__ = [
     "Prompt",
     "StopCondition",
     "TargetTakenError",
+    "call_settings",
     "check_claim",
     "claim",
     "make_generator",
@@ -206,6 +207,28 @@ class StopCondition:
         if self.max_new_tokens is not None and len(tokens) >= self.max_new_tokens:
             return "length"
         return None
+
+
+def call_settings(sampling: object, stop: object) -> tuple[SamplingParams, StopCondition | None]:
+    """``sampling`` (None: greedy) and ``stop`` checked for their types before anything runs.
+
+    Raises:
+        TypeError: ``sampling`` is not a :class:`SamplingParams` (a dict or a temperature passed in its place), or
+            ``stop`` is not a :class:`StopCondition` (a token budget passed positionally).
+    """
+    if sampling is None:
+        sampling = SamplingParams()
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(
+            f"sampling must be a SamplingParams (or None for greedy), got {type(sampling).__name__} {sampling!r}: "
+            "pass SamplingParams(temperature=..., top_p=..., seed=...)"
+        )
+    if stop is not None and not isinstance(stop, StopCondition):
+        raise TypeError(
+            f"stop must be a StopCondition (or None), got {type(stop).__name__} {stop!r}: pass "
+            "StopCondition(max_new_tokens=...)"
+        )
+    return sampling, stop
 
 
 def make_generator(

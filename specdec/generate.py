@@ -26,6 +26,7 @@ from specdec.calls import (
     GenerationResult,
     Prompt,
     StopCondition,
+    call_settings,
     check_claim,
     claim,
     make_generator,
@@ -97,7 +98,7 @@ class VanillaGenerator:
     ) -> Iterator[int]:
         """Yield generated token ids one by one; the prompt as :meth:`SpeculativeGenerator.stream` takes it. Bad
         input raises here, before the iterator is returned."""
-        sampling = sampling or SamplingParams()
+        sampling, stop = call_settings(sampling, stop)
         input_ids, stop = prepare_call(self.target, _encode(input_ids, tokenizer), stop, 1)
         return self._tokens(input_ids, sampling, stop, generator, metrics or GenerationMetrics())
 
@@ -239,7 +240,7 @@ class SpeculativeGenerator:
         target: a stream resumed after that raises :class:`~specdec.calls.TargetTakenError` at its next forward
         (one stream per target at a time; :meth:`~specdec.target.HFTarget.sibling` gives another cache).
         """
-        sampling = sampling or SamplingParams()
+        sampling, stop = call_settings(sampling, stop)
         policy, verifier = self.parts_for(sampling)
         input_ids, stop = prepare_call(self.target, _encode(input_ids, tokenizer), stop, policy.max_nodes)
         return self._tokens(input_ids, sampling, stop, policy, verifier, generator, metrics or GenerationMetrics())

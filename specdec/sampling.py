@@ -37,7 +37,9 @@ class SamplingParams(BaseModel):
     Attributes:
         temperature: 0 means greedy (argmax, first index on ties); otherwise logits are divided by it.
         top_k: keep the k most likely tokens (0 = off).
-        top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1.0 = off).
+        top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1.0 = off). Like top_k it
+            filters what a temperature > 0 samples from; at temperature 0 both keep the argmax, so they change
+            nothing there (as in transformers with ``do_sample=False``).
         seed: seed for the torch.Generator a generator creates when none is passed in.
     """
 

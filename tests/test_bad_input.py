@@ -223,6 +223,18 @@ def test_stop_condition_takes_one_id_or_string_as_one():
 
 
 @pytest.mark.parametrize("which", list(GENERATORS))
+def test_sampling_and_stop_of_the_wrong_type(which):
+    """A dict or a temperature in place of SamplingParams, or a token budget in place of a StopCondition, is named
+    (it failed deep in the loop with an AttributeError)."""
+    gen = GENERATORS[which](model())
+    for sampling in ({"temperature": 1.0}, 0.7):
+        with pytest.raises(TypeError, match="sampling must be a SamplingParams"):
+            gen.generate(PROMPT, sampling, STOP)
+    with pytest.raises(TypeError, match="stop must be a StopCondition"):
+        gen.generate(PROMPT, None, 4)
+
+
+@pytest.mark.parametrize("which", list(GENERATORS))
 def test_a_target_serves_one_stream_at_a_time(which):
     """A stream resumed after another generation (or a direct prefill) used its target raises, instead of decoding
     on from the other sequence's cache (what it did: silently wrong tokens). Negative control: the same stream, not
