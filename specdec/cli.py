@@ -472,9 +472,11 @@ def user_message(error: SpecdecError, command: str | None = None) -> str:
     """
     if isinstance(error, UsageError):
         return str(error)
-    from specdec.kvcache import CacheFullError
+    from specdec.kvcache import CacheFullError, TreeTooLargeError
     from specdec.target import EmptyPromptError
 
+    if isinstance(error, TreeTooLargeError) and command in ("generate", "bench"):
+        return f"{_problem(error)}; raise --max-len (fewer new tokens cannot make a tree fit)"
     if isinstance(error, CacheFullError) and command in ("generate", "bench"):
         return f"{_problem(error)}; raise --max-len or lower --max-new-tokens"
     if isinstance(error, EmptyPromptError) and command == "generate":

@@ -33,7 +33,7 @@ from specdec.calls import (
     prepare_call,
 )
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
-from specdec.kvcache import CacheFullError
+from specdec.kvcache import TreeTooLargeError
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
 from specdec.target import EmptyPromptError
 from specdec.verify import check_verifier, verifier_for
@@ -178,7 +178,7 @@ class SpeculativeGenerator:
 
     Raises:
         VocabMismatchError: drafter and target vocabularies differ.
-        CacheFullError: the policy's trees do not fit the target's cache.
+        TreeTooLargeError: the policy's trees do not fit the target's cache (a :class:`CacheFullError`).
     """
 
     def __init__(self, target: Target, drafter: Drafter, policy: TreePolicy, verifier: Verifier | None = None) -> None:
@@ -188,8 +188,9 @@ class SpeculativeGenerator:
                 "a drafter must share the target's tokenizer"
             )
         if policy.max_nodes >= target.max_len:
-            raise CacheFullError(
-                f"the policy's trees ({policy.max_nodes} nodes) do not fit the target cache of {target.max_len}"
+            raise TreeTooLargeError(
+                f"the policy's trees ({policy.max_nodes} nodes) do not fit the target cache of {target.max_len}; "
+                f"give the target a max_len above {policy.max_nodes}"
             )
         self.target, self.drafter, self.policy, self.verifier = target, drafter, policy, verifier
         target.request_hidden(drafter.hidden_request)

@@ -31,6 +31,10 @@ class CacheFullError(SpecdecError, ValueError):
     """More tokens than the preallocated cache holds."""
 
 
+class TreeTooLargeError(CacheFullError):
+    """A policy's largest tree does not fit the target's cache at all (a larger cache is the only fix)."""
+
+
 class PositionLayer(CacheLayerMixin):
     """One layer's preallocated keys/values; writes at ``write_pos`` (a Python int set by the owner).
 

@@ -147,6 +147,11 @@ MISTAKES = [
         "--max-len or lower --max-new-tokens",
     ),
     (
+        "tree-larger-than-max-len",
+        ["generate", "hi", "--model", "{tiny}", "--method", "ngram", "--max-len", "12", "--max-new-tokens", "2"],
+        "do not fit the target cache of 12; raise --max-len (fewer new tokens cannot make a tree fit)",
+    ),
+    (
         "max-len-beyond-the-model",
         ["generate", "hi", "--model", "{tiny}", "--method", "vanilla", "--max-len", "100000"],
         "--max-len 100000 exceeds the model's context of 512 positions; lower --max-len",
