@@ -258,13 +258,11 @@ Prompt = torch.Tensor | Sequence[int] | Mapping[str, Any]
 
 
 def _ids_tensor(ids: object) -> torch.Tensor:
-    """A list (or nested list, or array) of ids as a long tensor; anything but integers raises ``TypeError``."""
+    """A list (or nested list, or array) of ids as a tensor of the values' own dtype, so that :func:`prepare_call`'s
+    dtype check sees floats and bools instead of their truncation; ``[]`` (float32 to torch) as an empty long
+    tensor, which the prefill reports as an empty prompt."""
     values = torch.as_tensor(ids if hasattr(ids, "__array__") else list(ids))  # type: ignore[call-overload]
-    if not values.numel():  # [] is float32 to torch; the prefill reports an empty prompt
-        return values.long()
-    if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
-        raise TypeError(f"prompt must hold integer token ids, got {values.dtype} values")
-    return values.long()
+    return values if values.numel() else values.long()
 
 
 def prepare_call(

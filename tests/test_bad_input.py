@@ -191,7 +191,7 @@ def test_prompt_list_not_integers(which):
     """Lists and arrays are checked like tensors: floats or bools are not silently truncated to ids."""
     gen = GENERATORS[which](model())
     for bad, dtype in (([1.7, 2.9, 3.2], "float"), ([True, False], "bool"), (np.array([1.5, 2.0]), "float64")):
-        with pytest.raises(TypeError, match=f"prompt must hold integer token ids, got torch.{dtype}"):
+        with pytest.raises(TypeError, match=f"prompt must hold integer token ids, got dtype torch.{dtype}"):
             gen.generate(bad, SAMPLED, STOP)
     # negative control: integer lists, arrays and iterators are prompts (an iterator is read once)
     for good in ([1, 2, 3], np.array([1, 2, 3]), iter([1, 2, 3])):
