@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specdec import DynamicTreePolicy, HFTarget, NGramDrafter, SamplingParams, SpeculativeGenerator
@@ -95,6 +96,7 @@ def test_the_issues_case_is_never_a_plain_pass() -> None:
     hot = e2e_check(_pipeline(model, ResidualNotRenormalisedVerifier()), model, PROMPT, HOT, 300, controls=only)
     assert hot.p_value > hot.level  # the G-test alone misses it at this n ...
     assert hot.verdict == "FAIL" and hot.power.pipeline_max_diff > 1e-4  # ... the exact law does not
+    assert hot.summary().startswith("FAIL (the pipeline's exact law differs")  # and the headline says which failed
     good = e2e_check(_pipeline(model), model, PROMPT, HOT, n_samples=300)
     assert good.passed and good.power.pipeline_max_diff < 1e-6
     caught = {r.control.name for r in good.power.controls if r.caught}
@@ -236,3 +238,16 @@ def test_what_cannot_be_enumerated_falls_back_to_sampling() -> None:
     assert report.power.mode.startswith("sampled") and [r.control.name for r in report.power.controls] == [
         "SharedCoinsVerifier"
     ]
+
+
+def test_settings_that_decide_the_outcome_are_refused() -> None:
+    """No samples gave a "pass" and alpha = 0 passed anything; a precomputed law of the wrong shape was used as is."""
+    model = _model()
+    for kwargs, message in (
+        ({"n_samples": 0}, "n_samples must be"),
+        ({"n_samples": 50, "alpha": 0.0}, "alpha must be"),
+        ({"n_samples": 50, "n_tests": 0}, "n_tests must be"),
+        ({"n_samples": 50, "exact": torch.full((6, 6), 1 / 36)}, "exact must be"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            e2e_check(_pipeline(model), model, PROMPT, HOT, **kwargs)

@@ -179,3 +179,61 @@ def test_sample_cycle_outputs_shapes_and_greedy_sequence() -> None:
     target = target_distribution(case)
     assert all(float(target[tuple(row)]) > 0 for row in seqs.tolist())
     assert len({tuple(row) for row in seqs.tolist()}) > 5
+
+
+# ------------------------------------------------------------------------------------------------ settings that decide
+
+
+@pytest.mark.parametrize("alpha", [0.0, -1.0, 1.0, 2.0, float("nan")])
+def test_a_level_outside_zero_one_is_refused(alpha: float) -> None:
+    """alpha <= 0 never rejects (a wrong verifier passed at alpha = 0) and alpha >= 1 always does."""
+    case = _det([0.45, 0.45, 0.1], TREE, (0, 0, 1, 0), T1)
+    with pytest.raises(ValueError, match="alpha must be"):
+        empirical_verify_check(ResidualNotRenormalisedVerifier(), case, n_samples=50, alpha=alpha)
+    with pytest.raises(ValueError, match="alpha must be"):
+        assert_same_distribution(torch.tensor([0, 1]), torch.tensor([0.5, 0.5]), alpha=alpha)
+
+
+def test_no_samples_or_no_tests_are_refused() -> None:
+    case = _det([0.45, 0.45, 0.1], TREE, (0, 0, 1, 0), T1)
+    for n in (0, -3):
+        with pytest.raises(ValueError, match="n_samples must be"):
+            empirical_verify_check(MultiRoundVerifier(), case, n_samples=n)
+    with pytest.raises(ValueError, match="n_tests must be"):
+        assert_same_distribution(torch.tensor([0, 1]), torch.tensor([0.5, 0.5]), n_tests=0)
+    with pytest.raises(ValueError, match="no samples"):
+        assert_same_distribution(torch.tensor([], dtype=torch.long), torch.tensor([0.5, 0.5]))
+
+
+class _BadVerdictVerifier(Verifier):
+    """Returns a verdict that breaks the contract in one chosen way (the check must say which)."""
+
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+
+    def verify(self, tree, target_logits, sampling, generator) -> Verdict:
+        accepted = torch.full((tree.max_depth + 1,), -1, dtype=torch.long)
+        accepted[0] = 0
+        length, bonus = torch.zeros((), dtype=torch.long), torch.tensor(0)
+        if self.fault == "bonus":
+            bonus = torch.tensor(tree.q_dist.shape[-1] if tree.q_dist is not None else 99)
+        elif self.fault == "not-a-child":  # node 3's parent is 1, not the root
+            accepted[1], length = 3, torch.ones((), dtype=torch.long)
+        elif self.fault == "short":
+            accepted = accepted[:1]
+        return Verdict(accepted, length, bonus)
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [("bonus", "bonus token"), ("not-a-child", "not a child"), ("short", "entries")],
+)
+def test_a_verdict_that_breaks_its_contract_fails_the_check_by_name(fault: str, message: str) -> None:
+    case = _det([0.45, 0.45, 0.1], TREE, (0, 0, 1, 0), T1)
+    with pytest.raises(AssertionError, match=f"invalid verdict: .*{message}"):
+        empirical_verify_check(_BadVerdictVerifier(fault), case, n_samples=10)
+
+
+def test_a_target_function_of_the_wrong_width_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"returned shape \(4,\); vocab_size=3"):
+        VerifyCase.from_functions(lambda prefix: torch.zeros(4), vocab_size=3, parents=(-1, 0), sampling=T1)

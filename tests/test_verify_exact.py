@@ -491,6 +491,28 @@ def test_float32_verifier_is_close_but_not_float64_exact() -> None:
     assert_lossless_exact(MultiRoundVerifier(), [case], atol=1e-6)
 
 
+def test_the_exact_check_says_what_is_wrong_with_its_arguments() -> None:
+    """A float32 verifier's rounding fails the default tolerance: the message says to build it in float64. A
+    verifier without a plan and an empty case list are refused (an empty check passed whatever the verifier)."""
+
+    def target_fn(prefix: tuple[int, ...]) -> torch.Tensor:  # a case whose float32 plan rounds by ~7e-9
+        seed = 1 + sum(t * 3**i for i, t in enumerate(prefix)) + 100 * len(prefix)
+        return 1.5 * torch.randn(3, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+    rounding = VerifyCase.from_functions(target_fn, 3, (-1, 0, 0), SamplingParams(temperature=1.0), tokens=(0, 1, 2))
+    with pytest.raises(AssertionError, match="build it with dtype=torch.float64"):
+        assert_lossless_exact(MultiRoundVerifier(), rounding)
+    assert_lossless_exact(MultiRoundVerifier(F64), rounding)
+    case = _root_pair_case(SamplingParams(temperature=0.9), [0.5, 0.3, 0.2])
+    with pytest.raises(AssertionError, match="not lossless") as err:
+        assert_lossless_exact(_AlwaysAccept(F64), [case])
+    assert "build it with" not in str(err.value)  # a float64 verifier's failure is its own
+    with pytest.raises(ValueError, match="no cases"):
+        assert_lossless_exact(MultiRoundVerifier(F64), [])
+    with pytest.raises(TypeError, match="has no plan"):
+        assert_lossless_exact(object(), [case])
+
+
 # -------------------------------------------------------------------------------- exact, negative controls
 
 

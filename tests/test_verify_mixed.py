@@ -156,3 +156,12 @@ def test_verifiers_that_read_no_point_masses_are_refused() -> None:
     tree, logits = case.build_tree(case.enumerate_trees()[0][0])
     with pytest.raises(ValueError, match="MixedMultiRoundVerifier"):
         StochasticMultiRoundVerifier().verify(tree, logits.float(), t1, torch.Generator().manual_seed(0))
+
+
+def test_a_deterministic_tree_is_refused_up_front_at_every_temperature() -> None:
+    """A pinned mixed verifier on a policy of deterministic candidates: refused before decoding (it once passed
+    at T = 0 and failed mid-stream, after the first token, for want of ``q_dist``)."""
+    kind = TreeKind(sampled=False)
+    for t in (0.0, 1.0):
+        with pytest.raises(IncompatibleVerifierError, match="needs sampled candidates"):
+            check_verifier(MixedMultiRoundVerifier(), kind, SamplingParams(temperature=t))

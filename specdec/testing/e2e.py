@@ -43,7 +43,7 @@ from specdec.sampling import SamplingParams, logits_ok, warp
 from specdec.testing.coverage import Coverage, RecordingVerifier
 from specdec.testing.pipeline import policy_copy
 from specdec.testing.power import EXACT_TOL, PowerReport, check_power
-from specdec.testing.stats import g_test
+from specdec.testing.stats import check_settings, g_test
 
 __all__ = [
     "EXACT_TOL",
@@ -302,6 +302,13 @@ class E2EReport:
     def summary(self) -> str:
         dev = ", ".join(f"{s}: freq {f:.4f} vs p {p:.4f}" for s, f, p in self.largest_deviations())
         verdict = self.verdict if self.power is not None else "pass" if self.passed else "FAIL"
+        if self.power is not None and not self.power.exact_ok:  # the exact law failed, whatever the G-test said
+            verdict += (
+                f" (the pipeline's exact law differs from the target's: max |P_pipeline - P_target| = "
+                f"{self.power.pipeline_max_diff:.1e} > {self.power.exact_tol:.0e})"
+            )
+        elif not self.passed:
+            verdict += " (the G-test rejected the samples)"
         power = "" if self.power is None else "\n" + self.power.describe()
         return (
             f"{verdict}: G-test p-value {self.p_value:.3g} vs level {self.level:.3g} (n={self.n_samples}, "
@@ -346,8 +353,14 @@ def e2e_check(
             candidates, one more sampled check per bug otherwise); a list of names: only those; ``False``: none
             (a suite with its own negative controls).
     """
+    check_settings(alpha, n_tests, n_samples)
     if exact is None:
         exact = exact_sequence_distribution(model, prompt, sampling, n_tokens)
+    elif exact.ndim != n_tokens or len(set(exact.shape)) != 1:
+        raise ValueError(
+            f"exact must be [V] * n_tokens = {n_tokens} equal dimensions (exact_sequence_distribution's shape), "
+            f"got {tuple(exact.shape)}"
+        )
     level = alpha / n_tests
 
     def run(dec: Decoder) -> tuple[float, E2EReport]:

@@ -153,9 +153,23 @@ def assert_lossless_exact(verifier: PlanVerifier, cases: VerifyCase | Iterable[V
 
     Raises:
         AssertionError: naming the case, the worst sequence and both probabilities, or on non-finite output.
+        TypeError: ``verifier`` has no ``plan`` (only a :class:`~specdec.verify.plan.PlanVerifier` is enumerated).
+        ValueError: no cases (nothing would be checked).
     """
-    if isinstance(cases, VerifyCase):
-        cases = [cases]
+    if not callable(getattr(verifier, "plan", None)):
+        raise TypeError(
+            f"assert_lossless_exact enumerates a PlanVerifier's plan; {type(verifier).__name__} has no plan(): "
+            "check it through verify() with empirical_verify_check"
+        )
+    cases = [cases] if isinstance(cases, VerifyCase) else list(cases)
+    if not cases:
+        raise ValueError("assert_lossless_exact got no cases: an empty check passes whatever the verifier does")
+    dtype = getattr(verifier, "dtype", torch.float64)
+    hint = (
+        f"; the verifier computes in {dtype}, whose rounding alone exceeds atol: build it with dtype=torch.float64"
+        if dtype != torch.float64
+        else ""
+    )
     for i, case in enumerate(cases):
         got = exact_output_distribution(verifier, case)
         want = target_distribution(case)
@@ -168,5 +182,5 @@ def assert_lossless_exact(verifier: PlanVerifier, cases: VerifyCase | Iterable[V
                 f"{verifier!r} is not lossless on case {case.name or i} (V={case.vocab_size}, D={case.depth}, "
                 f"parents={case.parents}, tokens={case.tokens}, sampling={case.sampling}): max |P_spec - P_target| = "
                 f"{worst:.3g} > {atol:g}; worst sequence {seq}: spec {float(got.flatten()[flat]):.6g}, target "
-                f"{float(want.flatten()[flat]):.6g}; spec total mass {float(got.sum()):.12g}"
+                f"{float(want.flatten()[flat]):.6g}; spec total mass {float(got.sum()):.12g}{hint}"
             )

@@ -31,7 +31,7 @@ from specdec.sampling import SamplingParams
 from specdec.testing.controls import CONTROLS, Control, applicable_controls
 from specdec.testing.coverage import EVENTS, Coverage
 from specdec.testing.pipeline import enumerable, pipeline_law
-from specdec.testing.stats import ZERO_PROB
+from specdec.testing.stats import ZERO_PROB, check_settings
 
 __all__ = ["EXACT_TOL", "ControlResult", "PowerReport", "check_power", "g_test_power", "samples_for_power"]
 
@@ -216,6 +216,7 @@ def check_power(
         exact_tol: in exact mode the check compares the pipeline's exact law with the target's at this tolerance
             (:data:`EXACT_TOL`), so a bug that moves a cell by more is caught whatever ``n``.
     """
+    check_settings(level, n_samples=n_samples)
     controls = applicable_controls(decoder, sampling, None if names is None else tuple(names))
     kind = decoder.policy.for_sampling(sampling).kind(sampling)
     skipped = [c.name for c in CONTROLS if (names is None or c.name in names) and c not in controls]

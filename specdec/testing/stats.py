@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import torch
 
-from specdec.interfaces import Verifier
+from specdec.interfaces import Verdict, Verifier
 from specdec.sampling import sample
 from specdec.testing.cases import VerifyCase
 from specdec.testing.exact import target_distribution
+from specdec.tree import DraftTree
 
 __all__ = [
     "assert_same_distribution",
+    "check_settings",
+    "check_verdict",
     "empirical_verify_check",
     "g_test",
     "sample_cycle_outputs",
@@ -30,6 +33,22 @@ __all__ = [
 
 #: Exact probabilities at or below this count as impossible events.
 ZERO_PROB = 1e-12
+
+
+def check_settings(alpha: float | None = None, n_tests: int | None = None, n_samples: int | None = None) -> None:
+    """Refuse settings under which a check would pass or fail whatever the sampler does.
+
+    ``alpha`` must lie in (0, 1) (0 or less never rejects, 1 or more always does), ``n_tests`` and ``n_samples``
+    must be integers >= 1 (no samples is no evidence). ``None`` skips an argument.
+
+    Raises:
+        ValueError: naming the argument and the value.
+    """
+    if alpha is not None and not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be a false-positive rate in (0, 1), got {alpha!r}")
+    for name, value in (("n_tests", n_tests), ("n_samples", n_samples)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def g_test(counts: torch.Tensor, expected_probs: torch.Tensor, min_expected: float = 5.0) -> float:
@@ -97,9 +116,13 @@ def assert_same_distribution(
 
     Raises:
         AssertionError: if the p-value is ``<= alpha / n_tests``.
+        ValueError: on settings that decide the outcome by themselves (:func:`check_settings`) or no samples.
     """
+    check_settings(alpha, n_tests)
     probs = exact_probs.detach().to("cpu", torch.float64).flatten()
     idx = samples.detach().to("cpu").flatten().long()
+    if idx.numel() == 0:
+        raise ValueError("no samples to test: a G-test of nothing passes whatever the sampler does")
     if idx.numel() and (idx.min() < 0 or idx.max() >= probs.numel()):
         raise ValueError("sample index out of range")
     counts = torch.bincount(idx, minlength=probs.numel())
@@ -115,6 +138,35 @@ def assert_same_distribution(
     return p_value
 
 
+def check_verdict(tree: DraftTree, verdict: Verdict, vocab_size: int) -> None:
+    """A verdict any verifier must give (:class:`~specdec.interfaces.Verdict`'s contract): ``accepted`` is
+    ``[max_depth + 1]``, starts at the root and walks from parent to child for ``accept_length`` steps, -1 after;
+    ``bonus_token`` is a token id.
+
+    Raises:
+        AssertionError: naming what the verdict breaks (a verifier bug, so the check fails).
+    """
+    path = verdict.accepted.tolist()
+    n_acc, bonus = int(verdict.accept_length), int(verdict.bonus_token)
+    parents = tree.parents.tolist()
+    what = None
+    if len(path) != tree.max_depth + 1:
+        what = f"accepted has {len(path)} entries, expected max_depth + 1 = {tree.max_depth + 1}"
+    elif not 0 <= n_acc <= tree.max_depth:
+        what = f"accept_length {n_acc} outside [0, {tree.max_depth}]"
+    elif not 0 <= bonus < vocab_size:
+        what = f"bonus token {bonus} outside the vocabulary [0, {vocab_size})"
+    elif path[0] != 0 or any(p != -1 for p in path[n_acc + 1 :]):
+        what = f"accepted path {path} must start at the root (0) and hold -1 after its {n_acc} accepted nodes"
+    else:
+        for prev, node in zip(path[:n_acc], path[1 : n_acc + 1], strict=True):
+            if not (0 < node < len(parents) and parents[node] == prev):
+                what = f"accepted path {path}: node {node} is not a child of node {prev}"
+                break
+    if what is not None:
+        raise AssertionError(f"invalid verdict: {what}")
+
+
 def sample_cycle_outputs(verifier: Verifier, case: VerifyCase, n_samples: int, seed: int) -> torch.Tensor:
     """Run one cycle ``n_samples`` times and complete each output to ``D + 1`` tokens with the target process.
 
@@ -124,6 +176,7 @@ def sample_cycle_outputs(verifier: Verifier, case: VerifyCase, n_samples: int, s
     Returns:
         ``[n_samples, D + 1]`` long token sequences.
     """
+    check_settings(n_samples=n_samples)
     v, d_max = case.vocab_size, case.depth
     coins = torch.Generator().manual_seed(seed)
     draws = torch.Generator().manual_seed(seed + 1)
@@ -136,6 +189,7 @@ def sample_cycle_outputs(verifier: Verifier, case: VerifyCase, n_samples: int, s
             trees[tokens] = case.build_tree(tokens)
         tree, logits = trees[tokens]
         verdict = verifier.verify(tree, logits, case.sampling, coins)
+        check_verdict(tree, verdict, v)
         node_tokens.append(tree.tokens)
         accepted.append(verdict.accepted)
         lengths.append(verdict.accept_length)
@@ -183,7 +237,9 @@ def empirical_verify_check(
 
     Raises:
         AssertionError: if the p-value is ``<= alpha``.
+        ValueError: on settings that decide the outcome by themselves (:func:`check_settings`).
     """
+    check_settings(alpha, n_samples=n_samples)
     seqs = sample_cycle_outputs(verifier, case, n_samples, seed)
     v = case.vocab_size
     flat = torch.zeros(n_samples, dtype=torch.long)

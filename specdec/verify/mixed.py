@@ -78,8 +78,9 @@ class MixedMultiRoundVerifier(PlanVerifier):
         self.max_children = max_children
 
     def refuses(self, kind: TreeKind, sampling: SamplingParams) -> str | None:
-        if not sampling.greedy and not kind.sampled:
-            return f"MixedMultiRoundVerifier needs sampled candidates (q); the policy grows {kind.describe()}"
+        if not kind.sampled:
+            at = " at temperature 0" if sampling.greedy else ""
+            return f"MixedMultiRoundVerifier needs sampled candidates (q); the policy grows {kind.describe()}{at}"
         return None
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
