@@ -17,7 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
-from specdec.train.config import RECIPE_NAMES, DataConfig, OptimConfig, TrainConfig, default_of, nest_options
+from pydantic import ValidationError
+
+from specdec.train.config import (
+    RECIPE_NAMES,
+    DataConfig,
+    OptimConfig,
+    TrainConfig,
+    config_error,
+    default_of,
+    nest_options,
+)
 
 __all__ = ["add_train_parser", "run_train", "main"]
 
@@ -107,6 +117,8 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     Raises:
         UnknownOptionError: a ``--set`` KEY that no section has (the message lists the valid keys).
+        ConflictingOptionError: one option given twice with different values (``--lr`` and ``--set optim.lr``).
+        InvalidOptionError: a value out of range or of the wrong type (each named).
         SystemExit: a ``--set`` item without ``=``.
     """
     options = ("recipe", "out", "target", *(leaf for _, leaf, _, _ in _FLAGS), *(leaf for _, leaf, _, _ in _SWITCHES))
@@ -119,7 +131,10 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
             given[key.strip().replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
             given[key.strip().replace("-", "_")] = value
-    return TrainConfig.model_validate(nest_options(given))
+    try:
+        return TrainConfig.model_validate(nest_options(given))
+    except ValidationError as err:
+        raise config_error(err) from err
 
 
 def run_train(args: argparse.Namespace) -> int:

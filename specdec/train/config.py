@@ -14,7 +14,12 @@ A config is a handful of small sections, each readable on its own::
 Every field's name is unique across the sections, so a leaf name alone says where it goes:
 ``TrainConfig(recipe="hass", out="runs/h", max_len=512, passes=2)`` and ``specdec train hass --set passes=2`` fill
 ``data.max_len`` and ``loss.passes`` (``section.field`` works too). An unknown name is refused with the list of
-valid ones (:class:`UnknownOptionError`).
+valid ones (:class:`UnknownOptionError`). Whole sections go too (``optim=OptimConfig(lr=3e-4)``): only the fields a
+section object was given count, so ``TrainConfig(..., lr=1e-3, optim=OptimConfig(epochs=5))`` keeps both; the same
+option given twice with different values is refused (:class:`ConflictingOptionError`), whichever way it was given.
+
+Every float option must be finite (``lr=inf`` is refused), and the command line turns a value out of range into one
+line (:func:`config_error`).
 
 **Recipe options** are declared once, here: a field made with :func:`option` names the recipes it applies to. The
 loss of a recipe takes exactly its options of the ``loss`` and ``ttt`` sections (:meth:`TrainConfig.loss_options`),
@@ -31,21 +36,24 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specdec.errors import SpecdecError
 
 __all__ = [
     "RECIPE_NAMES",
+    "ConflictingOptionError",
     "DataConfig",
     "EvalConfig",
     "HeadConfig",
+    "InvalidOptionError",
     "LossConfig",
     "OptimConfig",
     "RunConfig",
     "TTTConfig",
     "TrainConfig",
     "UnknownOptionError",
+    "config_error",
     "default_of",
     "nest_options",
     "option",
@@ -60,13 +68,34 @@ class UnknownOptionError(SpecdecError, ValueError):
     """A training option that no section of :class:`TrainConfig` has (the message lists the valid ones)."""
 
 
+class ConflictingOptionError(SpecdecError, ValueError):
+    """A training option given twice with different values (e.g. as a leaf and inside its section)."""
+
+
+class InvalidOptionError(SpecdecError, ValueError):
+    """A training option whose value is out of range or of the wrong type (the message names each)."""
+
+
+def config_error(err: ValidationError) -> InvalidOptionError:
+    """One :class:`InvalidOptionError` naming every option of a failed :class:`TrainConfig` validation."""
+    problems = []
+    for e in err.errors():
+        where = ".".join(str(part) for part in e["loc"]) or "config"
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "value_error":  # a validator's own message names the values
+            problems.append(f"{where}: {message}")
+        else:
+            problems.append(f"{where}={e.get('input')!r}: {message[:1].lower()}{message[1:]}")
+    return InvalidOptionError(f"invalid training option {'; '.join(problems)}")
+
+
 def option(default: Any, *, recipes: tuple[str, ...], description: str, **constraints: Any) -> Any:
     """A recipe option: a field that changes what ``recipes`` train, listed on their model cards."""
     return Field(default, description=description, json_schema_extra={"recipes": list(recipes)}, **constraints)
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DataConfig(_Section):
@@ -113,6 +142,12 @@ class OptimConfig(_Section):
     grad_clip_value: float | None = Field(0.5, gt=0)
     seed: int = Field(0, description="seed of the head init, data order and noise")
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+
+    @model_validator(mode="after")
+    def _betas_in_range(self) -> OptimConfig:
+        if not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ValueError(f"betas {self.betas} must each lie in [0, 1) (AdamW's moving averages)")
+        return self
 
 
 class HeadConfig(_Section):
@@ -242,17 +277,38 @@ def default_of(key: str) -> Any:
 def nest_options(fields: dict[str, Any]) -> dict[str, Any]:
     """Flat leaf names (``max_len``), ``section.field`` names and whole sections → :class:`TrainConfig` input.
 
+    A section given as an object contributes the fields it was given (not its defaults), so it merges with leaves
+    of the same section given beside it.
+
     Raises:
         UnknownOptionError: a key no section has (the message lists the valid keys and the closest ones).
+        ConflictingOptionError: one option given twice with different values (e.g. ``lr`` and ``optim.lr``, or ``lr``
+            and ``optim=OptimConfig(lr=...)``).
     """
     nested: dict[str, Any] = {}
+    given_as: dict[tuple[str, str], str] = {}
+
+    def put(section: str, leaf: str, value: Any, key: str) -> None:
+        values = nested.setdefault(section, {})
+        if not isinstance(values, dict):  # a section of the wrong type: left to the validation to refuse
+            return
+        if leaf in values and values[leaf] != value:
+            raise ConflictingOptionError(
+                f"training option {section}.{leaf} is given twice: {values[leaf]!r} as {given_as[section, leaf]} and "
+                f"{value!r} as {key}; give it once"
+            )
+        values[leaf], given_as[section, leaf] = value, key
+
     for key, value in fields.items():
         if key in _TOP:
             nested[key] = value
             continue
         if key in _SECTIONS:
-            value = value.model_dump() if isinstance(value, BaseModel) else value
-            nested[key] = {**nested.get(key, {}), **value} if isinstance(value, dict) else value
+            value = value.model_dump(exclude_unset=True) if isinstance(value, BaseModel) else value
+            if not isinstance(value, dict):
+                nested[key] = value
+            for leaf, item in value.items() if isinstance(value, dict) else ():
+                put(key, leaf, item, f"{key}={type(fields[key]).__name__}(...)")
             continue
         section, dot, leaf = key.partition(".")
         if not dot:
@@ -263,7 +319,7 @@ def nest_options(fields: dict[str, Any]) -> dict[str, Any]:
             raise UnknownOptionError(
                 f"unknown training option {key!r}{hint}; valid keys: {', '.join(valid_keys())}, or section.field"
             )
-        nested.setdefault(section, {})[leaf] = value
+        put(section, leaf, value, key)
     return nested
 
 

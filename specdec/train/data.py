@@ -30,11 +30,15 @@ from typing import Any
 
 import torch
 
+from specdec.errors import SpecdecError
+
 __all__ = [
     "SHAREGPT_PACKAGE",
     "SHAREGPT_FILE",
+    "TokenDataError",
     "TokenizedExample",
     "TokenDataset",
+    "check_token_ids",
     "sharegpt_path",
     "iter_sharegpt_records",
     "record_to_messages",
@@ -58,6 +62,11 @@ _ROLE_MAP = {
 }
 
 
+class TokenDataError(SpecdecError, ValueError):
+    """Training sequences that cannot be trained on: an empty sequence, a token id out of the vocabulary or not an
+    integer, or a loss mask other than 0/1 (the message names the sequence)."""
+
+
 @dataclass(frozen=True)
 class TokenizedExample:
     """One training sequence.
@@ -71,6 +80,23 @@ class TokenizedExample:
     loss_mask: torch.Tensor
 
 
+def check_token_ids(examples: Iterable[TokenizedExample], vocab_size: int | None, what: str = "") -> None:
+    """Refuse a token id below 0, or (with ``vocab_size``) at or above it.
+
+    Raises:
+        TokenDataError: an id out of range, with the sequence it is in (``what``: the data's name, e.g. "training").
+    """
+    for i, example in enumerate(examples):
+        ids = example.input_ids
+        if ids.numel() == 0:
+            continue
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or (vocab_size is not None and high >= vocab_size):
+            bound = f"0 … {vocab_size - 1}" if vocab_size is not None else "0 or more"
+            bad = low if low < 0 else high
+            raise TokenDataError(f"{what} sequence {i}: token id {bad} is outside the vocabulary ({bound})".lstrip())
+
+
 class TokenDataset(Sequence[TokenizedExample]):
     """A list of :class:`TokenizedExample` (an indexable sequence)."""
 
@@ -79,16 +105,33 @@ class TokenDataset(Sequence[TokenizedExample]):
 
     @classmethod
     def from_sequences(
-        cls, input_ids: Iterable[Sequence[int] | torch.Tensor], loss_masks: Iterable[Sequence[int] | torch.Tensor]
+        cls,
+        input_ids: Iterable[Sequence[int] | torch.Tensor],
+        loss_masks: Iterable[Sequence[int] | torch.Tensor],
+        vocab_size: int | None = None,
     ) -> TokenDataset:
-        """Wrap generic data (e.g. self-distilled responses): one ``[T_i]`` id list and one ``[T_i]`` 0/1 mask each."""
+        """Wrap generic data (e.g. self-distilled responses): one ``[T_i]`` id list and one ``[T_i]`` 0/1 mask each.
+
+        Raises:
+            TokenDataError: an empty sequence, ids that are not integers or lie outside ``0 … vocab_size - 1`` (only
+                negative ones without ``vocab_size``), a mask value other than 0/1, or an id and mask length that
+                differ (the message names the sequence).
+        """
         out = []
-        for ids, mask in zip(input_ids, loss_masks, strict=True):
-            ids_t = torch.as_tensor(ids, dtype=torch.long).flatten()
-            mask_t = torch.as_tensor(mask).flatten().bool()
+        for i, (ids, mask) in enumerate(zip(input_ids, loss_masks, strict=True)):
+            ids_t, mask_t = torch.as_tensor(ids).flatten(), torch.as_tensor(mask).flatten()
             if ids_t.shape != mask_t.shape:
-                raise ValueError(f"input_ids {tuple(ids_t.shape)} and loss_mask {tuple(mask_t.shape)} differ in length")
-            out.append(TokenizedExample(ids_t, mask_t))
+                raise TokenDataError(
+                    f"sequence {i}: input_ids {tuple(ids_t.shape)} and loss_mask {tuple(mask_t.shape)} differ in length"
+                )
+            if ids_t.numel() == 0:
+                raise TokenDataError(f"sequence {i} is empty")
+            if ids_t.is_floating_point() or ids_t.is_complex() or ids_t.dtype == torch.bool:
+                raise TokenDataError(f"sequence {i}: token ids must be integers, got {ids_t.dtype}")
+            if not bool(((mask_t == 0) | (mask_t == 1)).all()):
+                raise TokenDataError(f"sequence {i}: loss_mask values must be 0 or 1, got {mask_t.unique().tolist()}")
+            out.append(TokenizedExample(ids_t.long(), mask_t.bool()))
+        check_token_ids(out, vocab_size)
         return cls(out)
 
     def __len__(self) -> int:

@@ -17,9 +17,9 @@ Layout of a feature folder::
     shard_00000.safetensors      # input_ids [N] int64, loss_mask [N] uint8, lengths [n] int64,
                                  # final [N, H], fused [N, kH]   (N tokens of n consecutive sequences)
 
-Extraction resumes shard by shard when interrupted, and a folder whose fingerprint (data + spec + dtype + target
-weights sample) matches is reused as is; one of another format is extracted again, and :class:`FeatureStore` refuses
-it (:class:`FeatureCacheError`).
+Extraction resumes shard by shard when interrupted, and a folder whose fingerprint (data + spec + dtype + a sample
+and checksum of every target weight) matches is reused as is; one of another format is extracted again, and
+:class:`FeatureStore` refuses it (:class:`FeatureCacheError`).
 """
 
 from __future__ import annotations
@@ -110,12 +110,21 @@ def select_hidden(
 
 
 def _target_sample(target: Any) -> str:
-    """A cheap fingerprint of the target's weights (config + a few values of its embedding and lm_head)."""
+    """A cheap fingerprint of every target weight: the config, then per parameter (in order) its shape, sum (float64,
+    10 significant digits) and a strided sample of at most :data:`_SAMPLE` values. A change anywhere (a fine-tuned
+    layer, one edited row) changes it; the same weights give the same one on any device, in any dtype that holds them
+    exactly (bf16 weights loaded as fp32) and inside a wrapper module (names are left out: a wrapper prefixes them).
+    Reading every weight once costs about one forward's memory traffic."""
     h = hashlib.sha256()
     h.update(json.dumps(target.config.to_dict(), sort_keys=True, default=str).encode())
-    for p in (target.get_input_embeddings().weight, target.get_output_embeddings().weight):
-        h.update(p.detach().flatten()[:4096].float().cpu().numpy().tobytes())
+    for tensor in target.parameters():
+        flat = tensor.detach().reshape(-1)
+        h.update(f"{tuple(tensor.shape)}|{float(flat.sum(dtype=torch.float64)):.10g}|".encode())
+        h.update(flat[:: max(1, flat.numel() // _SAMPLE)][:_SAMPLE].float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+_SAMPLE = 4096
 
 
 def dataset_fingerprint(dataset: Sequence[TokenizedExample]) -> str:

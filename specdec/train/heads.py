@@ -1,7 +1,8 @@
 """The head a run trains: a fresh one shaped after the target, or a trained one continued, with its draft vocabulary.
 
 - :func:`build_head`: one decoder layer with the target's attention geometry (EAGLE-1/HASS or EAGLE-3);
-- :func:`initial_head`: a trained head folder, checked against the run (kind, vocabulary, fused layers);
+- :func:`initial_head`: a trained head folder, checked against the run (kind, vocabulary, fused layers;
+  :func:`check_init_head` before the run's features are extracted, :class:`InitHeadError` when it does not fit);
 - :func:`with_draft_vocab`: an EAGLE-3 head moved onto another draft vocabulary, trained rows kept;
 - :func:`make_head`: what a run starts from, from its :class:`~specdec.train.config.HeadConfig`.
 """
@@ -16,11 +17,16 @@ import torch
 
 from specdec.drafters.eagle_config import EagleConfig
 from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.errors import SpecdecError
 from specdec.train.config import HeadConfig
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
 from specdec.train.head_init import init_from_target_layer
 
-__all__ = ["build_head", "initial_head", "make_head", "with_draft_vocab"]
+__all__ = ["InitHeadError", "build_head", "check_init_head", "initial_head", "make_head", "with_draft_vocab"]
+
+
+class InitHeadError(SpecdecError, ValueError):
+    """An ``init_head`` that does not fit the run: of another recipe's kind, or fusing other target layers."""
 
 
 def build_head(
@@ -72,7 +78,7 @@ def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[in
 
     Raises:
         CheckpointError: the folder holds no readable head.
-        VocabMismatchError / ValueError: the head was made for another target (vocabulary or width), for another
+        VocabMismatchError / InitHeadError: the head was made for another target (vocabulary or width), for another
             recipe (EAGLE-1/HASS heads and EAGLE-3 heads are not interchangeable), or fuses other layers.
     """
     from specdec.checkpoints import load_eagle_head
@@ -80,15 +86,22 @@ def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[in
     head = load_eagle_head(path, target_model=target, dtype=torch.float32)
     want = Eagle3Head if recipe == "eagle3" else Eagle1Head
     if not isinstance(head, want):
-        raise ValueError(f"init_head {path} is a {head.kind} head; the {recipe} recipe trains a {want.kind} head")
+        raise InitHeadError(f"init_head {path} is a {head.kind} head; the {recipe} recipe trains a {want.kind} head")
     if isinstance(head, Eagle3Head):
         aux = tuple(head.config.aux_layer_ids or ())
         if (aux and aux != tuple(layers)) or head.num_fused != len(layers):
-            raise ValueError(
+            raise InitHeadError(
                 f"init_head {path} fuses target layers {aux or head.num_fused} but the run extracts {tuple(layers)}; "
                 "set eagle3_layers to the head's"
             )
     return head.train()
+
+
+def check_init_head(options: HeadConfig, recipe: str, target: Any, layers: Sequence[int]) -> None:
+    """Refuse an ``init_head`` that does not fit the run (as :func:`initial_head` does), before features are
+    extracted for it."""
+    if options.init_head is not None:
+        initial_head(options.init_head, recipe, target, layers)
 
 
 def with_draft_vocab(head: Eagle3Head, draft_ids: torch.Tensor) -> Eagle3Head:

@@ -17,19 +17,28 @@ Layout of a run folder (``TrainConfig.out``)::
 A shipped head (:func:`specdec.train.card.ship_head`) is ``head/`` plus ``training.json`` (:data:`TRAINING_FACTS`,
 the facts of the run) and its model card ``README.md``.
 
-Files of an earlier run-folder format (before :data:`RUN_FORMAT`) are refused with :class:`RunFolderError`.
+Files of an earlier run-folder format (before :data:`RUN_FORMAT`), and damaged ones (a truncated ``log.jsonl``, a
+stray file under ``checkpoints/``), are refused with :class:`RunFolderError` naming the file.
+
+**Resuming or starting over** (:func:`prepare_run`): a run with ``run.resume`` and a checkpoint in ``out`` continues
+that run, and only with the settings it was started with (:func:`resume_changes` names the ones that differ; those
+in :data:`RESUMABLE` may change); any other run starts over and first removes what the earlier run left behind
+(:data:`RUN_FILES`), so that nothing of it is resumed, logged or shipped with the new run. The feature cache stays:
+it is checked against the target, data and spec before each use (:mod:`specdec.train.features`).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from specdec.errors import SpecdecError
-from specdec.train.config import TrainConfig
+from specdec.train.config import RunConfig, TrainConfig
 
 __all__ = [
     "CHECKPOINTS",
@@ -39,6 +48,8 @@ __all__ = [
     "HEAD",
     "LOG",
     "PARENT_FACTS",
+    "RESUMABLE",
+    "RUN_FILES",
     "RUN_FORMAT",
     "TRAINING_FACTS",
     "TRAIN_CONFIG",
@@ -48,10 +59,12 @@ __all__ = [
     "checkpoints",
     "curve_points",
     "features_dir",
+    "prepare_run",
     "read_config",
     "read_eval",
     "read_log",
     "read_parent_facts",
+    "resume_changes",
     "start_log",
     "trained_tokens",
     "write_config",
@@ -70,9 +83,33 @@ EVAL = "eval.json"
 CURVE = "curve.jsonl"
 TRAINING_FACTS = "training.json"
 
+#: What a run writes besides its config and feature cache: removed when a run starts over in the same folder.
+RUN_FILES = (CHECKPOINTS, LOG, CURVE, EVAL, HEAD, PARENT_FACTS)
+
+#: The options a resumed run may change (``section.field``): where it stops (``max_steps``: the schedule spans
+#: every epoch whatever it says, so a run stopped early continues as if never stopped; ``epochs`` changes the
+#: schedule and may not), how often it checkpoints, logs and evaluates, and where its feature cache lives. Every
+#: other option decides what is trained, so it must stay as the run was started.
+RESUMABLE = frozenset(
+    {
+        "out",
+        "optim.max_steps",
+        "data.features_dir",
+        "data.extract_batch_size",
+        "eval.eval_steps",
+        *(f"run.{leaf}" for leaf in RunConfig.model_fields),
+    }
+)
+
+_CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+
 
 class RunFolderError(SpecdecError, ValueError):
-    """A run-folder file of another format (e.g. written by an earlier specdec), or one that is missing."""
+    """A run-folder file of another format (e.g. written by an earlier specdec), one that is missing or damaged, or
+    a resume with other settings than the run's."""
+
+
+_START_OVER = "train with --no-resume (resume=False) to start over"
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -93,7 +130,9 @@ def read_config(out: str | Path) -> TrainConfig:
     path = Path(out) / TRAIN_CONFIG
     if not path.is_file():
         raise RunFolderError(f"{path} is missing: {out} is not a training run folder")
-    raw = json.loads(path.read_text())
+    raw = _json(path, path.read_text())
+    if not isinstance(raw, dict):
+        raise RunFolderError(f"{path} is not a TrainConfig (a JSON object); {_START_OVER}")
     found = raw.pop("format", None)
     if found != RUN_FORMAT:
         raise RunFolderError(
@@ -111,6 +150,83 @@ def features_dir(out: str | Path, config: TrainConfig) -> Path:
     return Path(config.data.features_dir) if config.data.features_dir else Path(out) / FEATURES
 
 
+def _json(path: Path, text: str, line: int | None = None) -> Any:
+    """``text`` (of ``path``, line ``line``) parsed; a damaged file raises :class:`RunFolderError` naming it."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        where = f"{path} line {line}" if line is not None else str(path)
+        raise RunFolderError(f"{where} is damaged (truncated or not JSON: {err}); {_START_OVER}") from err
+
+
+# ------------------------------------------------------------------------------------------------ resume or start over
+
+
+def prepare_run(out: str | Path, config: TrainConfig) -> bool:
+    """Make ``out`` ready for ``config``'s run; returns whether the run resumes (``run.resume`` and a checkpoint).
+
+    A resumed run must have the settings its ``train_config.json`` records (but those in :data:`RESUMABLE`); any
+    other run starts over: the earlier run's :data:`RUN_FILES` are removed (its config is rewritten by the caller).
+
+    Raises:
+        RunFolderError: a resume with other settings (named in the message), a run folder whose config is missing
+            or damaged, or a fresh start whose ``init_head`` lies in a file it would remove.
+    """
+    out = Path(out)
+    if config.run.resume and checkpoints(out):
+        changed = resume_changes(_saved_config(out), config)
+        if changed:
+            raise RunFolderError(
+                f"{out} holds a run started with other settings ({TRAIN_CONFIG} -> this run: {', '.join(changed)}); "
+                "train with the same settings to resume it, or with --no-resume (resume=False) to start over"
+            )
+        return True
+    _remove_run_files(out, config.head.init_head)
+    return False
+
+
+def resume_changes(saved: TrainConfig, config: TrainConfig) -> list[str]:
+    """The options (``section.field``, or a top-level name) that differ between a run's saved config and the one
+    resuming it, except those in :data:`RESUMABLE`; each as ``name saved -> new``."""
+    old, new = _flat(saved.model_dump(mode="json")), _flat(config.model_dump(mode="json"))
+    return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in new if k not in RESUMABLE and old.get(k) != new[k]]
+
+
+def _flat(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A dumped config by ``section.field`` (top-level names as they are)."""
+    flat: dict[str, Any] = {}
+    for key, value in dumped.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{leaf}": v for leaf, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _saved_config(out: Path) -> TrainConfig:
+    if not (out / TRAIN_CONFIG).is_file():
+        raise RunFolderError(f"{out} holds checkpoints but no {TRAIN_CONFIG} to resume with; {_START_OVER}")
+    return read_config(out)
+
+
+def _remove_run_files(out: Path, init_head: Path | None) -> None:
+    """Remove what an earlier run in ``out`` left behind (:data:`RUN_FILES`), refusing to remove ``init_head``."""
+    paths = [out / name for name in RUN_FILES if (out / name).exists()]
+    if init_head is not None:
+        parent = Path(init_head).resolve()
+        for path in paths:
+            if parent == path.resolve() or path.resolve() in parent.parents:
+                raise RunFolderError(
+                    f"init_head {init_head} is inside {path}, which a run starting over in {out} removes; copy the "
+                    "head elsewhere first, or train into another --out"
+                )
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
 # ------------------------------------------------------------------------------------------------ lineage
 
 
@@ -123,7 +239,7 @@ def read_parent_facts(out: str | Path) -> dict[str, Any] | None:
     """The facts :func:`write_parent_facts` kept, or None when the run kept none (no ``init_head``, or a parent
     whose facts were unreadable when the run started)."""
     path = Path(out) / PARENT_FACTS
-    return json.loads(path.read_text()) if path.is_file() else None
+    return _json(path, path.read_text()) if path.is_file() else None
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -134,8 +250,16 @@ def checkpoint_path(out: str | Path, step: int) -> Path:
 
 
 def checkpoints(out: str | Path) -> list[Path]:
-    """The run's checkpoints, oldest first."""
-    return sorted((Path(out) / CHECKPOINTS).glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    """The run's checkpoints, oldest first.
+
+    Raises:
+        RunFolderError: a ``step_*.pt`` whose name is not ``step_<number>.pt`` (not written by a run).
+    """
+    found = sorted((Path(out) / CHECKPOINTS).glob("step_*.pt"))
+    stray = [p for p in found if not _CHECKPOINT_NAME.fullmatch(p.name)]
+    if stray:
+        raise RunFolderError(f"{stray[0]} is not a checkpoint a run writes (step_<number>.pt); {_START_OVER}")
+    return sorted(found, key=lambda p: int(p.stem.split("_")[1]))
 
 
 # ------------------------------------------------------------------------------------------------ log and evaluations
@@ -145,17 +269,29 @@ def start_log(out: str | Path, step: int) -> float:
     """Keep the ``log.jsonl`` records up to ``step`` (a resumed run drops the steps after its checkpoint); returns
     the training time they had taken (``wall_s`` of the last one kept, 0 when none)."""
     path = Path(out) / LOG
-    kept = []
-    if step and path.is_file():
-        kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
-    return float(json.loads(kept[-1])["wall_s"]) if kept else 0.0
+    kept = [record for record in _records(path) if record["step"] <= step] if step else []
+    path.write_text("".join(json.dumps(record) + "\n" for record in kept))
+    return float(kept[-1]["wall_s"]) if kept else 0.0
 
 
 def read_log(out: str | Path) -> list[dict[str, Any]]:
-    """The ``log.jsonl`` records of a run folder (none when there is no log yet)."""
-    path = Path(out) / LOG
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+    """The ``log.jsonl`` records of a run folder (none when there is no log yet).
+
+    Raises:
+        RunFolderError: a damaged line (e.g. the last one cut short), named in the message.
+    """
+    return _records(Path(out) / LOG)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file of the run folder (none when it is missing)."""
+    if not path.is_file():
+        return []
+    records = [_json(path, line, n) for n, line in enumerate(path.read_text().splitlines(), 1) if line]
+    for n, record in enumerate(records, 1):
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise RunFolderError(f"{path} record {n} has no step; {_START_OVER}")
+    return records
 
 
 def trained_tokens(records: list[dict[str, Any]]) -> int:
@@ -176,12 +312,11 @@ def write_eval(out: str | Path, report: dict[str, Any]) -> None:
 def read_eval(out: str | Path) -> dict[str, Any] | None:
     """The final evaluation (``eval.json``), or None before the run has finished."""
     path = Path(out) / EVAL
-    return json.loads(path.read_text()) if path.is_file() else None
+    return _json(path, path.read_text()) if path.is_file() else None
 
 
 def curve_points(out: str | Path) -> list[dict[str, Any]]:
     """The run's mid-run evaluations (``curve.jsonl``) followed by its final one (``eval.json``), when present."""
-    curve = Path(out) / CURVE
-    points = [json.loads(line) for line in curve.read_text().splitlines() if line] if curve.is_file() else []
+    points = _records(Path(out) / CURVE)
     final = read_eval(out)
     return points + ([final] if final is not None else [])

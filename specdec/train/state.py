@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: What a checkpoint holds besides its format.
+_STATE = ("head", "optimizer", "scheduler", "step", "rng")
+
+
 def seed_all(seed: int) -> None:
     """Seed Python's, numpy's and torch's global generators."""
     random.seed(seed)
@@ -107,22 +111,33 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint's state, read with ``weights_only=True``: tensors and plain values, never arbitrary objects.
 
     Raises:
-        RunFolderError: the file holds other objects, or has another run-folder format (an earlier specdec's).
+        RunFolderError: the file is damaged (empty, truncated, not a checkpoint), holds other objects, lacks part
+            of the state, or has another run-folder format (an earlier specdec's).
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        raise RunFolderError(
-            f"checkpoint {path} holds objects a weights-only load refuses; "
-            f"delete {Path(path).parent} or train with --no-resume to start over"
-        ) from err
+        refused = "Unsupported global" in str(err)  # an object a weights-only load refuses (else: not a pickle)
+        raise _unusable(path, "holds objects a weights-only load refuses" if refused else "is damaged") from err
+    except (RuntimeError, EOFError, OSError, ValueError) as err:  # torch's errors for a truncated or empty file
+        raise _unusable(path, f"is damaged (truncated or not a checkpoint: {_gist(err)})") from err
     if not isinstance(state, dict) or state.get("format") != RUN_FORMAT:
         found = state.get("format", 1) if isinstance(state, dict) else "unknown"
-        raise RunFolderError(
-            f"checkpoint {path} has run-folder format {found}, this version resumes format {RUN_FORMAT} only; "
-            f"delete {Path(path).parent} or train with --no-resume to start over"
-        )
+        raise _unusable(path, f"has run-folder format {found}, this version resumes format {RUN_FORMAT} only")
     return state
+
+
+def _gist(err: BaseException) -> str:
+    """The first lines of an error's message, short (torch's run over many lines), or its type when it has none."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = " ".join(lines[:2]) or type(err).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _unusable(path: str | Path, problem: str) -> RunFolderError:
+    return RunFolderError(
+        f"checkpoint {path} {problem}; delete {Path(path).parent} or train with --no-resume to start over"
+    )
 
 
 def resume(
@@ -132,13 +147,23 @@ def resume(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> int:
     """Restore the newest checkpoint in ``out`` into ``head``, ``optimizer``, ``scheduler`` and the global RNGs;
-    returns its step (0, with nothing restored, when there is none)."""
+    returns its step (0, with nothing restored, when there is none).
+
+    Raises:
+        RunFolderError: the checkpoint is damaged, lacks part of the state, or does not fit ``head`` (named).
+    """
     found = checkpoints(out)
     if not found:
         return 0
     state = load_checkpoint(found[-1])
-    head.load_state_dict(state["head"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    missing = [key for key in _STATE if key not in state]
+    if missing:
+        raise _unusable(found[-1], f"lacks {', '.join(missing)}")
+    try:
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise _unusable(found[-1], f"does not fit this run ({_gist(err)})") from err
     return int(state["step"])

@@ -33,19 +33,22 @@ from tqdm.auto import tqdm
 
 from specdec.checkpoints import save_eagle_head
 from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.errors import SpecdecError
 from specdec.train.card import head_facts
 from specdec.train.config import TrainConfig
 from specdec.train.data import TokenDataset
 from specdec.train.evaluate import evaluate_heldout
 from specdec.train.features import FeatureStore, collate
-from specdec.train.heads import make_head
+from specdec.train.heads import check_init_head, make_head
 from specdec.train.inputs import Rows, cache_features, feature_spec, load_data, load_target, open_stores
 from specdec.train.recipes import RECIPES
 from specdec.train.run_folder import (
     HEAD,
     LOG,
+    RunFolderError,
     append_curve,
     features_dir,
+    prepare_run,
     read_log,
     read_parent_facts,
     start_log,
@@ -59,6 +62,7 @@ from specdec.train.state import derived_seed, resume, save_checkpoint, seed_all
 __all__ = [
     "Loop",
     "RecipeModule",
+    "TrainingDivergedError",
     "batch_at",
     "evaluate",
     "finish",
@@ -69,6 +73,10 @@ __all__ = [
     "take_step",
     "train",
 ]
+
+
+class TrainingDivergedError(SpecdecError, FloatingPointError):
+    """The loss, or the trained head's weights, stopped being finite: the run diverged and no head is saved."""
 
 
 def train(
@@ -109,7 +117,8 @@ def train(
     spec = feature_spec(config, int(target.config.num_hidden_layers))
     folder = features_dir(out, config)
     if main:
-        train_data, heldout_data = load_data(config, tokenizer, train_data, heldout_data)
+        check_init_head(config.head, config.recipe, target, spec.layers)  # before the long feature extraction
+        train_data, heldout_data = load_data(config, tokenizer, train_data, heldout_data, target)
         cache_features(config, target, train_data, heldout_data, spec, folder)
     accelerator.wait_for_everyone()
     if config.run.extract_only:
@@ -133,8 +142,20 @@ def train(
 
 def start_run(out: Path, config: TrainConfig) -> None:
     """Create the run folder and write its config; keep what ``init_head`` was trained on, once (a resumed run keeps
-    the copy made at its start: the parent folder may have been shipped over, or its run deleted, since)."""
-    out.mkdir(parents=True, exist_ok=True)
+    the copy made at its start: the parent folder may have been shipped over, or its run deleted, since).
+
+    A run that resumes must have the settings it was started with; one that starts over first removes the earlier
+    run's checkpoints, log, evaluations and head (:func:`~specdec.train.run_folder.prepare_run`).
+
+    Raises:
+        RunFolderError: a resume with other settings, or a damaged run folder.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where the folder (or one above it) should be, or no permission
+        problem = err.strerror or err
+        raise RunFolderError(f"cannot create the run folder {out} ({problem}); choose another --out") from err
+    prepare_run(out, config)
     write_config(out, config)
     parent = config.head.init_head
     if parent is not None and read_parent_facts(out) is None:
@@ -289,6 +310,7 @@ def take_step(loop: Loop) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     )
     with accelerator.autocast():
         loss, metrics = loop.module(batch, generator)
+    _refuse_divergence(loop, loss)
     accelerator.backward(loss)
     if loop.config.optim.grad_clip_value is not None:
         accelerator.clip_grad_value_(loop.module.parameters(), loop.config.optim.grad_clip_value)
@@ -297,6 +319,26 @@ def take_step(loop: Loop) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     loop.optimizer.zero_grad(set_to_none=True)
     loop.step += 1
     return loss, metrics
+
+
+def _refuse_divergence(loop: Loop, loss: torch.Tensor) -> None:
+    """Stop before a non-finite loss of any process reaches the weights (every process stops at the same step).
+
+    Raises:
+        TrainingDivergedError: the loss of step ``loop.step + 1`` is not finite on some process.
+    """
+    finite = torch.isfinite(loss.detach()).reshape(1)
+    if loop.accelerator.num_processes > 1:
+        finite = loop.accelerator.gather(finite)
+    if not bool(finite.all()):
+        raise _diverged(loop, f"the loss of step {loop.step + 1} is not finite ({float(loss.detach())} here)")
+
+
+def _diverged(loop: Loop, problem: str) -> TrainingDivergedError:
+    return TrainingDivergedError(
+        f"training diverged: {problem}, so no head was saved; train again with a lower lr (this run's is "
+        f"{loop.config.optim.lr:g}) and --no-resume (resume=False)"
+    )
 
 
 def evaluate(loop: Loop) -> dict[str, Any]:
@@ -362,7 +404,14 @@ def _log_step(
 
 
 def finish(loop: Loop) -> Path:
-    """Save the head (official format) and its final held-out evaluation; returns the head folder."""
+    """Save the head (official format) and its final held-out evaluation; returns the head folder.
+
+    Raises:
+        TrainingDivergedError: some of the head's weights are not finite (nothing is saved).
+    """
+    broken = [name for name, p in loop.recipe.head.named_parameters() if not bool(torch.isfinite(p).all())]
+    if broken:
+        raise _diverged(loop, f"after step {loop.step} the head's {', '.join(broken[:3])} are not finite")
     head_dir = loop.out / HEAD
     if loop.main:
         loop.recipe.head.eval()
