@@ -37,6 +37,8 @@ _LAZY = {
     "CacheFullError": "specdec.kvcache",
     "EmptyPromptError": "specdec.target",
     "UnsupportedModelError": "specdec.attention",
+    "DrafterOutputError": "specdec.tree_checks",
+    "InvalidTreeError": "specdec.tree_checks",
     "SpeculativeGenerator": "specdec.generate",
     "VanillaGenerator": "specdec.generate",
     "StopCondition": "specdec.generate",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specdec import tree_checks
 from specdec.calls import (
     GenerationMetrics,
     GenerationResult,
@@ -263,6 +264,7 @@ class SpeculativeGenerator:
         step, root = _first_token(target, input_ids, sampling, g)
         drafter.prefill(input_ids, step.hidden)
         mine = claim(target)
+        on_host = tree_checks.free_reads(target.device)
         metrics.time_prefill = time.perf_counter() - t0
         out = [int(root)]
         metrics.new_tokens = 1
@@ -274,6 +276,9 @@ class SpeculativeGenerator:
             check_claim(target, mine)  # the drafter's state belongs to the same stream as the target's cache
             t1 = time.perf_counter()
             tree = policy.grow(drafter, root, sampling, g)
+            faults = tree_checks.tree_faults(tree, root, target.vocab_size)  # the policy's tree keeps its contract
+            if on_host:  # read now (host memory: no sync); elsewhere with the cycle's one sync below
+                tree_checks.raise_tree_faults(int(faults), policy)
             t2 = time.perf_counter()
             step = target.forward_tree(tree)
             t3 = time.perf_counter()
@@ -286,6 +291,7 @@ class SpeculativeGenerator:
                     verdict.accept_length.reshape(1),
                     verdict.bonus_token.reshape(1),
                     logits_ok(step.logits).reshape(1).long(),
+                    faults.reshape(1),
                     tree.tokens[accepted.clamp(min=0)],
                     accepted,
                 ]
@@ -295,9 +301,10 @@ class SpeculativeGenerator:
             packed = (ints if extra is None else torch.cat([ints.double(), extra.double()])).tolist()
             t4 = time.perf_counter()
             n_acc, bonus, ok = int(packed[0]), int(packed[1]), packed[2]
+            tree_checks.raise_tree_faults(int(packed[3]), policy)
             slots = accepted.shape[0]
-            path = [int(t) for t in packed[3 : 3 + slots]]
-            ids = [int(i) for i in packed[3 + slots : width]]
+            path = [int(t) for t in packed[4 : 4 + slots]]
+            ids = [int(i) for i in packed[4 + slots : width]]
             if not ok:
                 raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
             count = n_acc + 1

@@ -34,10 +34,10 @@ def ancestor_matrix(parents: torch.Tensor, max_depth: int) -> tuple[torch.Tensor
     anc = torch.zeros(n, n, dtype=torch.bool, device=parents.device)
     anc[rows, rows] = True
     cur = parents.clone()
-    for _ in range(max_depth):
+    for _ in range(max_depth):  # ids clamped into [0, n): a broken parent vector is named later, not a crash here
         has = cur >= 0
-        anc[rows, cur.clamp(min=0)] |= has
-        cur = torch.where(has, parents[cur.clamp(min=0)], cur)
+        anc[rows, cur.clamp(0, n - 1)] |= has
+        cur = torch.where(has, parents[cur.clamp(0, n - 1)], cur)
     return anc, anc.sum(-1) - 1
 
 

@@ -197,10 +197,14 @@ def test_one_host_sync_per_compiled_vanilla_step(model) -> None:
     assert long_steps - short_steps == 12 and long - short == 12
 
 
-def test_one_host_sync_per_compiled_eagle3_cycle_with_the_deferred_budget(model) -> None:
+def test_one_host_sync_per_compiled_eagle3_cycle_with_the_deferred_budget(model, monkeypatch) -> None:
     """EAGLE-3 drafting an adaptive tree on the compiled target: with the deferred budget the tree size rides on
-    the loop's sync, so each cycle reads the device once (the policy's first-cycle read happens in a warm-up)."""
+    the loop's sync, so each cycle reads the device once (the policy's first-cycle read happens in a warm-up). The
+    contract checks take the path they take on a GPU (their early reads are a CPU's only: ``free_reads``)."""
+    from specdec import tree_checks
     from specdec.budget import CostCurve
+
+    monkeypatch.setattr(tree_checks, "free_reads", lambda device: False)
     from specdec.trees.adaptive import AdaptiveTreePolicy
 
     target = compiled_target(model)

@@ -32,6 +32,7 @@ import torch
 from specdec.interfaces import Drafter, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree, PartialTree
+from specdec.tree_checks import checked_topk
 
 __all__ = ["DynamicTreePolicy"]
 
@@ -97,7 +98,7 @@ class DynamicTreePolicy(TreePolicy):
         tree = PartialTree(root, self.pool_capacity)
         frontier = torch.zeros(1, dtype=torch.long, device=root.device)
         for step in range(self.depth):
-            top_logq, top_tokens = drafter.expand_topk(tree, frontier, self.topk)  # [F, k], best first
+            top_logq, top_tokens = checked_topk(drafter, tree, frontier, self.topk)  # [F, k], best first
             k = top_tokens.shape[-1]
             # A NaN row would make values incomparable; -inf keeps "child value <= parent value" true.
             top_logq = torch.nan_to_num(top_logq, nan=-torch.inf)

@@ -24,6 +24,7 @@ import torch
 from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree, PartialTree
+from specdec.tree_checks import checked_topk
 
 __all__ = ["EAGLE1_DEFAULT_PATHS", "LevelPlan", "StaticTreePolicy", "validate_paths"]
 
@@ -205,7 +206,7 @@ class StaticTreePolicy(TreePolicy):
         parents, levels = self.plan_on(root.device)
         tree = PartialTree(root, self.max_nodes)
         for level in levels:
-            top_logq, top_tokens = drafter.expand_topk(tree, level.frontier, level.width)  # [F, width], best first
+            top_logq, top_tokens = checked_topk(drafter, tree, level.frontier, level.width)  # [F, width], best first
             if top_tokens.shape[-1] < level.width:
                 raise ValueError(
                     f"the static tree takes the top {level.width} children of a node but the drafter can propose "

@@ -32,6 +32,7 @@ import torch
 from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams, sample_distinct
 from specdec.tree import DraftTree, PartialTree
+from specdec.tree_checks import checked_draft
 from specdec.trees.static import StaticTreePolicy
 
 __all__ = ["StochasticTreePolicy", "LOGIT_FLOOR"]
@@ -112,7 +113,7 @@ class StochasticTreePolicy(TreePolicy):
         q_dist: torch.Tensor | None = None
         q_cond = torch.ones(n, dtype=torch.float32, device=root.device)
         for level in levels:
-            logits, ids = drafter.expand_draft(tree, level.frontier)  # [F, V_d], target ids [V_d] (None: V_d = V)
+            logits, ids = checked_draft(drafter, tree, level.frontier)  # [F, V_d], target ids [V_d] (None: V_d = V)
             logits = logits.float() / sampling.temperature
             if level.width > logits.shape[-1]:
                 raise ValueError(f"cannot draw {level.width} distinct children from a vocabulary of {logits.shape[-1]}")
