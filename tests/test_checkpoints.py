@@ -679,3 +679,22 @@ def test_kind_detection_and_dtype(tmp_path):
     assert isinstance(loaded, Eagle3Head) and loaded.fc.weight.dtype == torch.bfloat16
     assert loaded.d2t.dtype == torch.int64
     assert load_eagle_head(tmp_path, dtype=torch.float32).fc.weight.dtype == torch.float32
+
+
+def test_a_t2d_that_disagrees_with_d2t_is_refused(tmp_path):
+    """t2d picks the draft vocabulary's slots in EAGLE-3 training; an inverted one was accepted and scored 2 tokens
+    per step instead of 14 (QA). Negative control: the head as saved loads."""
+    state = dict(eagle3_head(15).state_dict())
+    config = official_config(architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=10)
+    load_eagle_head(write_checkpoint(tmp_path / "ok", config, state))
+    state["t2d"] = ~state["t2d"]
+    with pytest.raises(CheckpointError, match="t2d disagrees with d2t"):
+        load_eagle_head(write_checkpoint(tmp_path / "bad", config, state))
+
+
+def test_integer_weights_are_refused_by_name(tmp_path):
+    """An fc.weight stored as int32 ended in a raw TypeError inside nn.Module.to."""
+    state = dict(eagle1_head().state_dict())
+    state["fc.weight"] = state["fc.weight"].to(torch.int32)
+    with pytest.raises(CheckpointError, match=r"not floating point: fc.weight \(torch.int32\)"):
+        load_eagle_head(write_checkpoint(tmp_path, official_config(), state))

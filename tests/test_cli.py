@@ -133,6 +133,7 @@ def test_generate_smollm2_ngram(capsys):
     [
         (["--prompts", "0"], "--prompts must be at least 1"),
         (["--prompts", "8", "--temperatures", "-1"], "temperatures must be"),
+        (["--prompts", "8", "--temperatures", "nan"], "temperatures must be"),
         (["--prompts", "8", "--top-p", "1.5"], "top_p must be in"),
         (["--prompts", "8", "--batch-size", "0"], "batch_size must be >= 1"),
     ],

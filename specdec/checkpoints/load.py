@@ -253,6 +253,10 @@ def _validate(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
         if mismatched:
             lines.append(f"  shape mismatches ({len(mismatched)}): " + _first(mismatched, "; "))
         raise CheckpointError("\n".join(lines))
+    maps = {"d2t", "t2d"}  # EAGLE-3's vocabulary maps are integer and bool; every other tensor is a weight
+    wrong = [f"{k} ({v.dtype})" for k, v in sorted(state.items()) if k not in maps and not v.is_floating_point()]
+    if wrong:
+        raise CheckpointError(f"checkpoint {where} holds weights that are not floating point: {_first(wrong)}")
     bad = [k for k, v in sorted(state.items()) if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise CheckpointError(f"checkpoint {where} holds NaN or infinite values in {len(bad)} tensor(s): {_first(bad)}")
@@ -276,3 +280,10 @@ def _check_vocab_map(state: dict[str, torch.Tensor], config: EagleConfig, where:
         raise CheckpointError(f"{where}: d2t maps draft ids outside [0, {config.vocab_size})")
     if ids.unique().numel() != ids.numel():
         raise CheckpointError(f"{where}: d2t maps two draft ids to the same target token")
+    expected = torch.zeros(config.vocab_size, dtype=torch.bool)
+    expected[ids] = True
+    if not torch.equal(state["t2d"], expected):  # t2d picks the draft vocabulary's slots in EAGLE-3 training
+        differ = int((state["t2d"] != expected).sum())
+        raise CheckpointError(
+            f"{where}: t2d disagrees with d2t on {differ} target token(s): t2d must mark exactly the tokens d2t maps to"
+        )

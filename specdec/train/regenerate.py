@@ -57,6 +57,7 @@ the folder format is :mod:`specdec.train.shards`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -123,7 +124,7 @@ class RegenerateConfig:
     loop_window: int = 64
 
     def __post_init__(self) -> None:
-        if not self.temperatures or any(t < 0 for t in self.temperatures):
+        if not self.temperatures or not all(math.isfinite(t) and t >= 0 for t in self.temperatures):
             raise ValueError(f"temperatures must be a non-empty list of values >= 0, got {self.temperatures}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
