@@ -17,6 +17,8 @@
 #   invariant-tests    tests/test_invariant.py: tree rows = 1-token steps bit for bit on this CPU's kernels
 #   gemm-shapes        benchmarks/gemm_shapes.py --kernels: each linear shape stock vs packed, per dtype and row
 #                      count, cold weights, and the kernel oneDNN/MKL picks (AMX or AVX-512, GEMV or GEMM)
+#   gemm-inductor      benchmarks/gemm_shapes.py --rows 1 8 --inductor: the same shapes with inductor's max-autotune
+#                      GEMMs (C++ template, AMX where present) beside stock and packed, and what autotuning picks
 #   demo               make demo's composite, on this machine
 #   mtbench-fp32       MT-bench, 80 questions x 128 tokens, EAGLE-3 + HF generate, T = 0 and T = 1
 #   mtbench-bf16       the same on the bfloat16 target (HF generate on the bfloat16 model)
@@ -50,7 +52,7 @@ EOF
 )
 OUT=${1:-docs/results/$(date +%F)-$TAG}
 [[ $# -gt 0 ]] && shift
-ALL=(machine fastpath-fp32 fastpath-bf16 invariant-tests gemm-shapes demo mtbench-fp32 mtbench-bf16 sampled-trees
+ALL=(machine fastpath-fp32 fastpath-bf16 invariant-tests gemm-shapes gemm-inductor demo mtbench-fp32 mtbench-bf16 sampled-trees
   mtbench-bf16-packed)
 STEPS=("$@")
 [[ ${#STEPS[@]} -eq 0 ]] && STEPS=("${ALL[@]}")
@@ -63,6 +65,7 @@ command_of() {  # the command line of one step (run from the repository root)
     fastpath-bf16) echo "$PY benchmarks/fastpath.py --dtype bfloat16 --out $OUT/fastpath_bf16.json" ;;
     invariant-tests) echo "$PY -m pytest -q -p no:cacheprovider tests/test_invariant.py" ;;
     gemm-shapes) echo "$PY benchmarks/gemm_shapes.py --kernels --out $OUT/gemm_shapes.json" ;;
+    gemm-inductor) echo "$PY benchmarks/gemm_shapes.py --rows 1 8 --inductor --out $OUT/gemm_shapes_inductor.json" ;;
     demo) echo "$PY -m specdec.demo" ;;
     mtbench-fp32) echo "$bench --methods eagle3 hf-generate --temperatures 0 1 --out $OUT/mtbench-fp32" ;;
     mtbench-bf16) echo "$bench --methods eagle3 hf-generate --temperatures 0 1 --dtype bfloat16 --out $OUT/mtbench-bf16" ;;

@@ -1,7 +1,7 @@
 """A decoding step's GEMMs one shape at a time: stock against oneDNN-prepacked, per dtype and row count, cold weights.
 
     python benchmarks/gemm_shapes.py [--dtypes float32 bfloat16] [--rows 1 2 8 16] [--repeats 15] [--threads 2]
-                                     [--kernels] [--out results.json]
+                                     [--kernels] [--inductor] [--out results.json]
 
 The shapes are SmolLM2-135M-Instruct's linears as the fast path runs them (``in -> out``): ``q/k/v`` stacked
 (576 -> 960), ``o`` (576 -> 576), ``k`` or ``v`` alone (576 -> 192), ``gate/up`` stacked (576 -> 3072), ``gate`` or
@@ -17,6 +17,14 @@ weight to exceed 64 MB, one call per copy, and a call's time is a pass's time di
 weight GB/s, packed ÷ stock, and T(n)/T(1) per side. ``--kernels`` then runs one call of each (shape, dtype, side,
 row count 1 and 8) under oneDNN's and MKL's verbose modes, so the log names each kernel (AMX or AVX-512, GEMV or
 GEMM); their lines go to this process's stdout.
+
+``--inductor`` adds a third side (issue 33 item 1: MKL, oneDNN and inductor's CPU GEMM templates per shape) for 1
+and 8 rows: ``torch.compile(mode="max-autotune-no-cudagraphs")`` with frozen weights, so autotuning picks inductor's
+C++ GEMM template (AMX where the CPU has it) or oneDNN's packed linear per GEMM. It compiles one graph that applies
+every copy to the input (a single compiled linear would pay the graph's call overhead per copy), timed against the
+same copies run by ``stock`` and ``packed`` modules in turn; inductor's autotuning log names its choice. Printed: ms
+per call, inductor ÷ packed, and the largest difference from ``stock`` (a kernel that groups its sums otherwise
+gives other bits).
 
 This explains the whole-model curves of ``benchmarks/fastpath.py`` shape by shape (where a weight is read below the
 memory bandwidth, and which row counts stay flat); the choices themselves are made from ``fastpath.py``'s
@@ -97,6 +105,51 @@ def show_kernels(mods: dict[str, list[nn.Module]], dtype: torch.dtype) -> None:
                 layers[0](x)
 
 
+class _EveryCopy(nn.Module):
+    """All copies of a shape's linear applied to one input: one compiled graph runs them all, so a call's dispatch
+    (guards, the graph's Python wrapper) is shared by the copies as a whole model's would be."""
+
+    def __init__(self, linears: list[nn.Module]) -> None:
+        super().__init__()
+        self.linears = nn.ModuleList(linears)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [linear(x) for linear in self.linears]
+
+
+@torch.no_grad()
+def inductor_side(mods: dict[str, list[nn.Module]], rows: tuple[int, ...], repeats: int) -> dict:
+    """``{side: {rows: ms per call}}`` for stock, packed and inductor over the same cold copies (the first table's
+    method; inductor runs every copy in one compiled graph), and per row count the compile time and
+    ``max |inductor - stock|`` of the first copy."""
+    import torch._inductor.config as inductor_config
+
+    plain = mods["stock"]
+    k = len(plain)
+    every = {side: _EveryCopy(layers) for side, layers in mods.items()}
+    out: dict = {"stock": {}, "packed": {}, "inductor": {}, "max_diff": {}, "compile_s": {}}
+    for n in rows:
+        x = torch.randn(n, plain[0].in_features).to(plain[0].weight.dtype)
+        t0 = time.perf_counter()
+        with inductor_config.patch(freezing=True, max_autotune_gemm_backends="CPP,ATEN"):
+            compiled = torch.compile(every["stock"], mode="max-autotune-no-cudagraphs", dynamic=False)
+            y = compiled(x)[0]
+        out["compile_s"][n] = time.perf_counter() - t0
+        out["max_diff"][n] = float((y.float() - plain[0](x).float()).abs().max())
+        fns = {**every, "inductor": compiled}
+        times: dict[str, list[float]] = {side: [] for side in fns}
+        for rep in range(repeats + 1):
+            for side, fn in fns.items():
+                t0 = time.perf_counter()
+                fn(x)
+                if rep:
+                    times[side].append((time.perf_counter() - t0) / k)
+        for side, v in times.items():
+            out[side][n] = statistics.median(v) * 1e3
+        torch._dynamo.reset()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
@@ -105,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--shapes", nargs="+", default=None, help="names from SHAPES (default: all)")
     parser.add_argument("--kernels", action="store_true", help="name each kernel (oneDNN and MKL verbose)")
+    parser.add_argument("--inductor", action="store_true", help="also stock vs packed vs inductor, caches flushed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -131,6 +185,16 @@ def main(argv: list[str] | None = None) -> int:
             report[f"{dtype_name}/{name}"] = {"in": n_in, "out": n_out, "ms": ms}
             if args.kernels:
                 show_kernels(mods, dtype)
+            if args.inductor:
+                r = inductor_side(mods, (1, 8), args.repeats)
+                print("     with inductor (max-autotune, frozen weights): ms per call for 1 / 8 rows")
+                for side in ("stock", "packed", "inductor"):
+                    print(f"       {side:8s} {r[side][1]:.3f} / {r[side][8]:.3f}")
+                vs = " / ".join(f"{r['inductor'][n] / r['packed'][n]:.2f}" for n in (1, 8))
+                diff = " / ".join(f"{r['max_diff'][n]:.2g}" for n in (1, 8))
+                took = " / ".join(f"{r['compile_s'][n]:.0f}" for n in (1, 8))
+                print(f"       inductor / packed {vs}; max |inductor - stock| {diff}; compile {took} s")
+                report[f"{dtype_name}/{name}"]["flushed"] = r
             del mods
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
