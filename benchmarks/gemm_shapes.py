@@ -22,7 +22,8 @@ GEMM); their lines go to this process's stdout.
 and 8 rows: ``torch.compile(mode="max-autotune-no-cudagraphs")`` with frozen weights, so autotuning picks inductor's
 C++ GEMM template (AMX where the CPU has it) or oneDNN's packed linear per GEMM. It compiles one graph that applies
 every copy to the input (a single compiled linear would pay the graph's call overhead per copy), timed against the
-same copies run by ``stock`` and ``packed`` modules in turn; inductor's autotuning log names its choice. Printed: ms
+same copies run by ``stock`` and ``packed`` modules in turn; inductor's autotuning log names its choice (where its
+cache does not already hold one). Printed: ms
 per call, inductor ÷ packed, and the largest difference from ``stock`` (a kernel that groups its sums otherwise
 gives other bits).
 
