@@ -484,6 +484,12 @@ def user_message(error: SpecdecError, command: str | None = None) -> str:
     return str(error)
 
 
+def error_exit(error: SpecdecError, command: str | None = None) -> int:
+    """Print an error the library raised on purpose as one ``specdec: error:`` line; returns the usage exit code
+    (shared by ``specdec`` and ``python -m specdec.train.cli``, the entry point ``accelerate launch`` runs)."""
+    return _error(user_message(error, command))
+
+
 def _error(message: str) -> int:
     """Print ``message`` as one ``specdec: error:`` line: the lines of a multi-line message (a list of problems)
     joined by ``"; "``, or by a space after a line that ends in a colon."""
@@ -516,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SpecdecError as e:  # every error the library raises on purpose: bad input, a missing asset, a refusal
-        return _error(user_message(e, args.command))
+        return error_exit(e, args.command)
     except KeyboardInterrupt:
         print("\nspecdec: interrupted", file=sys.stderr)
         return 130

@@ -214,6 +214,15 @@ def test_bad_training_options_are_one_line_before_anything_loads(tmp_path, capsy
     assert not (tmp_path / "r").exists()
 
 
+def test_the_accelerate_entry_point_prints_the_same_one_line(tmp_path, capsys) -> None:
+    """``python -m specdec.train.cli`` (what ``accelerate launch`` runs) printed a traceback for the same options."""
+    from specdec.train.cli import main as train_main
+
+    assert train_main(["eagle1", "--out", str(tmp_path / "r"), "--lr", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specdec: error: invalid training option optim.lr=-1.0") and err.count("\n") == 1
+
+
 def test_eagle3_layers_the_target_lacks_are_refused_before_extraction(tmp_path) -> None:
     """Guards eagle3_layers=[0,1,99] failing only inside the feature extraction."""
     for layers in ([0, 1, 99], [-1, 1, 2], []):

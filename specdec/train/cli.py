@@ -156,9 +156,15 @@ def run_train(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m specdec.train.cli RECIPE --out DIR …``"""
+    from specdec.cli import error_exit
+    from specdec.errors import SpecdecError
+
     parser = argparse.ArgumentParser(prog="specdec train", description=__doc__)
     _add_arguments(parser)
-    return run_train(parser.parse_args(argv))
+    try:
+        return run_train(parser.parse_args(argv))
+    except SpecdecError as e:  # as `specdec train` prints it: one line, not a traceback
+        return error_exit(e, "train")
 
 
 if __name__ == "__main__":
