@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -196,10 +196,12 @@ class LossConfig(_Section):
     noise: float = option(
         0.1, recipes=("eagle1", "hass"), ge=0, description="uniform input-feature noise amplitude U(-a, a)"
     )
-    feature_weight: float = option(1.0, recipes=("eagle1", "hass"), description="SmoothL1 feature regression")
-    ce_weight: float = option(0.1, recipes=("eagle1", "hass"), description="soft cross-entropy through the lm_head")
+    feature_weight: float = option(1.0, recipes=("eagle1", "hass"), ge=0, description="SmoothL1 feature regression")
+    ce_weight: float = option(
+        0.1, recipes=("eagle1", "hass"), ge=0, description="soft cross-entropy through the lm_head"
+    )
     topk: int = option(10, recipes=("hass",), ge=1, description="K of HASS's top-K distillation")
-    topk_weight: float = option(1.0, recipes=("hass",), description="weight of the top-K distillation loss")
+    topk_weight: float = option(1.0, recipes=("hass",), ge=0, description="weight of the top-K distillation loss")
     passes: int = option(3, recipes=("hass",), ge=1, description="HASS context-alignment passes")
     pass_decay: float = option(1.0, recipes=("hass",), gt=0, description="HASS per-pass loss weight beta^j")
 
@@ -226,7 +228,7 @@ class EvalConfig(_Section):
     eval_depth: int = Field(5, ge=1, description="greedy-chain depth")
     eval_max_sequences: int | None = Field(50, ge=1, description="held-out sequences scored")
     eval_tau_prompts: int = Field(8, ge=0, description="held-out prompts decoded for dynamic-tree τ (0: none)")
-    eval_steps: tuple[int, ...] = Field(
+    eval_steps: tuple[Annotated[int, Field(ge=0)], ...] = Field(
         (),
         description="also evaluate after these steps (0: before the first one); one line each in curve.jsonl",
     )

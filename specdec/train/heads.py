@@ -18,7 +18,7 @@ import torch
 from specdec.drafters.eagle_config import EagleConfig
 from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
 from specdec.errors import SpecdecError
-from specdec.train.config import HeadConfig
+from specdec.train.config import HeadConfig, InvalidOptionError
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies
 from specdec.train.head_init import init_from_target_layer
 
@@ -98,10 +98,20 @@ def initial_head(path: str | Path, recipe: str, target: Any, layers: Sequence[in
 
 
 def check_init_head(options: HeadConfig, recipe: str, target: Any, layers: Sequence[int]) -> None:
-    """Refuse an ``init_head`` that does not fit the run (as :func:`initial_head` does), before features are
-    extracted for it."""
+    """Refuse an ``init_head`` that does not fit the run (as :func:`initial_head` does), and a ``draft_vocab_size``
+    past the target's vocabulary, before features are extracted for them."""
+    _check_draft_vocab(options, int(target.config.vocab_size))
     if options.init_head is not None:
         initial_head(options.init_head, recipe, target, layers)
+
+
+def _check_draft_vocab(options: HeadConfig, vocab_size: int) -> None:
+    """A ``draft_vocab_size`` given larger than the target's vocabulary was clamped silently (the config said 40, the
+    head had 32): refused."""
+    if options.draft_vocab_size is not None and options.draft_vocab_size > vocab_size:
+        raise InvalidOptionError(
+            f"draft_vocab_size {options.draft_vocab_size} exceeds the target's vocabulary of {vocab_size} tokens"
+        )
 
 
 def with_draft_vocab(head: Eagle3Head, draft_ids: torch.Tensor) -> Eagle3Head:
@@ -149,6 +159,7 @@ def make_head(
         train_rows: the training feature rows (``input_ids [T]``, ``loss_mask [T]``).
     """
     vocab_size = int(target.config.vocab_size)
+    _check_draft_vocab(options, vocab_size)
     draft_vocab = min(vocab_size, options.draft_vocab_size or 32000)
     if options.init_head is not None:
         head = initial_head(options.init_head, recipe, target, layers)
