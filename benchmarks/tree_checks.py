@@ -6,7 +6,8 @@ Runs EAGLE-3 on SmolLM2 (float32, fast path, shipped head) at T = 0 (the adaptiv
 sampled ``r3d`` tree, whose recorded draft law is ``[N, 49152]``) on the first MT-bench questions, keeping every tree
 the loop verified. Then times, alone and repeated, what the checks add per cycle: :func:`tree_faults` and reading its
 mask, and the drafter-output checks (:func:`checked_topk`'s NaN test on the top-k rows, :func:`checked_draft`'s on the
-draft logits). Prints microseconds per cycle and their share of the measured cycle time (same process).
+draft logits), each around a stand-in drafter that returns tensors of the real shapes. Prints microseconds per cycle
+and their share of the measured cycle time (same process).
 """
 
 from __future__ import annotations
@@ -19,11 +20,28 @@ import torch
 from specdec.assets import chat_ids, mtbench_prompts
 from specdec.backends.kernels import cpu_name
 from specdec.generate import StopCondition
+from specdec.interfaces import Drafter
 from specdec.methods import MethodOptions, build_method
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
-from specdec.tree_checks import tree_faults
+from specdec.tree_checks import checked_draft, checked_topk, tree_faults
+
+
+class _Returns(Drafter):
+    """A stand-in drafter returning fixed tensors: timing the checks around its calls times the checks alone."""
+
+    def __init__(self, vocab_size: int, logits, ids, topk) -> None:
+        self.vocab_size, self.logits, self.ids, self.topk = vocab_size, logits, ids, topk
+
+    def expand(self, tree, frontier):  # not called
+        raise NotImplementedError
+
+    def expand_draft(self, tree, frontier):
+        return self.logits, self.ids
+
+    def expand_topk(self, tree, frontier, k):
+        return self.topk, torch.zeros(self.topk.shape, dtype=torch.long)
 
 
 def median_us(fn, repeats: int = 200) -> float:
@@ -78,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         sampled = sample[0].q_dist is not None
         draft_ids = getattr(gen.drafter, "_draft_ids", None)  # EAGLE-3's draft vocabulary, once it has drafted
         width = target.vocab_size if draft_ids is None else draft_ids.shape[0]
-        draft_rows = torch.randn(2, width) if sampled else torch.randn(8, 8)  # a level's logits / top-k log q
-        draft_us = median_us(lambda r=draft_rows: bool(torch.isfinite(r.amax(-1)).all()))
+        stub = _Returns(target.vocab_size, torch.randn(2, width), draft_ids, torch.randn(8, 8))
+        frontier = torch.zeros(2 if sampled else 8, dtype=torch.long)
+        if sampled:  # a level's logits [F, V_d] and its ids (read once per ids tensor, as in the loop)
+            draft_us = median_us(lambda s=stub, f=frontier: checked_draft(s, None, f))
+        else:  # a level's top-k log q [F, k] and tokens
+            draft_us = median_us(lambda s=stub, f=frontier: checked_topk(s, None, f, 8))
         levels = max(t.max_depth for t in sample)
         total = check_us + levels * draft_us
         print(

@@ -11,9 +11,9 @@ or crash deep inside torch (a token id past the vocabulary in the embedding). Th
   reads the mask before the target's forward on a CPU, and with the cycle's one host sync elsewhere (there an
   out-of-range token id may fail first, inside the embedding).
 
-Cost (``benchmarks/tree_checks.py``: EAGLE-3 on SmolLM2, float32, AMD EPYC Zen 4, 2 threads, alone): 57 µs per cycle
-at T = 0 (trees of 8 nodes; 0.12 % of a 47 ms cycle) and 165 µs at T = 1 (sampled trees of 6 nodes whose recorded
-law is ``[6, 49152]``: each row's sum and minimum; 0.37 % of a 44 ms cycle).
+Cost (``benchmarks/tree_checks.py``: EAGLE-3 on SmolLM2, float32, AMD EPYC Zen 4, 2 threads, alone; two runs on
+one day, the VM's speed differing): 57 µs per cycle at T = 0 (0.09–0.12 % of a cycle) and 165–233 µs at T = 1
+(sampled trees of 6 nodes whose recorded law is ``[6, 49152]``: each row's sum and minimum; 0.35–0.37 %).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 
 from specdec.errors import SpecdecError
 from specdec.interfaces import Drafter
+from specdec.sampling import logits_ok
 from specdec.tree import DraftTree, PartialTree
 
 __all__ = [
@@ -141,7 +142,7 @@ def checked_draft(drafter: Drafter, tree: PartialTree, frontier: torch.Tensor) -
     if free_reads(logits.device):
         if ids is not None:
             _check_ids(ids, vocab, name)
-        if not bool(torch.isfinite(logits.amax(-1)).all()):
+        if not bool(logits_ok(logits)):
             raise DrafterOutputError(f"{name} drafted logits that hold NaN or +inf, or a row that is all -inf")
     return logits, ids
 

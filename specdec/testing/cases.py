@@ -182,12 +182,11 @@ class VerifyCase:
             rows = [
                 torch.as_tensor(fn(pre), dtype=torch.float64) for pre in itertools.product(range(vocab_size), repeat=d)
             ]
-            for row in rows[:1]:
-                if row.shape != (vocab_size,):
-                    raise ValueError(
-                        f"{getattr(fn, '__name__', 'the function')}(prefix) returned shape {tuple(row.shape)}; "
-                        f"vocab_size={vocab_size} needs [{vocab_size}]"
-                    )
+            if rows[0].shape != (vocab_size,):  # one prefix shows it: every row is stacked into one table
+                raise ValueError(
+                    f"{getattr(fn, '__name__', 'the function')}(prefix) returned shape {tuple(rows[0].shape)}; "
+                    f"vocab_size={vocab_size} needs [{vocab_size}]"
+                )
             return torch.stack(rows).reshape((vocab_size,) * (d + 1))
 
         logits = tuple(table(target_fn, d) for d in range(depth + 1))
