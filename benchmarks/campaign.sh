@@ -3,14 +3,19 @@
 # sessions: a step whose `<step>.done` marker exists in the output folder is skipped, and the MT-bench steps resume
 # prompt by prompt (`specdec bench` keeps its results.jsonl). Commit the folder between sessions to keep it.
 #
-#     bash benchmarks/campaign.sh [--list] [--commit] [OUT] [STEP ...]
+#     bash benchmarks/campaign.sh [--list] [--commit] [--short] [OUT] [STEP ...]
 #
 # --list shows what is done and what is left; --commit commits the output folder after every step (a session that
-# is cut off keeps what it finished).
+# is cut off keeps what it finished); --short runs the short form (about 40 minutes on AMD Zen 3), what every
+# session on a CPU without a current row in the results page runs first: machine doctor fastpath-fp32
+# invariant-tests specbench-short.
 #
 # OUT defaults to docs/results/<today>-<vendor>-f<family>m<model>; STEPs default to all of them, in this order:
 #
 #   machine            the CPU (lscpu, the flags that pick kernels), torch's build, the git commit
+#   doctor             specdec doctor --refresh: the kernel table weights='auto' decides by on this CPU, both dtypes
+#   specbench-short    Spec-Bench, 5 questions per family x 96 tokens, T = 0: HF generate, EAGLE-3, composite (and
+#                      own vanilla): the results page's per-CPU row
 #   fastpath-fp32      benchmarks/fastpath.py --dtype float32: T(n)/T(1), 1-token step vs HF, vanilla vs generate,
 #                      draft share, resident memory; a `packed` side wherever auto leaves some linears stock
 #   fastpath-bf16      the same in bfloat16 (+ fast-var: what the row-invariant numerics cost; RSS vs float32)
@@ -35,10 +40,12 @@ SPECDEC=.venv/bin/specdec
 
 LIST=0
 COMMIT=0
+SHORT=0
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --list) LIST=1 ;;
     --commit) COMMIT=1 ;;
+    --short) SHORT=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -52,15 +59,19 @@ EOF
 )
 OUT=${1:-docs/results/$(date +%F)-$TAG}
 [[ $# -gt 0 ]] && shift
-ALL=(machine fastpath-fp32 fastpath-bf16 invariant-tests gemm-shapes gemm-inductor demo mtbench-fp32 mtbench-bf16 sampled-trees
-  mtbench-bf16-packed)
+ALL=(machine doctor fastpath-fp32 fastpath-bf16 invariant-tests specbench-short gemm-shapes gemm-inductor demo mtbench-fp32
+  mtbench-bf16 sampled-trees mtbench-bf16-packed)
+SHORT_STEPS=(machine doctor fastpath-fp32 invariant-tests specbench-short)
 STEPS=("$@")
+[[ ${#STEPS[@]} -eq 0 && $SHORT == 1 ]] && STEPS=("${SHORT_STEPS[@]}")
 [[ ${#STEPS[@]} -eq 0 ]] && STEPS=("${ALL[@]}")
 
 command_of() {  # the command line of one step (run from the repository root)
   local bench="$SPECDEC bench --dataset mtbench --max-new-tokens 128 --no-progress"
   case $1 in
     machine) echo "lscpu; grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16' /proc/cpuinfo | sort | uniq -c; $PY -c 'import torch, transformers; from specdec.backends.kernels import cpu_name; print(cpu_name()); print(\"torch\", torch.__version__, \"transformers\", transformers.__version__); print(torch.__config__.show())'; git log -1 --format='commit %H %s'" ;;
+    doctor) echo "$SPECDEC doctor --refresh" ;;
+    specbench-short) echo "$SPECDEC bench --dataset spec-bench --limit 5 --max-new-tokens 96 --no-progress --methods hf-generate eagle3 composite --temperatures 0 --threads 2 --out $OUT/specbench-short" ;;
     fastpath-fp32) echo "$PY benchmarks/fastpath.py --dtype float32 --out $OUT/fastpath_fp32.json" ;;
     fastpath-bf16) echo "$PY benchmarks/fastpath.py --dtype bfloat16 --out $OUT/fastpath_bf16.json" ;;
     invariant-tests) echo "$PY -m pytest -q -p no:cacheprovider tests/test_invariant.py" ;;

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -44,7 +43,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.backends.kernels import PackedLinear, cpu_flags, cpu_name
+from specdec.backends import measured
+from specdec.backends.kernels import cpu_flags, cpu_name
 
 #: ``(name, in_features, out_features)`` of SmolLM2-135M's linears as the fast path runs them.
 SHAPES = (
@@ -61,36 +61,15 @@ COLD_BYTES = 64 << 20
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def copies(n_in: int, n_out: int, dtype: torch.dtype) -> int:
-    return max(1, math.ceil(COLD_BYTES / (n_in * n_out * dtype.itemsize)))
-
-
 def sides(n_in: int, n_out: int, dtype: torch.dtype, g: torch.Generator) -> dict[str, list[nn.Module]]:
     """``{side: [copies of the linear]}``: plain ``nn.Linear`` modules and their packed twins (same values)."""
-    plain = []
-    for _ in range(copies(n_in, n_out, dtype)):
-        lin = nn.Linear(n_in, n_out, bias=False, dtype=dtype)
-        with torch.no_grad():
-            lin.weight.copy_(torch.randn(n_out, n_in, generator=g) / math.sqrt(n_in))
-        plain.append(lin)
-    return {"stock": plain, "packed": [PackedLinear(lin, keep_weight=True) for lin in plain]}
+    return measured.sides((n_in, n_out, False), dtype, g, cold_bytes=COLD_BYTES)
 
 
-@torch.no_grad()
-def time_shape(mods: dict[str, list[nn.Module]], rows: list[int], repeats: int, dtype: torch.dtype) -> dict:
+def time_shape(mods: dict[str, list[nn.Module]], rows: list[int], repeats: int) -> dict:
     """Median ms per call for every (side, row count), interleaved pass by pass after one warm-up pass."""
-    n_in = mods["stock"][0].in_features
-    xs = {n: torch.randn(n, n_in).to(dtype) for n in rows}
-    times: dict[str, dict[int, list[float]]] = {s: {n: [] for n in rows} for s in mods}
-    for rep in range(repeats + 1):
-        for side, layers in mods.items():
-            for n, x in xs.items():
-                t0 = time.perf_counter()
-                for layer in layers:
-                    layer(x)
-                if rep:
-                    times[side][n].append((time.perf_counter() - t0) / len(layers))
-    return {s: {n: statistics.median(v) * 1e3 for n, v in r.items()} for s, r in times.items()}
+    passes = measured.time_shape(mods, tuple(rows), repeats)
+    return {s: {n: statistics.median(v) * 1e3 for n, v in r.items()} for s, r in passes.items()}
 
 
 @torch.no_grad()
@@ -174,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{dtype_name}: ms per call (weight GB/s) for {rows} rows; packed / stock; T(n)/T(1)")
         for name, n_in, n_out in shapes:
             mods = sides(n_in, n_out, dtype, g)
-            ms = time_shape(mods, rows, args.repeats, dtype)
+            ms = time_shape(mods, rows, args.repeats)
             gbytes = n_in * n_out * dtype.itemsize / 1e9
             print(f"   {name} ({n_in} -> {n_out}, {len(mods['stock'])} copies)")
             for side, r in ms.items():

@@ -1,4 +1,4 @@
-"""The specdec command: generate, bench, train, budget.
+"""The specdec command: generate, bench, train, data, budget, doctor.
 
     specdec generate [PROMPT] [--method M] [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N]
                      [--max-len L] [--chat | --no-chat] [--weights W] [--sampled-tree SHAPE|off]
@@ -11,6 +11,7 @@
     specdec data regenerate --out DIR --prompts N [--model PATH] [--max-new-tokens 512] [--temperatures 0 0.7]
                             [--batch-size 32] [--loop-window 64] [--capture-features DIR]
     specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
+    specdec doctor [--dtypes float32 bfloat16] [--refresh] [--threads N]
 
 Everything runs on SmolLM2-135M-Instruct from its installed package unless ``--model`` names another model. Every
 user mistake (an unknown method or data set, a number out of range, an option that does nothing for the chosen
@@ -53,7 +54,7 @@ __all__ = ["main", "build_parser", "user_message"]
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 EXIT_USAGE = 2
-COMMANDS = ("generate", "bench", "train", "data", "budget")
+COMMANDS = ("generate", "bench", "train", "data", "budget", "doctor")
 #: ``--methods all``: every method and baseline (the full grid; the default runs the best method and baselines).
 BENCH_METHODS = (
     "vanilla",
@@ -261,6 +262,41 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------- doctor
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """The CPU, and per dtype the kernel table ``weights="auto"`` decides by on it (measured now if not cached)."""
+    import torch
+
+    from specdec.backends import resolve
+    from specdec.backends.kernels import cpu_gemm_profile, machine_summary, packing_pays, plain_linear
+    from specdec.backends.measured import KernelTable, linear_shape, measuring, model_table, stacked_shape, table_path
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(machine_summary())
+    profile = cpu_gemm_profile()
+    print(f"weights='auto' decides by {'measurement' if measuring() else f'the rule (profile {profile!r})'}")
+    for name in args.dtypes:
+        args.dtype = name
+        model, _ = load_target_model(args)
+        weights, _, why = resolve(model, "auto", static_shapes=False)
+        print(f"\n{name}: ms per call, weights cold ({table_path(getattr(torch, name))})")
+        if weights != "packed":
+            print(f"  auto runs it stock: {why}")
+        table, groups = model_table(model, refresh=args.refresh)
+        rule = {
+            KernelTable.name(linear_shape(m)): "packed" if weights == "packed" and packing_pays(m, profile) else "stock"
+            for m in model.modules()
+            if plain_linear(m)
+        }
+        print("\n".join("  " + line for line in table.rows(rule)))
+        for group, wins in {stacked_shape(g): (g, w) for g, w in groups}.values():  # one line per distinct shape
+            members = "+".join(KernelTable.name(linear_shape(m)) for m in group)
+            print(f"  group {members}: {'packed and stacked' if wins else 'each member by its own row'}")
+        del model
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------- data
 def cmd_data(args: argparse.Namespace) -> int:
     import torch
@@ -448,6 +484,13 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     add_backend_options(u, drafts=False)
     add_model_options(u, head=False)
     u.set_defaults(func=cmd_budget)
+
+    d = sub.add_parser("doctor", help="the CPU, and the kernel choice weights='auto' makes on it, measured per shape")
+    d.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"), default=["float32", "bfloat16"])
+    d.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
+    d.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
+    add_model_options(d, head=False, device=False)
+    d.set_defaults(func=cmd_doctor)
     return parser
 
 

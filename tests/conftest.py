@@ -11,3 +11,12 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("SPECDEC_CPU_GEMM", "onednn")
+
+
+def pytest_sessionstart(session) -> None:
+    """The CPU first (its model and the flags that pick the kernels): which tests skip, and why, depends on it."""
+    from specdec.backends.kernels import machine_summary
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(machine_summary())

@@ -221,3 +221,24 @@ def test_generate_finds_the_shipped_heads_from_any_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     stats = done.stderr.strip().splitlines()
     assert len(stats) == 1 and stats[0].startswith("[composite, T=0"), done.stderr
+
+
+def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, monkeypatch, capsys):
+    """``specdec doctor``: the CPU line, then per dtype each shape's times per kernel and the choice (planted times
+    here: 32 -> 64 packed, the rest stock), with the rule's beside it and the stackable groups."""
+    from specdec.backends import measured
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
+
+    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+        wide = mods["stock"][0].out_features == 2 * mods["stock"][0].in_features  # 32x64: gate, up
+        return {k: {n: [1e-3 if (k == "packed") == wide else 3e-3] * repeats for n in rows} for k in mods}
+
+    monkeypatch.setattr(measured, "time_shape", time_shape)
+    assert main(["doctor", "--dtypes", "float32", "--model", str(tiny_llama_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: ") and "kernel flags:" in out and "decides by measurement" in out
+    lines = [line.split() for line in out.splitlines() if "(rule: packed)" in line]
+    assert lines and {line[-3] for line in lines} == {"stock", "packed"}  # the planted choice, not the rule's
+    assert "group 32x32+32x16+32x16: packed and stacked" in out  # q/k/v stacked is 32 -> 64: packed wins

@@ -108,13 +108,13 @@ def test_fallback_warns_once_and_runs_stock():
 def test_low_precision_without_invariant_numerics_warns(dtype):
     """A bfloat16/float16 target that ``auto`` cannot give the row-invariant numerics (stock weights here) says that
     greedy output may then differ from vanilla's, once; asking for them off explicitly, or a float32 target, is
-    silent."""
-    with pytest.warns(FastPathWarning, match="row-invariant numerics off.*greedy output may differ") as caught:
+    silent. On a CPU without native instructions for the dtype the one warning that it will be slow says it too."""
+    with pytest.warns(FastPathWarning, match="numerics.*greedy output may differ") as caught:
         target = HFTarget(model(4).to(dtype), max_len=32, weights="stock")
     assert not target.execution.invariant
-    assert len([w for w in caught if "row-invariant" in str(w.message)]) == 1
+    assert len([w for w in caught if "greedy output may differ" in str(w.message)]) == 1
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", "row-invariant", FastPathWarning)  # float16 may also warn that it is slow
+        warnings.filterwarnings("error", ".*greedy output may differ", FastPathWarning)  # it may still warn it is slow
         HFTarget(model(4).to(dtype), max_len=32, weights="stock", invariant=False)
         HFTarget(model(4), max_len=32, weights="stock")
 

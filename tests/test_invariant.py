@@ -23,6 +23,7 @@ from specdec.models import load_smollm2, tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
+from tests.factories import skip_unless_packs
 
 BF16 = frozenset({"avx512_bf16"})
 
@@ -30,19 +31,32 @@ BF16 = frozenset({"avx512_bf16"})
 @pytest.fixture
 def native_bf16(monkeypatch):
     """An AMD-like CPU with native bfloat16, whatever this CPU is: the flags of the packed bfloat16 path's condition
-    and oneDNN's GEMM profile (where ``auto`` packs every linear)."""
+    and oneDNN's GEMM profile (where ``auto`` packs every linear). Only the choice is simulated: a test that packs
+    bfloat16 also needs this CPU's oneDNN to pack it (:func:`tests.factories.skip_unless_packs`)."""
     monkeypatch.setattr(kernels, "cpu_flags", lambda: BF16)
     monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
+
+
+#: The two forms of a property of the invariant numerics: bfloat16, where ``auto`` turns them on (and this CPU packs
+#: it), and float32 with ``invariant=True``, which every CPU runs.
+FORMS = [(torch.float32, True), (torch.bfloat16, "auto")]
 
 
 def tiny(dtype: torch.dtype = torch.float32) -> nn.Module:
     return tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0).to(dtype)
 
 
-def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None:
+def test_auto_is_on_for_packed_bfloat16(native_bf16) -> None:
+    skip_unless_packs(torch.bfloat16)
     bf16 = HFTarget(tiny(torch.bfloat16), max_len=32).execution
     assert bf16.weights == "packed" and bf16.invariant and bf16.attention == GQA_INVARIANT
     assert "row-invariant numerics" in bf16.describe() and bf16.label == "packed+invariant"
+    off = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
+    assert not off.execution.invariant and off.execution.attention == GQA_ATTENTION
+    assert not any(m.pad_single_row for m in off.model.modules() if kernels.runs_packed(m))
+
+
+def test_invariant_is_off_for_float32_unless_asked_and_pads_where_probed() -> None:
     fp32 = HFTarget(tiny(), max_len=32, weights="packed").execution
     assert not fp32.invariant and fp32.attention == GQA_ATTENTION
     forced = HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
@@ -52,9 +66,6 @@ def test_auto_is_on_for_packed_bfloat16_and_off_for_float32(native_bf16) -> None
     ]
     assert [m.pad_single_row for m in forced.model.modules() if kernels.runs_packed(m)] == probed
     assert forced.execution.padded == sum(probed)
-    off = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
-    assert not off.execution.invariant and off.execution.attention == GQA_ATTENTION
-    assert not any(m.pad_single_row for m in off.model.modules() if kernels.runs_packed(m))
 
 
 def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
@@ -80,6 +91,7 @@ def test_bfloat16_packing_needs_native_instructions(monkeypatch) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_linear_runs_its_dtype_and_pads_single_rows(dtype) -> None:
+    skip_unless_packs(dtype)
     torch.manual_seed(0)
     linear = nn.Linear(96, 40).to(dtype)
     packed = PackedLinear(linear, keep_weight=True)
@@ -137,8 +149,7 @@ def smollm2(dtype: torch.dtype):
 
 @pytest.mark.slow
 def test_smollm2_bfloat16_tree_rows_are_bitwise_single_steps() -> None:
-    if kernels.slow_dtype_reason(torch.bfloat16):
-        pytest.skip("this CPU has no native bfloat16: the packed bfloat16 path does not apply")
+    skip_unless_packs(torch.bfloat16)  # the float32 form: the next test
     model, _ = smollm2(torch.bfloat16)
     # 505 + 1 keys in a step, 505 + 9 in the tree: SDPA's CPU kernel splits the keys into blocks of 512
     for context in (40, 186, 505):
@@ -157,8 +168,7 @@ def test_smollm2_float32_invariant_tree_rows_are_bitwise_single_steps() -> None:
 def test_smollm2_bfloat16_eagle3_greedy_equals_vanilla_token_for_token() -> None:
     """No near-tie allowance: the bfloat16 path's greedy speculative output is vanilla's, on two MT-bench prompts whose
     output diverged at tokens 113 and 93 while the key sum ran in float32 (contexts across 192 keys)."""
-    if kernels.slow_dtype_reason(torch.bfloat16):
-        pytest.skip("this CPU has no native bfloat16: the packed bfloat16 path does not apply")
+    skip_unless_packs(torch.bfloat16)  # float32's greedy = vanilla: tests/test_greedy_exact.py
     model, tokenizer = smollm2(torch.bfloat16)
     target = HFTarget(model, max_len=512, weights="packed", invariant=True)
     vanilla, spec = build_method("vanilla", target), build_method("eagle3", target, MethodOptions())
@@ -170,18 +180,20 @@ def test_smollm2_bfloat16_eagle3_greedy_equals_vanilla_token_for_token() -> None
         assert result.metrics.tau > 1.1  # accepted drafts, not only bonus tokens
 
 
-def test_invariant_numerics_get_their_own_cost_curve(native_bf16) -> None:
+@pytest.mark.parametrize("dtype, on", FORMS)
+def test_invariant_numerics_get_their_own_cost_curve(native_bf16, dtype, on) -> None:
     """The adaptive budget caches one cost curve per execution: the invariant attention costs more per tree row."""
     from specdec.budget import curve_path
 
-    model = tiny(torch.bfloat16)
-    invariant = HFTarget(model, max_len=32).model
-    variable = HFTarget(model, max_len=32, invariant=False).model
+    skip_unless_packs(dtype)
+    model = tiny(dtype)
+    invariant = HFTarget(model, max_len=32, weights="packed", invariant=on).model
+    variable = HFTarget(model, max_len=32, weights="packed", invariant=False).model
     assert curve_path(invariant, torch.device("cpu"), 2) != curve_path(variable, torch.device("cpu"), 2)
     assert curve_path(invariant, torch.device("cpu"), 2).name.endswith("packed+invariant.json")
 
 
-def test_a_row_that_sees_no_key_gets_zeros_not_nan(native_bf16) -> None:
+def test_a_row_that_sees_no_key_gets_zeros_not_nan() -> None:
     """A left-padded batch (the continuous batcher's 2-D mask): padding rows see no key. The invariant attention
     gives them 0 as SDPA does, so no NaN reaches the cache, and the real rows match the ordinary attention."""
     model = tiny()
@@ -203,19 +215,23 @@ def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16, monkeypatch) -
     from specdec.drafters import SmallLMDrafter
 
     _fake_gemm(monkeypatch, lambda rows: rows == 1)
-    for dtype, invariant in ((torch.float32, True), (torch.bfloat16, False)):
+    forms = [(torch.float32, True), (torch.float32, False)]
+    forms += [] if kernels.packing_error(torch.bfloat16) else [(torch.bfloat16, False)]
+    for dtype, invariant in forms:
         target = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=invariant)
         SmallLMDrafter.from_target(target, num_layers=1)
         padding = {m.pad_single_row for m in target.model.modules() if kernels.runs_packed(m)}
         assert padding == {invariant}, dtype
 
 
-def test_invariant_targets_cache_keys_and_values_in_float64(native_bf16) -> None:
+@pytest.mark.parametrize("dtype, on", FORMS)
+def test_invariant_targets_cache_keys_and_values_in_float64(native_bf16, dtype, on) -> None:
     """The invariant attention runs in float64 and reads its keys/values from a float64 cache (no conversion per
     forward); every other path keeps the model's dtype, and a static cache refuses another dtype."""
     from specdec.drafters import SmallLMDrafter
 
-    target = HFTarget(tiny(torch.bfloat16), max_len=32)
+    skip_unless_packs(dtype)
+    target = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=on)
     assert target.execution.invariant and target.execution.cache_dtype == torch.float64
     target.prefill(torch.arange(5))
     target.forward_tree(DraftTree.from_parents(torch.tensor([1, 2]), torch.tensor([-1, 0]), 1))
@@ -223,9 +239,9 @@ def test_invariant_targets_cache_keys_and_values_in_float64(native_bf16) -> None
     assert layer.keys.dtype == layer.values.dtype == torch.float64
     drafter = SmallLMDrafter.from_target(target, num_layers=1)  # the target's modules, so its attention too
     assert drafter.runner.cache.layers[0].dtype == torch.float64
-    plain = HFTarget(tiny(torch.bfloat16), max_len=32, invariant=False)
+    plain = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=False)
     plain.prefill(torch.arange(5))
-    assert plain.execution.cache_dtype is None and plain.cache.layers[0].keys.dtype == torch.bfloat16
+    assert plain.execution.cache_dtype is None and plain.cache.layers[0].keys.dtype == dtype
     with pytest.raises(ValueError, match="static cache"):
         PositionCache(2, 8, static=True, dtype=torch.float64)
 
@@ -317,6 +333,7 @@ def test_the_probe_finds_a_single_row_kernel_and_a_row_variant_one(monkeypatch, 
     """single_row_padding's negative controls: a GEMM that groups one row's sums otherwise is padded, one whose
     grouping changes with the number of rows is refused; the order-sensitive values show a grouping that normal
     random values hide behind bfloat16 rounding."""
+    skip_unless_packs(dtype)
     torch.manual_seed(0)
     linear = PackedLinear(nn.Linear(1536, 96, bias=False).to(dtype))
     assert kernels.single_row_padding(linear) in (False, True)  # whatever this CPU's kernel does: no error
@@ -334,6 +351,9 @@ def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, 
         raise kernels.RowVariantKernelError("the packed probe GEMM gives other bits for 3 rows than for more")
 
     monkeypatch.setattr(kernels, "single_row_padding", refuse)
+    with pytest.raises(BackendError, match="cannot be served on this CPU"):  # every CPU: float32, asked for
+        HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
+    skip_unless_packs(torch.bfloat16)
     with pytest.warns(kernels.FastPathWarning, match="row-invariant numerics off"):
         target = HFTarget(tiny(torch.bfloat16), max_len=32)
     assert not target.execution.invariant and target.execution.attention == GQA_ATTENTION

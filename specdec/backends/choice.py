@@ -1,11 +1,12 @@
 """The two backend choices, resolved once per model: how the weights run, and whether shapes are static.
 
 * ``weights``: ``"stock"`` (as loaded), ``"packed"`` (linears prepacked for oneDNN: exact, float32 or bfloat16 CPU),
-  ``"int8"`` (int8 linears: drafts only, never a target, since it approximates), or ``"auto"``: packed for a target
-  where the CPU's GEMM library gains from it (:func:`~specdec.backends.kernels.cpu_gemm_profile`; on an Intel CPU
-  with MKL only the vocabulary projection of a float32 model), int8 for a draft, stock where neither applies (not a
-  CPU, not float32 or bfloat16, bfloat16 without native instructions, no oneDNN in this torch build; the reason is
-  reported).
+  ``"int8"`` (int8 linears: drafts only, never a target, since it approximates), or ``"auto"``: for a target, each
+  linear packed where the packed kernel measured faster than the stock one for its shape on this CPU
+  (:mod:`specdec.backends.measured`; with measuring switched off, the rule of
+  :func:`~specdec.backends.kernels.packing_pays`), int8 for a draft, stock where neither applies (not a CPU, not
+  float32 or bfloat16, bfloat16 without native instructions or where oneDNN cannot pack it, no oneDNN in this torch
+  build; the reason is reported).
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
   itself); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path
@@ -31,11 +32,14 @@ from torch import nn
 from specdec.backends.gqa import GQA_NAMES, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
     PACKED_DTYPES,
+    VOCAB_ROWS,
     FastPathWarning,
     RowVariantKernelError,
     cpu_gemm_profile,
     own_memory,
     pack_linears,
+    packed_linear,
+    packing_error,
     packing_pays,
     plain_linear,
     return_freed_memory,
@@ -45,6 +49,7 @@ from specdec.backends.kernels import (
     slow_dtype_reason,
     unpack_linears,
 )
+from specdec.backends.measured import auto_packs, measuring
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import SpecdecError
@@ -79,7 +84,7 @@ class Execution:
 
     Attributes:
         weights: ``"stock"``, ``"packed"`` (every linear), ``"packed-vocab"`` (the vocabulary projection only: the
-            ``"auto"`` choice on an Intel CPU with MKL) or ``"int8"``.
+            rule's choice on an Intel CPU with MKL), ``"packed-some"`` (another subset, as measured) or ``"int8"``.
         static: fixed-shape compiled forwards.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
@@ -164,8 +169,15 @@ def resolve(
         return "stock", False, f"the model is on {device}, packed weights are CPU-only"
     if dtype not in PACKED_DTYPES:
         return "stock", False, f"the model is {dtype}; packed weights run float32 or bfloat16"
-    if dtype == torch.bfloat16 and slow_dtype_reason(dtype):
-        return "stock", False, "packed bfloat16 weights need native bfloat16 instructions (avx512_bf16 or amx_bf16)"
+    if weights == "auto" and dtype == torch.bfloat16 and slow_dtype_reason(dtype):
+        return (
+            "stock",
+            False,
+            (
+                "auto packs bfloat16 weights only on CPUs with native bfloat16 instructions (avx512_bf16 or amx_bf16); "
+                "weights='packed' packs them wherever oneDNN can"
+            ),
+        )
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return "stock", False, "this torch build has no oneDNN (mkldnn) linear kernels"
     if draft and weights in ("auto", "int8"):
@@ -173,18 +185,23 @@ def resolve(
             return "int8", False, ""
         if weights == "int8":
             return "packed", False, "this torch build has no fbgemm dynamic int8 linear"
-    return "packed", False, ""
+    unavailable = packing_error(dtype)  # tried on this CPU: oneDNN refuses bfloat16 without AVX-512 (or AVX-NE)
+    return ("stock", False, unavailable) if unavailable else ("packed", False, "")
 
 
 def execution_label(model: nn.Module) -> str:
     """What a model currently runs, read from its modules: ``"stock+static"`` if it was prepared for static shapes,
-    ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only some are, else ``"stock"``."""
+    ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its vocabulary projections are,
+    ``"packed-some"`` if some other subset is (as measured: :mod:`specdec.backends.measured`), else ``"stock"``."""
     if getattr(model, STATIC_MARK, False):
         return "stock+static"
     modules = list(model.modules())
     if not any(runs_packed(m) for m in modules):
         return "stock"
-    return "packed-vocab" if any(plain_linear(m) for m in modules) else "packed"
+    if not any(plain_linear(m) for m in modules):
+        return "packed"
+    vocab_only = all(packed_linear(m).out_features >= VOCAB_ROWS for m in modules if runs_packed(m))
+    return "packed-vocab" if vocab_only else "packed-some"
 
 
 def _warn(warn: bool, what: str, reason: str) -> None:
@@ -226,12 +243,16 @@ def apply(
         raise BackendError(f"invariant must be True, False or 'auto', got {invariant!r}")
     if invariant is True:  # refuse before changing the model where the choices alone tell
         resolved, static, _ = resolve(model, weights, static_shapes)
-        if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl"):
+        if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl" and not measuring()):
             what = "static shapes" if static else f"weights {weights!r}, which resolve to {resolved!r} on this CPU"
             raise BackendError(f"{_INVARIANT_NEEDS}; this model would run {what} ({_INVARIANT_FIX})")
     execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
     on, reason = _invariant(invariant, execution, _params(model)[1])
-    if reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
+    slow = _slow_dtype(model)
+    if slow:  # the dtype is the caller's choice: kept, with one warning that also says what else it costs
+        said = "; ".join(r for r in (slow, execution.reason if execution.weights == "stock" else "", reason) if r)
+        _warn(warn, f"{_params(model)[1]} kept, but it will be slow", said)
+    elif reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
         _warn(warn, "row-invariant numerics off", reason)
     try:
         padded = set_row_padding(model, on)  # probes this CPU's kernels (kernels.single_row_padding)
@@ -283,10 +304,7 @@ def _apply_weights(
 ) -> Execution:
     """:func:`apply` without the numerics choice."""
     resolved, static, reason = resolve(model, weights, static_shapes)
-    device, dtype = _params(model)
-    slow = slow_dtype_reason(dtype) if device is not None and device.type == "cpu" and dtype is not None else None
-    if slow:  # the dtype is the caller's choice: kept, with one warning
-        _warn(warn, f"{dtype} kept, but it will be slow", slow)
+    dtype, slow = _params(model)[1], _slow_dtype(model)
     setattr(model, STATIC_MARK, static)
     if static:  # plain linears for inductor, GQA attention without copies
         _restore(model)
@@ -301,7 +319,10 @@ def _apply_weights(
     try:
         already = execution_label(model) != "stock"
         profile = cpu_gemm_profile() if weights == "auto" else "onednn"
-        packed, skipped = pack_linears(model, only=lambda lin: packing_pays(lin, profile))
+        pays, measured = lambda lin: packing_pays(lin, profile), ""
+        if weights == "auto":  # measured on this CPU unless switched off (then the rule above)
+            pays, measured = auto_packs(model, pays)
+        packed, skipped = pack_linears(model, only=pays)
         if packed and not already and own_tensors:
             own_memory(model)
             return_freed_memory()  # the released plain weights' pages
@@ -314,26 +335,33 @@ def _apply_weights(
     if skipped:
         reason = f"{skipped} projection(s) are not plain nn.Linear (quantized or Conv1D) and run stock"
         _warn(warn, "fast path partial", reason)
-    if not packed and profile == "mkl" and any(plain_linear(m) for m in model.modules()):
-        # a choice, not a fallback: on this CPU MKL runs these linears faster than the packed kernel (float32), or
-        # packing bfloat16 has not been measured on an Intel CPU yet (kernels.packing_pays)
+    if not packed and (measured or profile == "mkl") and any(plain_linear(m) for m in model.modules()):
+        # a choice, not a fallback: the stock kernels measured faster here, or (the rule) MKL runs these linears
+        # faster than the packed kernel on an Intel CPU (float32) and packed bfloat16 is not measured there yet
         if attention in GQA_NAMES:
             set_attention(model, "sdpa")
         why = "MKL on this Intel CPU runs every linear of this model faster unpacked"
         if dtype == torch.bfloat16:
             why = "packed bfloat16 is not measured on an Intel CPU yet, so it runs stock; weights='packed' packs it"
-        return Execution("stock", reason=why)
+        return Execution("stock", reason=f"{measured}: stock ran every linear faster" if measured else why)
     if not packed:
         reason = reason or "the model has no plain nn.Linear projections"
         _warn(warn, "fast path off, running stock", reason)
         return Execution("stock", False, 0, skipped, attention, reason)
     label = execution_label(model)
-    if label == "packed-vocab":
+    if label != "packed" and not measured:
         reason = reason or "vocabulary projection only: MKL runs the smaller linears faster on this Intel CPU"
+    reason = "; ".join(r for r in (measured, reason) if r)
     norms, stacked = fuse_norms(model), stack_projections(model)
     if stacked:
         return_freed_memory()  # the separate packed projections' pages (on a copy too: they were the copy's own)
     return Execution(label, False, packed, skipped, attention, reason, norms=norms, stacked=stacked)
+
+
+def _slow_dtype(model: nn.Module) -> str | None:
+    """Why ``model``'s dtype runs slowly on this CPU (:func:`~specdec.backends.kernels.slow_dtype_reason`), or None."""
+    device, dtype = _params(model)
+    return slow_dtype_reason(dtype) if device is not None and device.type == "cpu" and dtype is not None else None
 
 
 def _restore(model: nn.Module) -> None:

@@ -50,9 +50,12 @@ __all__ = [
     "PackedLinear",
     "VOCAB_ROWS",
     "cpu_gemm_profile",
+    "KERNEL_FLAGS",
+    "machine_summary",
     "pack_linears",
     "own_memory",
     "packed_copy",
+    "packing_error",
     "packing_pays",
     "plain_linear",
     "return_freed_memory",
@@ -293,12 +296,70 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(cpu_info().get("flags", "").split())
 
 
+#: The CPU flags that decide which kernels run here: vector width, the instructions oneDNN needs to pack bfloat16
+#: (AVX-512 BW/VL/DQ or AVX-NE-CONVERT), native bfloat16/float16 arithmetic, AMX.
+KERNEL_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_ne_convert",
+    "amx_tile",
+    "amx_bf16",
+)
+
+
+def machine_summary() -> str:
+    """One line: the CPU, which of :data:`KERNEL_FLAGS` it has, what bfloat16 runs on, torch and its threads (printed
+    first by ``make test`` and ``specdec doctor``, so every result says where it was measured)."""
+    flags = cpu_flags()
+    have = " ".join(f for f in KERNEL_FLAGS if f in flags) or "none"
+    missing = " ".join(f for f in KERNEL_FLAGS if f not in flags) or "none"
+    native = "native" if slow_dtype_reason(torch.bfloat16) is None else "no native arithmetic"
+    packs = "packs" if packing_error(torch.bfloat16) is None else "oneDNN cannot pack it"
+    return (
+        f"CPU: {cpu_name()}; kernel flags: {have} (missing: {missing}); bfloat16: {native}, {packs}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+
+
 def slow_dtype_reason(dtype: torch.dtype) -> str | None:
     """Why ``dtype`` will run slowly on this CPU (no native instructions for it), or None."""
     native = NATIVE_DTYPE_FLAGS.get(dtype)
     if native is None or cpu_flags() & set(native):
         return None
     return f"this CPU has none of {', '.join(native)}, so {dtype} runs through float32 conversions, slower than float32"
+
+
+@functools.cache
+def _pack_trial(dtype: torch.dtype) -> str | None:
+    """oneDNN's own refusal when asked to pack and run a small ``dtype`` linear on this CPU, or None where it runs."""
+    try:
+        x = torch.arange(32, dtype=dtype).reshape(2, 16)  # exact in bfloat16, and so is its product with I
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.eye(16, dtype=dtype), 16)
+        y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    except (RuntimeError, AttributeError) as error:
+        return str(error).strip().splitlines()[0]
+    return None if torch.equal(y, x) else "its packed product of a small exact case is wrong"
+
+
+def packing_error(dtype: torch.dtype) -> str | None:
+    """Why linears of ``dtype`` cannot be packed on this CPU and torch build, or None where they can.
+
+    Decided by trying once per dtype, not by reading flags: oneDNN packs bfloat16 where the CPU has ``avx_ne_convert``
+    or ``avx512bw``, ``avx512vl`` and ``avx512dq`` (torch 2.13), native bfloat16 arithmetic or not, and refuses it
+    on an AVX2-only CPU such as AMD Zen 3.
+    """
+    if dtype not in PACKED_DTYPES:
+        return f"packed weights run {' or '.join(map(str, PACKED_DTYPES))}, not {dtype}"
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return "this torch build has no oneDNN (mkldnn) linear kernels"
+    error = _pack_trial(dtype)
+    return None if error is None else f"oneDNN cannot pack {dtype} linears on this CPU ({error})"
 
 
 def packing_pays(linear: nn.Linear, profile: str) -> bool:

@@ -34,7 +34,7 @@ from torch.nn.utils import skip_init
 
 from specdec.backends.kernels import PackedLinear, each_child, swap_module
 
-__all__ = ["GROUPS", "StackedSlice", "stack_projections", "stacked_linear", "unstack_projections"]
+__all__ = ["GROUPS", "StackedSlice", "stack_projections", "stackable_groups", "stacked_linear", "unstack_projections"]
 
 #: Projections stacked when a module has all of them as packed linears over the same input size.
 GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -157,6 +157,28 @@ def _stackable(parts: list[nn.Module]) -> bool:
         and (p.bias is None) == (first.bias is None)
         and p.pad_single_row == first.pad_single_row
         and not (p._forward_hooks or p._forward_pre_hooks)  # a hook on one projection would no longer run
+        for p in parts
+    )
+
+
+def stackable_groups(model: nn.Module) -> list[list[nn.Linear]]:
+    """The groups of :data:`GROUPS` under ``model`` whose members are plain ``nn.Linear`` s over the same input (same
+    dtype and bias-ness): the ones :func:`stack_projections` stacks once every member is packed."""
+    groups = []
+    for module in model.modules():
+        for names in GROUPS:
+            parts = [getattr(module, n, None) for n in names]
+            if all(type(p) is nn.Linear for p in parts) and _same_input(parts):
+                groups.append(parts)
+    return groups
+
+
+def _same_input(parts: list[nn.Module]) -> bool:
+    first = parts[0]
+    return all(
+        p.in_features == first.in_features
+        and p.weight.dtype == first.weight.dtype
+        and (p.bias is None) == (first.bias is None)
         for p in parts
     )
 

@@ -1,0 +1,205 @@
+"""Every x86 CPU: the fast path where an instruction set is missing, and the kernel choice by measurement.
+
+The CPUs met so far differ in what oneDNN and torch run: AVX2 only (AMD Zen 3: oneDNN refuses to pack bfloat16),
+AVX-512 with native bfloat16 (Zen 4, Zen 5), AMX (Intel Xeon). A missing instruction set is simulated here by
+patching the flags and oneDNN's answer to the packing trial (``kernels.cpu_flags``, ``kernels._pack_trial``), so each
+CPU's fallback is proven on every CPU; the measured choice is checked with planted timings (which kernel wins is
+this CPU's business, what ``auto`` does with a table is not) and once for real.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from specdec.backends import FastPathWarning, execution_label, kernels, measured
+from specdec.drafters import NGramDrafter
+from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.testing.broken import ResidualNotRenormalisedVerifier
+from specdec.testing.e2e import exact_sequence_distribution
+from specdec.testing.pipeline import pipeline_law
+from specdec.trees import DynamicTreePolicy
+
+#: oneDNN's refusal on AMD Zen 3 (torch 2.13), as the packing trial reports it.
+ZEN3_REFUSAL = "mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl"
+
+
+@pytest.fixture
+def avx2_only(monkeypatch):
+    """An AVX2-only CPU (AMD Zen 3) on whatever CPU runs the suite: no native bfloat16, and a oneDNN that refuses to
+    pack bfloat16 while float32 packs."""
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(kernels, "_pack_trial", lambda dtype: None if dtype == torch.float32 else ZEN3_REFUSAL)
+
+
+def caught(build) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = build()
+    return out, [str(w.message) for w in seen if issubclass(w.category, FastPathWarning)]
+
+
+def test_the_packing_trial_matches_this_cpu() -> None:
+    """float32 packs on every x86 CPU; bfloat16 packs exactly where oneDNN's instruction sets are (AVX-512 BW/VL/DQ or
+    AVX-NE-CONVERT), whatever the trial is told by flags: it asks oneDNN itself."""
+    assert kernels.packing_error(torch.float32) is None
+    flags = kernels.cpu_flags()
+    if flags:  # /proc/cpuinfo readable
+        expected = {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags
+        assert (kernels.packing_error(torch.bfloat16) is None) == expected, kernels.packing_error(torch.bfloat16)
+    assert "float16" in kernels.packing_error(torch.float16)
+
+
+def test_bfloat16_that_cannot_be_packed_runs_stock_with_one_warning(avx2_only) -> None:
+    model = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=0)
+    bf16 = model.to(torch.bfloat16)
+    for weights in ("auto", "packed"):
+        target, said = caught(lambda w=weights: HFTarget(bf16, max_len=32, weights=w))
+        assert target.execution.weights == "stock" and not target.execution.invariant
+        assert len(said) == 1 and "will be slow" in said[0] and "greedy output may differ" in said[0], said
+        if weights == "packed":  # asked for by name: the one warning says why it is not
+            assert "cannot pack torch.bfloat16" in said[0] and "avx512bw" in target.execution.reason
+    fp32 = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=0)
+    target, said = caught(lambda: HFTarget(fp32, max_len=32, weights="packed"))
+    assert target.execution.weights == "packed" and not said  # float32 still packs there
+
+
+def test_bfloat16_that_cannot_be_packed_decodes_exactly(avx2_only) -> None:
+    """The fallback's output: greedy = the model's own greedy ``generate``; sampled speculative decoding's exact law
+    (enumerated through the loop, :func:`~specdec.testing.pipeline.pipeline_law`) = the target's. Negative control: a
+    verifier that does not renormalise the residual, on the same fallback target, moves the law."""
+    model = tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1).to(torch.bfloat16)
+    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+    target, said = caught(lambda: HFTarget(model, max_len=64))
+    assert target.execution.weights == "stock" and len(said) == 1
+    greedy, stop = SamplingParams(temperature=0.0), StopCondition(max_new_tokens=16, eos_token_ids=())
+    tokens = VanillaGenerator(target).generate(prompt, greedy, stop).tokens
+    with torch.no_grad():
+        hf = model.generate(prompt[None], do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=0)
+    assert tokens == hf[0, len(prompt) :].tolist()
+    hot = SamplingParams(temperature=1.0)
+    exact = exact_sequence_distribution(model, prompt, hot, 3)
+
+    def law(verifier=None) -> torch.Tensor:
+        decoder = SpeculativeGenerator(target, NGramDrafter(vocab_size=6), DynamicTreePolicy(2, 3, 6), verifier)
+        return pipeline_law(decoder, prompt, hot, 3).law
+
+    assert (law() - exact).abs().max() < 1e-6
+    assert (law(ResidualNotRenormalisedVerifier()) - exact).abs().max() > 1e-4  # the check can fail
+
+
+# ------------------------------------------------------------------------------------------ measured choice
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """Measuring on (the suite's conftest forces the rule), with a cache of its own."""
+    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(measured, "_TABLES", {})
+    return tmp_path
+
+
+def planted(monkeypatch, faster, calls: list | None = None) -> None:
+    """``time_shape`` answers with planted times, proportional to the weight's size: ``faster(in, out)`` names the
+    kernel that takes 1 us per 1,000 weights (the other takes twice that); ``calls`` collects the shapes measured."""
+
+    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+        first = mods["stock"][0]
+        if calls is not None:
+            calls.append((first.in_features, first.out_features))
+        win = faster(first.in_features, first.out_features)
+        size = first.in_features * first.out_features * 1e-9
+        return {k: {n: [size if k == win else 2 * size] * repeats for n in rows} for k in mods}
+
+    monkeypatch.setattr(measured, "time_shape", time_shape)
+
+
+def model_fp32():
+    return tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=0)
+
+
+def packed_shapes(target: HFTarget) -> set[tuple[int, int]]:
+    return {
+        (m.in_features, m.out_features)
+        for m in (kernels.packed_linear(x) for x in target.model.modules() if kernels.runs_packed(x))
+    }
+
+
+def test_auto_packs_what_measured_faster_and_caches_it_per_machine(measuring, monkeypatch) -> None:
+    calls: list = []
+    planted(monkeypatch, lambda n_in, n_out: "packed" if n_out == 96 else "stock", calls)  # only the vocabulary
+    target = HFTarget(model_fp32(), max_len=32)
+    assert target.execution.weights == execution_label(target.model) == "packed-some"  # 96 < VOCAB_ROWS
+    assert packed_shapes(target) == {(32, 96)} and "kernels chosen by measurement" in target.execution.reason
+    measured_once = sorted(calls)
+    assert (32, 96) in measured_once and len(measured_once) == len(set(measured_once))  # each shape once
+    [path] = (measuring / "kernels").glob("float32-*.json")
+    assert json.loads(path.read_text())["key"] == measured.machine_key(torch.float32)
+    planted(monkeypatch, lambda n_in, n_out: "packed", calls)  # would pack everything, were it asked
+    monkeypatch.setattr(measured, "_TABLES", {})  # a new process: the cache file answers
+    assert packed_shapes(HFTarget(model_fp32(), max_len=32)) == {(32, 96)} and sorted(calls) == measured_once
+    # another CPU (or torch, or thread count) never reuses the table: it is measured anew, under another name
+    info = {**kernels.cpu_info(), "model name": "Another CPU"}
+    monkeypatch.setattr(measured, "cpu_info", lambda: info)
+    target = HFTarget(model_fp32(), max_len=32)
+    assert target.execution.weights == "packed" and len(calls) == 2 * len(measured_once)
+    assert len(list((measuring / "kernels").glob("float32-*.json"))) == 2
+
+
+def test_stock_measured_faster_everywhere_is_a_choice_not_a_fallback(measuring, monkeypatch) -> None:
+    planted(monkeypatch, lambda n_in, n_out: "stock")
+    target, said = caught(lambda: HFTarget(model_fp32(), max_len=32))
+    assert target.execution.weights == "stock" and not said
+    assert "stock ran every linear faster" in target.execution.reason
+
+
+def test_a_failed_or_tied_measurement_leaves_the_shape_to_the_rule(measuring, monkeypatch) -> None:
+    """A kernel raising, a time of zero or noisy passes: one warning naming the shape, the rule (oneDNN's profile
+    here: pack) decides it; a tie (under 5 %) is the rule's too, without a warning."""
+    real = measured.time_shape
+
+    def broken(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+        n_in, n_out = mods["stock"][0].in_features, mods["stock"][0].out_features
+        if (n_in, n_out) == (32, 96):
+            raise RuntimeError("a kernel failed")
+        if n_out == 64:  # gate/up: a time of zero
+            return {k: {n: [0.0] * repeats for n in rows} for k in mods}
+        if n_in == 64:  # down: noisy passes
+            return {k: {n: [1e-3, 1e-3, 9e-3, 9e-3, 1e-3, 9e-3, 1e-3] for n in rows} for k in mods}
+        return {k: {n: [1e-3 if k == "stock" else 1.02e-3] * repeats for n in rows} for k in mods}  # a tie
+
+    monkeypatch.setattr(measured, "time_shape", broken)
+    monkeypatch.setattr(kernels, "cpu_gemm_profile", lambda: "onednn")
+    target, said = caught(lambda: HFTarget(model_fp32(), max_len=32))
+    assert target.execution.weights == "packed"  # every shape went to the rule, which packs on this profile
+    assert sorted(s.split(" linear failed")[0].split()[-1] for s in said) == ["32x64", "32x96", "64x32"], said
+    assert any("a kernel failed" in s for s in said) and any("spread" in s for s in said)
+    monkeypatch.setattr(measured, "time_shape", real)
+    assert measured.table_path(torch.float32).exists()  # the measured (tied) shapes are cached, failed ones not
+    cached = json.loads(measured.table_path(torch.float32).read_text())["ms"]
+    assert "32x96" not in cached and "32x32" in cached
+
+
+def test_measuring_switched_off_applies_the_rule(measuring, monkeypatch) -> None:
+    calls: list = []
+    planted(monkeypatch, lambda n_in, n_out: "stock", calls)
+    monkeypatch.setenv("SPECDEC_KERNELS", "rule")
+    assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls  # the onednn rule
+    monkeypatch.setenv("SPECDEC_KERNELS", "maybe")
+    with pytest.raises(ValueError, match="SPECDEC_KERNELS"):
+        HFTarget(model_fp32(), max_len=32)
+
+
+def test_a_real_measurement_times_every_candidate(measuring) -> None:
+    table = measured.kernel_table([(576, 192, False)], torch.float32)  # SmolLM2's k projection
+    ms = table.ms["576x192"]
+    assert set(ms) == {"stock", "packed"} and all(t > 0 for by_rows in ms.values() for t in by_rows.values())
+    assert table.choice((576, 192, False)) in ("stock", "packed", None)
+    lines = table.rows({"576x192": "packed"})
+    assert lines[1].lstrip().startswith("576x192") and "(rule: packed)" in lines[1]
