@@ -269,13 +269,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     from specdec.backends import resolve
     from specdec.backends.kernels import cpu_gemm_profile, machine_summary, packing_pays, plain_linear
-    from specdec.backends.measured import KernelTable, linear_shape, measuring, model_table, stacked_shape, table_path
+    from specdec.backends.measured import (
+        KernelTable,
+        linear_shape,
+        measuring,
+        model_table,
+        rule_kept,
+        stacked_shape,
+        table_path,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)
     print(machine_summary())
     profile = cpu_gemm_profile()
-    print(f"weights='auto' decides by {'measurement' if measuring() else f'the rule (profile {profile!r})'}")
+    kept = rule_kept()
+    how = "measurement" if measuring() else f"the rule (profile {profile!r})"
+    if kept and not measuring():
+        how += f", kept on this CPU until its results row ({kept}) is re-run; SPECDEC_KERNELS=measure measures"
+    print(f"weights='auto' decides by {how}")
     for name in args.dtypes:
         args.dtype = name
         model, _ = load_target_model(args)

@@ -230,6 +230,7 @@ def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, mo
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")  # on every CPU, those that keep their rule too
 
     def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
         wide = mods["stock"][0].out_features == 2 * mods["stock"][0].in_features  # 32x64: gate, up

@@ -191,15 +191,33 @@ def test_measuring_switched_off_applies_the_rule(measuring, monkeypatch) -> None
     planted(monkeypatch, lambda n_in, n_out: "stock", calls)
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls  # the onednn rule
+    monkeypatch.setenv("SPECDEC_KERNELS", "auto")  # a CPU whose results row was measured under the rule keeps it
+    zen4 = {**kernels.cpu_info(), "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}
+    monkeypatch.setattr(measured, "cpu_info", lambda: zen4)
+    assert measured.rule_kept().startswith("AMD Zen 4")
+    assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")  # unless asked to measure
+    assert HFTarget(model_fp32(), max_len=32).execution.weights == "stock" and calls
+    monkeypatch.setattr(measured, "cpu_info", lambda: {**zen4, "model": "1"})  # Zen 3: no row before this one
+    monkeypatch.setenv("SPECDEC_KERNELS", "auto")
+    assert measured.rule_kept() is None and measured.measuring()
     monkeypatch.setenv("SPECDEC_KERNELS", "maybe")
     with pytest.raises(ValueError, match="SPECDEC_KERNELS"):
         HFTarget(model_fp32(), max_len=32)
 
 
 def test_a_real_measurement_times_every_candidate(measuring) -> None:
-    table = measured.kernel_table([(576, 192, False)], torch.float32)  # SmolLM2's k projection
+    """On this CPU's kernels: every candidate and row count timed, or (the suite runs beside another worker) the
+    shape given up as noisy with the warning that names it."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        table = measured.kernel_table([(576, 192, False)], torch.float32)  # SmolLM2's k projection
+    if "576x192" in table.failed:
+        assert "spread" in table.failed["576x192"] and any("576x192" in str(w.message) for w in seen)
+        pytest.skip(f"this CPU was too busy to time the shape: {table.failed['576x192']}")
     ms = table.ms["576x192"]
-    assert set(ms) == {"stock", "packed"} and all(t > 0 for by_rows in ms.values() for t in by_rows.values())
+    assert set(ms) == {"stock", "packed"} and all(set(by_rows) == {"1", "8"} for by_rows in ms.values())
+    assert all(t > 0 for by_rows in ms.values() for t in by_rows.values())
     assert table.choice((576, 192, False)) in ("stock", "packed", None)
     lines = table.rows({"576x192": "packed"})
     assert lines[1].lstrip().startswith("576x192") and "(rule: packed)" in lines[1]

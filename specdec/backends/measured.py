@@ -23,9 +23,11 @@ family, model and flags, the torch version, the thread count and the dtype (:fun
 torch never reuses a table. Measuring a SmolLM2 model's shapes takes a few seconds, once.
 
 Switches: ``SPECDEC_KERNELS=rule`` (or a forced ``SPECDEC_CPU_GEMM`` profile) skips measuring and applies the rule;
-``SPECDEC_KERNELS=measure`` is the default. A measurement that fails or looks broken (a kernel raising, a time of
-zero, passes spread over more than :data:`NOISY` of their median) falls back to the rule for that shape with one
-:class:`~specdec.backends.kernels.FastPathWarning` naming it.
+``SPECDEC_KERNELS=measure`` measures on every CPU; unset, it measures except on the CPUs whose results rows were
+measured under the rule (:data:`RULE_KEPT`: Zen 4, Zen 5, the Xeon), which keep it until their rows are re-run. A
+measurement that fails or looks broken (a kernel raising, a time of zero, passes spread over more than :data:`NOISY`
+of their median) falls back to the rule for that shape with one :class:`~specdec.backends.kernels.FastPathWarning`
+naming it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ __all__ = [
     "stacked_shape",
     "machine_key",
     "measuring",
+    "rule_kept",
+    "RULE_KEPT",
     "model_table",
     "sides",
     "table_path",
@@ -65,6 +69,9 @@ __all__ = [
 ]
 
 KERNELS = ("stock", "packed")
+#: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
+#: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
+#: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
 ROWS = (1, 8)
 #: Weight bytes each candidate's copies add up to (above the L3 caches of the CPUs met so far: 32 MB).
 COLD_BYTES = 48 << 20
@@ -78,19 +85,41 @@ REPEATS = 7
 #: Seconds of passes per shape below which more passes are run (up to MAX_REPEATS).
 MIN_SECONDS = 0.25
 MAX_REPEATS = 41
+#: Rounds of passes per shape before a noisy measurement is given up (the rule decides that shape).
+ATTEMPTS = 3
 #: Bumped when the method changes (a table measured otherwise is measured again).
-VERSION = 1
+VERSION = 3
 
 Shape = tuple[int, int, bool]  # (in_features, out_features, bias)
 
 
+#: CPUs whose rows on the results page were measured under the rule (:func:`~specdec.backends.kernels.packing_pays`):
+#: ``auto`` keeps the rule on them until that row is measured again with the measured choice, so that a choice made
+#: on one CPU never costs another (``SPECDEC_KERNELS=measure`` measures there too). ``(vendor, family, model)``, a
+#: model of None for every model of the family -> the row.
+RULE_KEPT: dict[tuple[str, str, str | None], str] = {
+    ("AuthenticAMD", "25", "17"): "AMD Zen 4 (docs/results/2026-11-27-amd-f25m17)",
+    ("AuthenticAMD", "26", None): "AMD Zen 5 (docs/results/2026-11-25-cpu-selfdistilled)",
+    ("GenuineIntel", "6", "207"): "Intel Xeon (docs/results/2026-11-26-eagle3-continued)",
+}
+
+
+def rule_kept() -> str | None:
+    """The results-page row this CPU's rule is kept for (:data:`RULE_KEPT`), or None."""
+    info = cpu_info()
+    vendor, family, model = info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
+    return RULE_KEPT.get((vendor, family, model)) or RULE_KEPT.get((vendor, family, None))
+
+
 def measuring() -> bool:
-    """Whether ``weights="auto"`` measures (``SPECDEC_KERNELS``, default ``measure``; a forced ``SPECDEC_CPU_GEMM``
-    profile means the rule)."""
-    mode = os.environ.get("SPECDEC_KERNELS", "measure")
-    if mode not in ("measure", "rule"):
-        raise ValueError(f"SPECDEC_KERNELS must be 'measure' or 'rule', got {mode!r}")
-    return mode == "measure" and not os.environ.get("SPECDEC_CPU_GEMM")
+    """Whether ``weights="auto"`` measures: ``SPECDEC_KERNELS=measure`` or ``rule``; unset (``auto``): measure, except
+    on the CPUs of :data:`RULE_KEPT`. A forced ``SPECDEC_CPU_GEMM`` profile means the rule."""
+    mode = os.environ.get("SPECDEC_KERNELS", "auto")
+    if mode not in ("auto", "measure", "rule"):
+        raise ValueError(f"SPECDEC_KERNELS must be 'auto', 'measure' or 'rule', got {mode!r}")
+    if mode == "rule" or os.environ.get("SPECDEC_CPU_GEMM"):
+        return False
+    return mode == "measure" or rule_kept() is None
 
 
 def machine_key(dtype: torch.dtype) -> dict:
@@ -193,14 +222,14 @@ class KernelTable:
     def cost(self, shape: Shape, kernel: str) -> float | None:
         """``T(1) + T(8)`` in ms of ``kernel`` on ``shape``; None where not measured."""
         by_rows = self.ms.get(self.name(shape), {}).get(kernel)
-        return None if by_rows is None else sum(by_rows.values())
+        return None if by_rows is None else sum(by_rows[str(n)] for n in ROWS)
 
     def choice(self, shape: Shape) -> str | None:
         """The kernel with the least ``T(1) + T(8)``; None where the shape failed, has one candidate or the two tie."""
         ms = self.ms.get(self.name(shape))
         if not ms or len(ms) < 2:
             return next(iter(ms)) if ms else None
-        cost = {kernel: sum(by_rows.values()) for kernel, by_rows in ms.items()}
+        cost = {kernel: self.cost(shape, kernel) for kernel in ms}
         best = min(cost, key=cost.get)
         return best if min(cost.values()) < (1 - TIE) * max(cost.values()) else None
 
@@ -251,9 +280,12 @@ def kernel_table(shapes: list[Shape] | tuple[Shape, ...], dtype: torch.dtype, re
         name = KernelTable.name(shape)
         try:
             mods = sides(shape, dtype, generator)
-            passes = time_shape(mods)
+            for _ in range(ATTEMPTS):  # a noisy round (another process woke up) is measured again
+                passes = time_shape(mods)
+                problem = _problem(passes) if len(passes) > 1 else ""  # one candidate: nothing to decide
+                if not problem:
+                    break
             del mods
-            problem = _problem(passes)
         except RuntimeError as error:  # a kernel raising in this build: the rule decides this shape
             passes, problem = {}, f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
         if problem:
