@@ -49,7 +49,7 @@ from specdec.backends.kernels import (
     slow_dtype_reason,
     unpack_linears,
 )
-from specdec.backends.measured import auto_packs, measuring
+from specdec.backends.measured import auto_packs, dtype_cost, measuring
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import SpecdecError
@@ -250,8 +250,9 @@ def apply(
     on, reason = _invariant(invariant, execution, _params(model)[1])
     slow = _slow_dtype(model)
     if slow:  # the dtype is the caller's choice: kept, with one warning that also says what else it costs
-        said = "; ".join(r for r in (slow, execution.reason if execution.weights == "stock" else "", reason) if r)
-        _warn(warn, f"{_params(model)[1]} kept, but it will be slow", said)
+        cost = dtype_cost(model, "stock" if execution.weights == "stock" else "packed")
+        said = [slow, cost, execution.reason if execution.weights == "stock" else "", reason]
+        _warn(warn, f"{_params(model)[1]} kept, without native instructions", "; ".join(r for r in said if r))
     elif reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
         _warn(warn, "row-invariant numerics off", reason)
     try:

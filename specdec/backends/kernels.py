@@ -287,7 +287,8 @@ def _cpu_vendor() -> str:
 
 
 #: The CPU instructions that compute each low-precision dtype natively (/proc/cpuinfo flags); without any of them
-#: torch converts every element to float32 and back, correct but slower than float32 itself.
+#: torch converts every element to float32 and back: correct, and slower than float32 itself where the conversions
+#: outweigh the halved bytes (a tree forward's GEMMs; a 1-token step, memory-bound, can gain: measured.dtype_cost).
 NATIVE_DTYPE_FLAGS = {torch.bfloat16: ("avx512_bf16", "amx_bf16"), torch.float16: ("avx512_fp16", "amx_fp16")}
 
 
@@ -332,7 +333,7 @@ def slow_dtype_reason(dtype: torch.dtype) -> str | None:
     native = NATIVE_DTYPE_FLAGS.get(dtype)
     if native is None or cpu_flags() & set(native):
         return None
-    return f"this CPU has none of {', '.join(native)}, so {dtype} runs through float32 conversions, slower than float32"
+    return f"this CPU has none of {', '.join(native)}, so {dtype} runs through float32 conversions"
 
 
 @functools.cache
