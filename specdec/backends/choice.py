@@ -250,7 +250,7 @@ def apply(
     on, reason = _invariant(invariant, execution, _params(model)[1])
     slow = _slow_dtype(model)
     if slow:  # the dtype is the caller's choice: kept, with one warning that also says what else it costs
-        cost = dtype_cost(model, "stock" if execution.weights == "stock" else "packed")
+        cost = dtype_cost(model, "stock" if execution.weights == "stock" else "packed") if warn else ""  # measures
         said = [slow, cost, execution.reason if execution.weights == "stock" else "", reason]
         _warn(warn, f"{_params(model)[1]} kept, without native instructions", "; ".join(r for r in said if r))
     elif reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
