@@ -36,6 +36,7 @@ from specdec.backends.kernels import (
     FastPathWarning,
     RowVariantKernelError,
     cpu_gemm_profile,
+    onednn_missing,
     own_memory,
     pack_linears,
     packed_linear,
@@ -178,8 +179,8 @@ def resolve(
                 "weights='packed' packs them wherever oneDNN can"
             ),
         )
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
-        return "stock", False, "this torch build has no oneDNN (mkldnn) linear kernels"
+    if missing := onednn_missing():
+        return "stock", False, missing
     if draft and weights in ("auto", "int8"):
         if hasattr(torch.ops.quantized, "linear_dynamic") and "fbgemm" in torch.backends.quantized.supported_engines:
             return "int8", False, ""

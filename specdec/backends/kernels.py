@@ -55,6 +55,7 @@ __all__ = [
     "pack_linears",
     "own_memory",
     "packed_copy",
+    "onednn_missing",
     "packing_error",
     "packing_pays",
     "plain_linear",
@@ -348,6 +349,13 @@ def _pack_trial(dtype: torch.dtype) -> str | None:
     return None if torch.equal(y, x) else "its packed product of a small exact case is wrong"
 
 
+def onednn_missing() -> str | None:
+    """Why this torch build cannot run packed linears at all (no oneDNN linear kernels), or None."""
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return None
+    return "this torch build has no oneDNN (mkldnn) linear kernels"
+
+
 def packing_error(dtype: torch.dtype) -> str | None:
     """Why linears of ``dtype`` cannot be packed on this CPU and torch build, or None where they can.
 
@@ -357,8 +365,9 @@ def packing_error(dtype: torch.dtype) -> str | None:
     """
     if dtype not in PACKED_DTYPES:
         return f"packed weights run {' or '.join(map(str, PACKED_DTYPES))}, not {dtype}"
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
-        return "this torch build has no oneDNN (mkldnn) linear kernels"
+    missing = onednn_missing()
+    if missing:
+        return missing
     error = _pack_trial(dtype)
     return None if error is None else f"oneDNN cannot pack {dtype} linears on this CPU ({error})"
 

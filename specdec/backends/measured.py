@@ -46,7 +46,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.backends.kernels import FastPathWarning, PackedLinear, cpu_flags, cpu_info, packing_error, plain_linear
+from specdec.backends.kernels import (
+    FastPathWarning,
+    PackedLinear,
+    cpu_flags,
+    cpu_info,
+    packing_error,
+    plain_linear,
+    runs_packed,
+)
 from specdec.backends.stacking import stackable_groups
 
 __all__ = [
@@ -217,6 +225,12 @@ class KernelTable:
     def name(shape: Shape) -> str:
         return f"{shape[0]}x{shape[1]}" + ("+bias" if shape[2] else "")
 
+    @staticmethod
+    def shape(name: str) -> Shape:
+        """The inverse of :meth:`name`."""
+        n_in, n_out = (int(p) for p in name.removesuffix("+bias").split("x"))
+        return (n_in, n_out, name.endswith("+bias"))
+
     def has(self, shape: Shape) -> bool:
         return self.name(shape) in self.ms or self.name(shape) in self.failed
 
@@ -241,12 +255,10 @@ class KernelTable:
     def rows(self, rule: dict[str, str] | None = None) -> list[str]:
         """The table as lines: shape, each kernel's ms for 1 and 8 rows, the measured choice (and the rule's)."""
         lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' 1/8 rows (ms)':>26s}" for k in KERNELS) + "  choice"]
-        for name in sorted({*self.ms, *self.failed}, key=lambda s: [int(p) for p in s.split("+")[0].split("x")]):
+        for name in sorted({*self.ms, *self.failed}, key=self.shape):
             ms = self.ms.get(name, {})
             cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in KERNELS]
-            n_in, n_out = (int(p) for p in name.split("+")[0].split("x"))
-            chosen = self.choice((n_in, n_out, name.endswith("+bias")))
-            said = self.failed.get(name) or (chosen or "tie: the rule")
+            said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
             if rule and name in rule:
                 said += f" (rule: {rule[name]})"
             lines.append(f"{name:>16s}  " + "  ".join(cells) + f"  {said}")
@@ -262,7 +274,7 @@ def _load(path: Path, key: dict) -> KernelTable:
     try:
         data = json.loads(path.read_text())
         if data.get("key") == key:
-            return KernelTable(key, data["ms"], data.get("failed", {}))
+            return KernelTable(key, data["ms"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # missing or damaged: measured again
     return KernelTable(key)
@@ -341,14 +353,15 @@ def dtype_cost(model: nn.Module, kernel: str) -> str:
     the summed time of its linears running ``kernel`` over float32's faster kernel per shape, for 1 row (a 1-token
     step) and 8 rows (a draft tree); ``""`` where not :func:`measuring` or a shape could not be measured.
 
-    Measured on AMD Zen 3 (no native bfloat16, stock bfloat16 linears): 0.6x float32's time for 1 row (half the
-    bytes, and a 1-token step is memory-bound) and 2.8x for 8 rows (every product converted): vanilla decoding gains,
-    trees lose."""
-    linears = [m for m in model.modules() if plain_linear(m) or getattr(m, "packed", None) is not None]
+    Measured on AMD Zen 3 (no native bfloat16, stock bfloat16 linears, SmolLM2; two tables measured apart):
+    0.60-0.61x float32's time for 1 row (half the bytes, and a 1-token step is memory-bound) and 2.41-2.81x for 8
+    rows (every product converted): vanilla decoding gains, trees lose."""
+    linears = [m for m in model.modules() if plain_linear(m) or runs_packed(m)]  # stacked members as themselves
+    dtype = next(model.parameters()).dtype
     if not linears or not measuring():
         return ""
     shapes = [linear_shape(m) for m in linears]
-    low, fp32 = kernel_table(shapes, linears[0].weight.dtype), kernel_table(shapes, torch.float32)
+    low, fp32 = kernel_table(shapes, dtype), kernel_table(shapes, torch.float32)
     names = [KernelTable.name(s) for s in shapes]
     if any(n not in low.ms or kernel not in low.ms[n] or n not in fp32.ms for n in names):
         return ""

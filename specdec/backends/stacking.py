@@ -149,15 +149,11 @@ def stacked_linear(parts: Sequence[nn.Module]) -> nn.Linear:
 
 
 def _stackable(parts: list[nn.Module]) -> bool:
-    first = parts[0]
-    return all(
-        type(p) is PackedLinear
-        and p.in_features == first.in_features
-        and p.dtype == first.dtype
-        and (p.bias is None) == (first.bias is None)
-        and p.pad_single_row == first.pad_single_row
-        and not (p._forward_hooks or p._forward_pre_hooks)  # a hook on one projection would no longer run
-        for p in parts
+    """Packed members over one input (:func:`_same_input`) that pad single rows alike."""
+    return (
+        all(type(p) is PackedLinear for p in parts)
+        and _same_input(parts)
+        and len({p.pad_single_row for p in parts}) == 1
     )
 
 
@@ -174,13 +170,20 @@ def stackable_groups(model: nn.Module) -> list[list[nn.Linear]]:
 
 
 def _same_input(parts: list[nn.Module]) -> bool:
+    """Linears (plain or packed) over one input: same input size, dtype and bias-ness, and no hooks (a hook on one
+    projection would no longer run once stacked)."""
     first = parts[0]
     return all(
         p.in_features == first.in_features
-        and p.weight.dtype == first.weight.dtype
+        and _dtype(p) == _dtype(first)
         and (p.bias is None) == (first.bias is None)
+        and not (p._forward_hooks or p._forward_pre_hooks)
         for p in parts
     )
+
+
+def _dtype(linear: nn.Module) -> torch.dtype:
+    return linear.dtype if isinstance(linear, PackedLinear) else linear.weight.dtype  # a packed weight is not dense
 
 
 def stack_projections(model: nn.Module) -> int:
