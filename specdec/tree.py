@@ -163,13 +163,6 @@ class DraftTree:
         is_leaf[self.parents[1:]] = False
         return self.paths[is_leaf]
 
-    def children_mask(self) -> torch.Tensor:
-        """``[N, N]`` bool: ``[u, c]`` true iff c is a child of u."""
-        n = self.num_nodes
-        m = torch.zeros(n, n, dtype=torch.bool, device=self.device)
-        m[self.parents[1:], torch.arange(1, n, device=self.device)] = True
-        return m
-
     @classmethod
     def single(cls, token: torch.Tensor, vocab: int | None = None) -> DraftTree:
         """A root-only tree (vanilla decoding step); with ``vocab``, as a sampled tree (``q_dist [1, vocab]`` zero:

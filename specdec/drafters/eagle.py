@@ -36,6 +36,7 @@ shape, so it compiles once per shape and never per cycle:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,9 +117,9 @@ class EagleDrafterBase(Drafter):
         self.reset()
 
     # ----------------------------------------------------------------------------------------- subclass hooks
+    @abstractmethod
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         """``[n, Hf]`` per-token features to store from the target hidden states."""
-        raise NotImplementedError
 
     def _input_hidden(self, features: torch.Tensor) -> torch.Tensor:
         """Stored features ``[P, Hf]`` -> head ``hidden``/``features`` input ``[P, H]``."""
@@ -135,9 +136,9 @@ class EagleDrafterBase(Drafter):
         """Indices into the ``V_d`` axis of :meth:`_draft_logits` (any shape) -> target token ids (default: same)."""
         return draft_ids
 
+    @abstractmethod
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
         """Head outputs ``[F, H]`` -> ``[F, V]`` float32 logits over the target vocabulary (``-inf`` off ``V_d``)."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------- Drafter API
     def reset(self) -> None:
