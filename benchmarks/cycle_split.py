@@ -1,7 +1,7 @@
 """Where a speculative cycle's time goes: drafting, the target's tree forward, verification, bookkeeping.
 
     python benchmarks/cycle_split.py [--methods eagle3 ...] [--prompts 8] [--new-tokens 64] [--temperature 0]
-                                     [--draft-weights auto] [--threads 2] [--dtype float32|bfloat16]
+                                     [--top-p 1] [--draft-weights auto] [--threads 2] [--dtype float32|bfloat16]
 
 Runs each method (the CLI's names, fast path on, default tree settings) on the first ``--prompts`` MT-bench
 questions and prints, per method, each phase's share of the summed cycle time and its milliseconds per cycle
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--draft-weights", default="auto")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
@@ -64,10 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2(dtype=getattr(torch, args.dtype))
     target = HFTarget(model)
-    sampling = SamplingParams(temperature=args.temperature)
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
     print(
-        f"threads={args.threads} T={args.temperature} prompts={args.prompts} new_tokens={args.new_tokens} "
+        f"threads={args.threads} T={args.temperature} top_p={args.top_p} prompts={args.prompts} "
+        f"new_tokens={args.new_tokens} "
         f"dtype={args.dtype} cpu={cpu_name()} target: {target.execution.describe()}"
     )
     for method in args.methods:

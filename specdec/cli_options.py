@@ -79,6 +79,8 @@ def at_least(low: int) -> Callable[[str], int]:
 TEMPERATURE = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 #: An argparse ``type``: a top-p mass in ``(0, 1]``.
 TOP_P = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+#: An argparse ``type``: a finite number above 0.
+POSITIVE_FLOAT = _number(float, lambda v: math.isfinite(v) and v > 0, "a finite number above 0")
 
 
 def method_options(args: argparse.Namespace) -> Any:
@@ -88,6 +90,8 @@ def method_options(args: argparse.Namespace) -> Any:
     extra = {}
     if args.sampled_tree is not None:
         extra["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
+    if getattr(args, "draft_temperature_ratio", None) is not None:
+        extra["draft_temperature_ratio"] = args.draft_temperature_ratio
     try:
         return MethodOptions(draft_weights=args.draft_weights or "auto", head_dir=args.head, **extra)
     except ValueError as e:
@@ -103,6 +107,14 @@ def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
         "shape (a name in specdec.methods.SAMPLED_SHAPES, or menu: chosen per cycle by measured rate; default: "
         "MethodOptions.sampled_tree); off keeps the "
         "dynamic top-k tree",
+    )
+    parser.add_argument(
+        "--draft-temperature-ratio",
+        type=POSITIVE_FLOAT,
+        default=None,
+        metavar="R",
+        help="the sampled tree's children are drawn at R x the temperature (lossless for any R: the verifier reads "
+        "the q they came from; default: MethodOptions.draft_temperature_ratio)",
     )
 
 
@@ -314,6 +326,20 @@ def check_applicable(
                 f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
                 f"pass {temperature_flag} above 0",
             )
+    ratio = getattr(args, "draft_temperature_ratio", None)
+    if ratio is not None and (args.sampled_tree == "off" or not any(m in SAMPLED_TREE_METHODS for m in methods)):
+        refuse(
+            "--draft-temperature-ratio",
+            f"for {names} without a sampled tree: only the sampled trees of {', '.join(SAMPLED_TREE_METHODS)} draw "
+            "their children at a temperature",
+            f"choose one of them with {method_flag}",
+        )
+    if ratio is not None and not sampling:
+        refuse(
+            "--draft-temperature-ratio",
+            f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
+            f"pass {temperature_flag} above 0",
+        )
     for option, value in (("--top-p", args.top_p), ("--top-k", args.top_k)):
         if value is not None and not sampling:
             refuse(

@@ -141,8 +141,9 @@ def test_sampling_rows_and_sweep(tiny, tmp_path):
 
 
 def test_sampled_tree_rows_and_their_dynamic_twins(tiny, tmp_path):
-    """At T = 1 ``small-lm`` draws its sampled tree (row label ``sampled r3d``) and ``small-lm+dynamic`` its adaptive
-    tree; the ``+dynamic`` row is not run at T = 0, where it would repeat ``small-lm``."""
+    """At T = 1 ``small-lm`` draws its sampled tree (row label ``sampled r3d at 0.7T``, the default draft temperature
+    ratio) and ``small-lm+dynamic`` its adaptive tree; the ``+dynamic`` row is not run at T = 0, where it would
+    repeat ``small-lm``."""
     bench(tiny, tmp_path, methods=("small-lm",), temperatures=[0.0, 1.0], limit=2, dynamic_rows=True)
     rows = load_rows(tmp_path)
     seen = {(r["method"], r["temperature"]): r["tree_size"] for r in rows}
@@ -150,15 +151,16 @@ def test_sampled_tree_rows_and_their_dynamic_twins(tiny, tmp_path):
         ("vanilla", 0.0): None,
         ("small-lm", 0.0): "adaptive",
         ("vanilla", 1.0): None,
-        ("small-lm", 1.0): "sampled r3d",
+        ("small-lm", 1.0): "sampled r3d at 0.7T",
         ("small-lm+dynamic", 1.0): "adaptive",
     }
     assert len(rows) == 2 * 5 and all(r["status"] == "ok" for r in rows)
-    assert all(set(r["tree_sizes"]) == {6} for r in rows if r["tree_size"] == "sampled r3d")
-    assert "small-lm (sampled r3d)" in write_report(tmp_path).read_text()
+    assert all(set(r["tree_sizes"]) == {6} for r in rows if r["tree_size"] == "sampled r3d at 0.7T")
+    assert "small-lm (sampled r3d at 0.7T)" in write_report(tmp_path).read_text()
     # Resuming this folder with the dynamic tree for small-lm at T = 1 would pool two trees under one label.
     unsampled = MethodOptions(small_lm_layers=1, topk=3, depth=3, max_total_tokens=16, sampled_tree=None)
-    with pytest.raises(ResumeMismatchError, match="small-lm at T=1 was measured with tree 'sampled r3d'.*--fresh"):
+    measured = "small-lm at T=1 was measured with tree 'sampled r3d at 0.7T'.*--fresh"
+    with pytest.raises(ResumeMismatchError, match=measured):
         bench(tiny, tmp_path, methods=("small-lm",), temperatures=[0.0, 1.0], limit=2, options=unsampled)
 
 

@@ -106,6 +106,22 @@ MISTAKES = [
         "--sampled-tree does nothing at --temperature 0",
     ),
     (
+        "draft-temperature-ratio-for-ngram",
+        ["generate", "hi", "--method", "ngram", "--temperature", "1", "--draft-temperature-ratio", "0.7"],
+        "--draft-temperature-ratio does nothing for ngram without a sampled tree",
+    ),
+    (
+        "draft-temperature-ratio-with-tree-off",
+        ["generate", "hi", "--method", "eagle3", "--temperature", "1", "--sampled-tree", "off"]
+        + ["--draft-temperature-ratio", "0.7"],
+        "--draft-temperature-ratio does nothing for eagle3 without a sampled tree",
+    ),
+    (
+        "draft-temperature-ratio-at-t0",
+        ["generate", "hi", "--method", "eagle3", "--draft-temperature-ratio", "0.7"],
+        "--draft-temperature-ratio does nothing at --temperature 0",
+    ),
+    (
         "top-p-at-t0",
         ["generate", "hi", "--method", "ngram", "--top-p", "0.9"],
         "--top-p does nothing at --temperature 0",
@@ -122,6 +138,11 @@ MISTAKES = [
     ("max-new-tokens-negative", ["generate", "hi", "--max-new-tokens", "-5"], "argument --max-new-tokens: must be"),
     ("temperature-negative", ["generate", "hi", "--temperature", "-1"], "argument --temperature: must be a finite"),
     ("temperature-nan", ["generate", "hi", "--temperature", "nan"], "argument --temperature: must be a finite"),
+    (
+        "draft-temperature-ratio-0",
+        ["generate", "hi", "--draft-temperature-ratio", "0"],
+        "argument --draft-temperature-ratio: must be a finite number above 0, got 0",
+    ),
     ("top-p-0", ["generate", "hi", "--top-p", "0"], "argument --top-p: must be a number in (0, 1], got 0"),
     ("top-p-above-1", ["generate", "hi", "--top-p", "1.5"], "argument --top-p: must be a number in (0, 1], got 1.5"),
     ("top-k-negative", ["generate", "hi", "--top-k", "-1"], "argument --top-k: must be an integer >= 0, got -1"),

@@ -22,7 +22,9 @@ Verifiers in their domain: deterministic trees -> ``MultiRoundVerifier``; the de
 ``StochasticMultiRoundVerifier(max_children=2)``; plus ``ChainVerifier`` on a stochastic chain (2 drafters), the EAGLE-1
 head drafting over a shortlist (half the vocabulary, q = 0 on the rest) on a stochastic tree, and one
 ``VanillaGenerator`` check of the reference computation itself, and ``BlockVerifier`` on a stochastic chain
-(EAGLE-1 head) and a deterministic one (small LM): ``FAMILY = 22`` checks.
+(EAGLE-1 head) and a deterministic one (small LM), and a stochastic tree drawn sharper than the call's temperature
+(``draft_temperature_ratio = 0.5``, the small LM, whose q is far from flat so that the ratio matters): ``FAMILY = 23``
+checks.
 
 False-positive rate: one family, Bonferroni at family-wise ``ALPHA = 1e-3``: each check fails iff its p-value is
 ``<= ALPHA / FAMILY ~= 4.5e-5``, so a correct implementation fails this file with probability at most about 1e-3
@@ -62,11 +64,12 @@ from specdec.testing.broken import (
     OnlyZeroRejectedResidualVerifier,
     ResidualNotRenormalisedVerifier,
     StaleQVerifier,
+    WrongTemperatureQVerifier,
 )
 from specdec.testing.e2e import E2EReport, e2e_check, exact_sequence_distribution
 from specdec.trees import StochasticTreePolicy
 from specdec.verify import BlockVerifier, ChainVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier
-from tests.factories import make_drafter, make_policy
+from tests.factories import SMALL_PATHS, make_drafter, make_policy
 
 VOCAB = 6
 N_TOKENS = 3
@@ -128,6 +131,7 @@ _DESIGN = [
     ("ngram", "stochastic-chain", "chain", 1.0, "both"),
     ("eagle3", "stochastic-chain", "chain", 0.5, "top-k"),
     ("eagle1-shortlist", "stochastic", "stochastic", 1.5, "off"),
+    ("small-lm", "stochastic-sharp", "stochastic", 1.0, "top-k"),
     ("vanilla", "-", "-", 1.5, "top-p"),
     ("eagle1", "stochastic-chain", "block", 1.5, "off"),
     ("small-lm", "chain", "block", 1.0, "top-p"),
@@ -148,9 +152,15 @@ def widest_siblings(policy) -> int:
     return max(level.width for level in shape.levels)
 
 
+#: The draft temperature ratio of the "stochastic-sharp" policy: children drawn at half the call's temperature.
+SHARP = 0.5
+
+
 def build_policy(kind: str):
     if kind == "stochastic-chain":
         return StochasticTreePolicy.chain(3)
+    if kind == "stochastic-sharp":
+        return StochasticTreePolicy(SMALL_PATHS, draft_temperature_ratio=SHARP)
     return make_policy(kind)
 
 
@@ -190,6 +200,7 @@ def test_design_covers_every_level():
         ("chain", "chain"),
         ("dynamic", "multiround"),
         ("stochastic", "stochastic"),
+        ("stochastic-sharp", "stochastic"),
         ("stochastic-chain", "chain"),
         ("stochastic-chain", "block"),
         ("chain", "block"),
@@ -325,3 +336,13 @@ def test_detects_stale_q(model):
     policy = make_policy("stochastic")
     verifier = StaleQVerifier(max_children=widest_siblings(policy))
     run_control(model, "eagle1", policy, verifier, SamplingParams(temperature=1.0), 5)
+
+
+@pytest.mark.heavy
+def test_detects_q_recorded_at_the_calls_temperature(model):
+    """Children drawn at ``SHARP x T`` but judged against the q at ``T`` (a draft temperature ratio forgotten where q
+    is recorded). The small LM's q is far from flat, so the two q differ (a random EAGLE head's nearly flat q hides
+    the bug: measured p-value 0.30 at these settings)."""
+    policy = build_policy("stochastic-sharp")
+    verifier = WrongTemperatureQVerifier(max_children=widest_siblings(policy), exponent=SHARP)
+    run_control(model, "small-lm", policy, verifier, SamplingParams(temperature=1.0), 6)

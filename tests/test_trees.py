@@ -301,10 +301,12 @@ def test_dynamic_validation_and_generator() -> None:
 # Stochastic
 
 
-def test_stochastic_q_dist_and_q_cond() -> None:
+@pytest.mark.parametrize("ratio", [1.0, 0.6])
+def test_stochastic_q_dist_and_q_cond(ratio: float) -> None:
+    """Each node's recorded q is the law its children were drawn from: softmax(logits / (ratio x T))."""
     vocab, temperature = 7, 0.8
     fn = random_logits(vocab, 11)
-    policy = StochasticTreePolicy([[0], [1], [2], [0, 0], [0, 1], [2, 0], [0, 0, 0]])
+    policy = StochasticTreePolicy([[0], [1], [2], [0, 0], [0, 1], [2, 0], [0, 0, 0]], draft_temperature_ratio=ratio)
     sampling = SamplingParams(temperature=temperature)
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
@@ -315,7 +317,7 @@ def test_stochastic_q_dist_and_q_cond() -> None:
         internal = set(parents[1:])
         for u in range(tree.num_nodes):
             if u in internal:
-                q = torch.softmax(fn((4, *paths[u])) / temperature, -1)
+                q = torch.softmax(fn((4, *paths[u])) / (ratio * temperature), -1)
                 torch.testing.assert_close(tree.q_dist[u], q)
             else:
                 assert tree.q_dist[u].abs().sum() == 0
@@ -327,11 +329,14 @@ def test_stochastic_q_dist_and_q_cond() -> None:
             assert tree.tokens[i].item() not in [tree.tokens[j].item() for j in earlier]  # without replacement
 
 
-def test_stochastic_draws_follow_q() -> None:
-    # Root with 3 sampled children: first child ~ q, second ~ sum_i q_i q_j / (1 - q_i) (j != i).
-    q = torch.tensor([0.4, 0.25, 0.15, 0.12, 0.08])
-    drafter = FakeDrafter(5, lambda path: q.log())
-    policy = StochasticTreePolicy([[0], [1], [2]])
+@pytest.mark.parametrize("ratio", [1.0, 0.5])
+def test_stochastic_draws_follow_q(ratio: float) -> None:
+    # Root with 3 sampled children: first child ~ q, second ~ sum_i q_i q_j / (1 - q_i) (j != i), with q the
+    # distribution at ratio x T (T = 1 here): q ∝ q_1 ** (1 / ratio).
+    base = torch.tensor([0.4, 0.25, 0.15, 0.12, 0.08])
+    drafter = FakeDrafter(5, lambda path: base.log())
+    q = base ** (1 / ratio) / (base ** (1 / ratio)).sum()
+    policy = StochasticTreePolicy([[0], [1], [2]], draft_temperature_ratio=ratio)
     sampling = SamplingParams(temperature=1.0)
     gen = torch.Generator().manual_seed(1234)
     trials = 3000
@@ -368,6 +373,9 @@ def test_stochastic_seeded_and_greedy_fallback() -> None:
 
 
 def test_stochastic_validation() -> None:
+    for ratio in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="draft_temperature_ratio"):
+            StochasticTreePolicy([[0]], draft_temperature_ratio=ratio)
     with pytest.raises(ValueError, match="consecutive"):
         StochasticTreePolicy([[0], [2]])
     with pytest.raises(ValueError, match="consecutive"):

@@ -19,7 +19,8 @@ Besides the named methods of :mod:`specdec.methods`:
 
 Row fields (``status == "ok"``): ``prompt_id``, ``family`` (the prompt's task family, Spec-Bench; else null),
 ``method`` (the row label), ``base_method``, ``tree_size``
-(fixed size, ``"adaptive"``, ``"sampled SHAPE"`` for a sampled tree at T > 0, or null), ``temperature``,
+(fixed size, ``"adaptive"``, ``"sampled SHAPE"`` for a sampled tree at T > 0, ``"sampled SHAPE at 0.7T"`` where
+its draws are at a ratio of the temperature, or null), ``temperature``,
 ``max_new_tokens``, ``seed``, ``prompt_tokens``,
 ``new_tokens``, ``tokens``, ``finish_reason``, ``time_total`` (prefill included), ``time_prefill``,
 ``tokens_per_second``, ``tau`` (null for HF methods), ``cycles``, ``accept_lengths``, ``tree_depths``,
@@ -172,7 +173,10 @@ def hardware_info(device: torch.device | str = "cpu") -> dict:
 def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
     """The row's tree: the variant's (fixed size, ``"adaptive"``, None) or ``"sampled SHAPE"`` where it samples."""
     shape = sampled_tree_of(variant.method, sampling, variant.options)
-    return variant.tree_size if shape is None else f"sampled {shape}"
+    if shape is None:
+        return variant.tree_size
+    ratio = variant.options.draft_temperature_ratio
+    return f"sampled {shape}" + ("" if ratio == 1.0 else f" at {ratio:g}T")
 
 
 class ResumeMismatchError(SpecdecError, ValueError):

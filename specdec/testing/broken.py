@@ -237,13 +237,23 @@ class WrongTemperatureQVerifier(RoundByRoundStochasticVerifier):
     The bug of a drafter or policy that samples children from ``softmax(z / T)`` but records ``softmax(z)``: the
     verifier's ``min(1, p/q)`` and residual ``max(0, p - q)`` then use a q the draws did not come from. Emulated
     here by undoing the temperature of the recorded rows, ``q_used ∝ q ** T``. At ``T = 1`` it is the correct rule.
+
+    With ``exponent``: ``q_used ∝ q ** exponent`` at every temperature. ``exponent = r`` is the bug of a policy that
+    draws at ``r x T`` (``StochasticTreePolicy(draft_temperature_ratio=r)``) and records the q at ``T``.
     """
 
+    def __init__(
+        self, dtype: torch.dtype = torch.float32, max_children: int | None = None, exponent: float | None = None
+    ) -> None:
+        super().__init__(dtype, max_children)
+        self.exponent = exponent
+
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """The correct round-by-round plan on ``tree`` with every ``q_dist`` row re-tempered to ``T = 1``."""
+        """The correct round-by-round plan on ``tree`` with every ``q_dist`` row re-tempered (module docstring)."""
         if tree.q_dist is None:
             raise ValueError("WrongTemperatureQVerifier takes sampled candidates")
-        q = tree.q_dist.to(self.dtype).clamp(min=0.0) ** sampling.temperature
+        power = sampling.temperature if self.exponent is None else self.exponent
+        q = tree.q_dist.to(self.dtype).clamp(min=0.0) ** power
         q = q / q.sum(-1, keepdim=True).clamp(min=torch.finfo(self.dtype).tiny)
         return super().plan(dataclasses.replace(tree, q_dist=q), target_logits, sampling)
 

@@ -70,6 +70,8 @@ class SampledMenuPolicy(TreePolicy):
         draft_seconds: fixed seconds per drafted level instead of measured ones (runs whose choices depend on the
             accepted paths only).
         smoothing: weight of the newest cycle in the decayed counts and the drafting time.
+        draft_temperature_ratio: the shapes' draws are at ``ratio x T``
+            (:class:`~specdec.trees.stochastic.StochasticTreePolicy`).
 
     Attributes:
         last_shape: index into the menu of the last tree grown (None before the first).
@@ -86,6 +88,7 @@ class SampledMenuPolicy(TreePolicy):
         menu: Sequence[Sequence[Sequence[int]]] = DEFAULT_MENU,
         draft_seconds: float | None = None,
         smoothing: float = 0.05,
+        draft_temperature_ratio: float = 1.0,
     ) -> None:
         if not menu:
             raise ValueError("a sampled menu needs at least one shape")
@@ -94,7 +97,7 @@ class SampledMenuPolicy(TreePolicy):
         for shape in self.shapes:
             if not set(shape) <= largest:
                 raise ValueError(f"menu shape {shape} is not part of the last, largest shape {self.shapes[-1]}")
-        self.trees = [StochasticTreePolicy(shape) if shape else None for shape in self.shapes]
+        self.trees = [StochasticTreePolicy(shape, draft_temperature_ratio) if shape else None for shape in self.shapes]
         self.curve, self.draft_seconds, self.smoothing = curve, draft_seconds, smoothing
         last = self.trees[-1]
         self.max_nodes = last.max_nodes if last is not None else 1
