@@ -10,7 +10,8 @@ linears, whose tree forwards grow with the number of tokens as on a CPU where sm
 ``methods.SAMPLED_SHAPES``, ``menu`` (:class:`~specdec.trees.menu.SampledMenuPolicy`), ``off`` (the method's tree of
 top-k candidates), or a shape of your own as ``NAME=PATHS`` with rank paths separated by commas and ranks by dots
 (``r3d=0,1,2,0.0,1.0``); ``@RATIO`` after an entry draws at ``RATIO x T`` (``r3d@0.7``,
-``MethodOptions.draft_temperature_ratio``). For every MT-bench prompt (chat template, no EOS stop, the same seed
+``MethodOptions.draft_temperature_ratio``), ``+gate`` at the end draws levels only where they pay
+(``MethodOptions.sampled_level_gate``). For every MT-bench prompt (chat template, no EOS stop, the same seed
 for every tree) the generators run back to back, the order alternating; printed are tokens/s and the ratio to
 vanilla, and tokens per target forward (tau). The target's cost curve is printed too (the one every tree is priced by).
 """
@@ -18,6 +19,7 @@ vanilla, and tokens per target forward (tau). The target's cost curve is printed
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -35,13 +37,16 @@ from specdec.models import load_smollm2
 def tree_options(entry: str) -> tuple[str, MethodOptions]:
     """(label, options) of one ``--trees`` entry; a ``NAME=PATHS`` shape is registered."""
     label = entry
+    entry, gate = (entry[: -len("+gate")], True) if entry.endswith("+gate") else (entry, False)
     entry, _, ratio = entry.partition("@")
     if "=" in entry:
         entry, paths = entry.split("=", 1)
         SAMPLED_SHAPES[entry] = tuple(tuple(int(r) for r in path.split(".")) for path in paths.split(","))
-        label = entry + (f"@{ratio}" if ratio else "")
+        label = entry + (f"@{ratio}" if ratio else "") + ("+gate" if gate else "")
     tree = None if entry == "off" else entry
-    return label, MethodOptions(sampled_tree=tree, draft_temperature_ratio=float(ratio or 1.0))
+    default = MethodOptions().draft_temperature_ratio
+    options = MethodOptions(sampled_level_gate=gate, draft_temperature_ratio=float(ratio) if ratio else default)
+    return label, dataclasses.replace(options, sampled_tree=tree)
 
 
 def main(argv: list[str] | None = None) -> int:

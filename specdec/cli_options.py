@@ -92,9 +92,13 @@ def method_options(args: argparse.Namespace) -> Any:
         extra["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
     if getattr(args, "draft_temperature_ratio", None) is not None:
         extra["draft_temperature_ratio"] = args.draft_temperature_ratio
+    if getattr(args, "sampled_level_gate", False):
+        extra["sampled_level_gate"] = True
     try:
         return MethodOptions(draft_weights=args.draft_weights or "auto", head_dir=args.head, **extra)
-    except ValueError as e:
+    except ValueError as e:  # name the option the message is about
+        if str(e).startswith("sampled_level_gate"):
+            raise UsageError(f"--sampled-level-gate: {e}; drop it or pass --sampled-tree SHAPE") from None
         raise UsageError(f"--sampled-tree: {e}") from None
 
 
@@ -115,6 +119,13 @@ def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="the sampled tree's children are drawn at R x the temperature (lossless for any R: the verifier reads "
         "the q they came from; default: MethodOptions.draft_temperature_ratio)",
+    )
+    parser.add_argument(
+        "--sampled-level-gate",
+        action="store_true",
+        help="the sampled tree draws each level after the root's only where this cycle's draws say it pays "
+        "(MethodOptions.sampled_level_gate; the trees then depend on measured timings, so a seed fixes the "
+        "distribution but not the exact sample)",
     )
 
 
@@ -326,20 +337,24 @@ def check_applicable(
                 f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
                 f"pass {temperature_flag} above 0",
             )
-    ratio = getattr(args, "draft_temperature_ratio", None)
-    if ratio is not None and (args.sampled_tree == "off" or not any(m in SAMPLED_TREE_METHODS for m in methods)):
-        refuse(
-            "--draft-temperature-ratio",
-            f"for {names} without a sampled tree: only the sampled trees of {', '.join(SAMPLED_TREE_METHODS)} draw "
-            "their children at a temperature",
-            f"choose one of them with {method_flag}",
-        )
-    if ratio is not None and not sampling:
-        refuse(
-            "--draft-temperature-ratio",
-            f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
-            f"pass {temperature_flag} above 0",
-        )
+    sampled_only = (  # (option, given, the --sampled-tree values that do not read it)
+        ("--draft-temperature-ratio", getattr(args, "draft_temperature_ratio", None) is not None, ("off",)),
+        ("--sampled-level-gate", getattr(args, "sampled_level_gate", False), ("off", "menu")),
+    )
+    for option, given, unread in sampled_only:
+        if given and (args.sampled_tree in unread or not any(m in SAMPLED_TREE_METHODS for m in methods)):
+            what = "a sampled tree" if unread == ("off",) else "a sampled tree of a fixed shape"
+            refuse(
+                option,
+                f"for {names} without {what}: only the sampled trees of {', '.join(SAMPLED_TREE_METHODS)} read it",
+                f"choose one of them with {method_flag}",
+            )
+        if given and not sampling:
+            refuse(
+                option,
+                f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
+                f"pass {temperature_flag} above 0",
+            )
     for option, value in (("--top-p", args.top_p), ("--top-k", args.top_k)):
         if value is not None and not sampling:
             refuse(

@@ -54,6 +54,8 @@ SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
     "r3": ((0,), (1,), (2,)),
     "r3d": ((0,), (1,), (2,), (0, 0), (1, 0)),
     "t6": ((0,), (1,), (0, 0), (1, 0), (0, 0, 0)),
+    # r3d with a chain of two more under the first draw's child: for a level gate to deepen where draws are sure
+    "r3d4": ((0,), (1,), (2,), (0, 0), (1, 0), (0, 0, 0), (0, 0, 0, 0)),
 }
 #: ``MethodOptions.sampled_tree`` value for a shape chosen per cycle from a menu by measured rate
 #: (:class:`~specdec.trees.menu.SampledMenuPolicy`: the root alone up to ``r3d``).
@@ -95,6 +97,8 @@ class MethodOptions:
             head on AMD Zen 3 (16 MT-bench prompts x 96 tokens, interleaved): τ 1.53 -> 1.57 at T = 1 and 1.67 ->
             1.69 at T = 0.7 with top-p 0.9; one draw at the root is accepted with probability 0.256 at ratio 1 and
             0.292 at 0.7 (``benchmarks/draft_temperature.py``); at 0.5 τ fell (1.50 -> 1.47 in a 10-prompt run).
+        sampled_level_gate: the sampled tree draws each level after the root's only where this cycle's draws say it
+            pays (:class:`~specdec.trees.level_gate.LevelGate`, priced by the target's cost curve).
     """
 
     topk: int = DEFAULT_TOPK
@@ -109,12 +113,15 @@ class MethodOptions:
     draft_shortlist: bool = True
     sampled_tree: str | None = "r3d"
     draft_temperature_ratio: float = 0.7
+    sampled_level_gate: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.draft_temperature_ratio < float("inf"):
             raise ValueError(
                 f"draft_temperature_ratio must be a positive finite number, got {self.draft_temperature_ratio}"
             )
+        if self.sampled_level_gate and self.sampled_tree in (None, SAMPLED_MENU):
+            raise ValueError(f"sampled_level_gate gates a sampled tree of a fixed shape, not {self.sampled_tree!r}")
         if self.sampled_tree is not None and self.sampled_tree not in (*SAMPLED_SHAPES, SAMPLED_MENU):
             names = ", ".join((*SAMPLED_SHAPES, SAMPLED_MENU))
             raise ValueError(f"unknown sampled tree {self.sampled_tree!r}; choose from {names}")
@@ -154,7 +161,13 @@ def _dynamic(target: HFTarget, o: MethodOptions, method: str) -> TreePolicy:
 
         menu = SampledMenuPolicy(forward_cost_curve(target), draft_temperature_ratio=o.draft_temperature_ratio)
         return ByTemperature(greedy, menu)
-    return ByTemperature(greedy, StochasticTreePolicy(SAMPLED_SHAPES[shape], o.draft_temperature_ratio))
+    gate = None
+    if o.sampled_level_gate:
+        from specdec.budget import forward_cost_curve
+        from specdec.trees.level_gate import LevelGate
+
+        gate = LevelGate(forward_cost_curve(target))
+    return ByTemperature(greedy, StochasticTreePolicy(SAMPLED_SHAPES[shape], o.draft_temperature_ratio, gate))
 
 
 def _dynamic_tree(target: HFTarget, o: MethodOptions) -> TreePolicy:

@@ -108,13 +108,24 @@ MISTAKES = [
     (
         "draft-temperature-ratio-for-ngram",
         ["generate", "hi", "--method", "ngram", "--temperature", "1", "--draft-temperature-ratio", "0.7"],
-        "--draft-temperature-ratio does nothing for ngram without a sampled tree",
+        "--draft-temperature-ratio does nothing for ngram without a sampled tree:",
     ),
     (
         "draft-temperature-ratio-with-tree-off",
         ["generate", "hi", "--method", "eagle3", "--temperature", "1", "--sampled-tree", "off"]
         + ["--draft-temperature-ratio", "0.7"],
-        "--draft-temperature-ratio does nothing for eagle3 without a sampled tree",
+        "--draft-temperature-ratio does nothing for eagle3 without a sampled tree:",
+    ),
+    (
+        "level-gate-with-the-menu",
+        ["generate", "hi", "--method", "eagle3", "--temperature", "1", "--sampled-tree", "menu"]
+        + ["--sampled-level-gate"],
+        "--sampled-level-gate: sampled_level_gate gates a sampled tree of a fixed shape, not 'menu'; drop it or pass",
+    ),
+    (
+        "level-gate-at-t0",
+        ["generate", "hi", "--method", "eagle3", "--sampled-level-gate"],
+        "--sampled-level-gate does nothing at --temperature 0",
     ),
     (
         "draft-temperature-ratio-at-t0",

@@ -23,8 +23,9 @@ Verifiers in their domain: deterministic trees -> ``MultiRoundVerifier``; the de
 head drafting over a shortlist (half the vocabulary, q = 0 on the rest) on a stochastic tree, and one
 ``VanillaGenerator`` check of the reference computation itself, and ``BlockVerifier`` on a stochastic chain
 (EAGLE-1 head) and a deterministic one (small LM), and a stochastic tree drawn sharper than the call's temperature
-(``draft_temperature_ratio = 0.5``, the small LM, whose q is far from flat so that the ratio matters): ``FAMILY = 23``
-checks.
+(``draft_temperature_ratio = 0.5``, the small LM, whose q is far from flat so that the ratio matters), and a
+stochastic tree whose deeper levels are drawn only where a gate says so from the earlier draws (``stochastic-gated``,
+:class:`ConfidentDrawsGate`): ``FAMILY = 24`` checks.
 
 False-positive rate: one family, Bonferroni at family-wise ``ALPHA = 1e-3``: each check fails iff its p-value is
 ``<= ALPHA / FAMILY ~= 4.5e-5``, so a correct implementation fails this file with probability at most about 1e-3
@@ -54,6 +55,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from specdec.budget import CostCurve
 from specdec.generate import SpeculativeGenerator, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams, warp
@@ -68,6 +70,7 @@ from specdec.testing.broken import (
 )
 from specdec.testing.e2e import E2EReport, e2e_check, exact_sequence_distribution
 from specdec.trees import StochasticTreePolicy
+from specdec.trees.level_gate import LevelGate
 from specdec.verify import BlockVerifier, ChainVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier
 from tests.factories import SMALL_PATHS, make_drafter, make_policy
 
@@ -132,6 +135,7 @@ _DESIGN = [
     ("eagle3", "stochastic-chain", "chain", 0.5, "top-k"),
     ("eagle1-shortlist", "stochastic", "stochastic", 1.5, "off"),
     ("small-lm", "stochastic-sharp", "stochastic", 1.0, "top-k"),
+    ("eagle1", "stochastic-gated", "stochastic", 1.5, "top-p"),
     ("vanilla", "-", "-", 1.5, "top-p"),
     ("eagle1", "stochastic-chain", "block", 1.5, "off"),
     ("small-lm", "chain", "block", 1.0, "top-p"),
@@ -152,6 +156,19 @@ def widest_siblings(policy) -> int:
     return max(level.width for level in shape.levels)
 
 
+class ConfidentDrawsGate(LevelGate):
+    """Draws a level iff a node it would expand has path probability above 0.3: a rule of the earlier draws only
+    (the contract of :class:`~specdec.trees.level_gate.LevelGate`), with no timings, so the runs are reproducible."""
+
+    def __init__(self) -> None:
+        super().__init__(CostCurve(sizes=(1,), seconds=(1.0,)))
+        self.decisions: list[bool] = []
+
+    def draws(self, tree, frontier, added) -> bool:
+        self.decisions.append(bool(tree.logq[frontier].exp().max() > 0.3))
+        return self.decisions[-1]
+
+
 #: The draft temperature ratio of the "stochastic-sharp" policy: children drawn at half the call's temperature.
 SHARP = 0.5
 
@@ -161,6 +178,8 @@ def build_policy(kind: str):
         return StochasticTreePolicy.chain(3)
     if kind == "stochastic-sharp":
         return StochasticTreePolicy(SMALL_PATHS, draft_temperature_ratio=SHARP)
+    if kind == "stochastic-gated":
+        return StochasticTreePolicy(SMALL_PATHS, gate=ConfidentDrawsGate())
     return make_policy(kind)
 
 
@@ -201,6 +220,7 @@ def test_design_covers_every_level():
         ("dynamic", "multiround"),
         ("stochastic", "stochastic"),
         ("stochastic-sharp", "stochastic"),
+        ("stochastic-gated", "stochastic"),
         ("stochastic-chain", "chain"),
         ("stochastic-chain", "block"),
         ("chain", "block"),
@@ -281,6 +301,8 @@ def test_loop_matches_target_distribution(model, config: Config):
         policy = build_policy(config.policy)
         decoder = speculative(model, config.drafter, policy, build_verifier(config.verifier, policy))
     report = run(model, decoder, config.sampling, config.seed)
+    if config.policy == "stochastic-gated":  # the gate decided both ways, so both kinds of trees were verified
+        assert {True, False} <= set(policy.gate.decisions), policy.gate.decisions[:20]
     if config.drafter != "vanilla":
         assert report.acceptances >= MIN_SHARE * report.cycles, report.summary()
         assert report.rejections >= MIN_SHARE * report.cycles, report.summary()

@@ -195,11 +195,14 @@ def test_new_controls_are_caught_exactly() -> None:
 
 def test_every_planted_bug_is_a_control() -> None:
     """Each bug of specdec.testing.broken can be planted by the kit, except the traversal ones: no policy's trees are
-    verified by TraversalVerifier unless pinned (their controls are caught in tests/test_verify_exact.py)."""
+    verified by TraversalVerifier unless pinned (their controls are caught in tests/test_verify_exact.py); and the
+    peeking level gate, a tree policy, where the kit plants verifiers and targets into the caller's pipeline (it is
+    caught in tests/test_level_gate.py)."""
     from specdec.testing import broken
 
     planted = {c.name for c in CONTROLS}
-    assert set(broken.__all__) - planted == {"TraversalStaleQVerifier", "TraversalStaleWeightVerifier"}
+    unplanted = {"TraversalStaleQVerifier", "TraversalStaleWeightVerifier", "PeekingGatePolicy"}
+    assert set(broken.__all__) - planted == unplanted
 
 
 def test_reversed_sibling_order_is_caught() -> None:

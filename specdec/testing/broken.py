@@ -17,6 +17,7 @@ from specdec.testing.exact import tree_on_cpu
 from specdec.testing.reference import RoundByRoundStochasticVerifier
 from specdec.testing.wrapped import WrappedVerifier
 from specdec.tree import DraftTree
+from specdec.trees.stochastic import StochasticTreePolicy
 from specdec.verify.base import PlanVerifier
 from specdec.verify.block import BlockVerifier
 from specdec.verify.greedy import GreedyVerifier
@@ -44,6 +45,7 @@ __all__ = [
     "TraversalStaleQVerifier",
     "TraversalStaleWeightVerifier",
     "WrongTemperatureQVerifier",
+    "PeekingGatePolicy",
 ]
 
 
@@ -358,3 +360,34 @@ class ReversedSiblingsVerifier(_WrappedPlanVerifier):
             return plan.rows(new[nodes])
 
         return VerifyPlan(accept_prob=plan.accept_prob[new], residual_at=rows)
+
+
+class PeekingGatePolicy(StochasticTreePolicy):
+    """WRONG level gate: keeps the levels after the root's only where their first draw was a confident one.
+
+    The bug of a gate that decides after looking at the level it decides about (the contract of
+    :class:`~specdec.trees.level_gate.LevelGate`: a level is drawn or not from earlier draws only): the levels are
+    drawn, then dropped unless the first child of the first expanded node has draft probability at least
+    ``threshold``. Where they are kept, that child was in effect proposed from q cut to its confident tokens, while
+    the verifier judges it against the whole q.
+    """
+
+    def __init__(self, shape, threshold: float = 0.3) -> None:
+        super().__init__(shape)
+        self.threshold = threshold
+
+    def grow(self, drafter, root, sampling, generator, avoid=None) -> DraftTree:
+        tree = super().grow(drafter, root, sampling, generator, avoid)
+        if sampling.greedy:
+            return tree
+        m = 1 + self.shape.levels[0].width  # the root and its children
+        if tree.num_nodes <= m:
+            return tree
+        first = int(tree.parents[m])
+        if float(tree.q_dist[first, tree.tokens[m]]) >= self.threshold:
+            return tree
+        q_dist = tree.q_dist[:m].clone()
+        q_dist[1:] = 0.0  # the root's children are leaves now
+        return DraftTree.from_parents(
+            tree.tokens[:m].clone(), tree.parents[:m].clone(), self.max_depth, q_dist, tree.q_cond[:m].clone()
+        )

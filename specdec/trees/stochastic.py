@@ -40,6 +40,7 @@ from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams, sample_distinct
 from specdec.tree import DraftTree, PartialTree
 from specdec.tree_checks import checked_draft
+from specdec.trees.level_gate import LevelGate
 from specdec.trees.static import StaticTreePolicy
 
 __all__ = ["StochasticTreePolicy", "LOGIT_FLOOR"]
@@ -56,16 +57,24 @@ class StochasticTreePolicy(TreePolicy):
             child ranks must be ``0 .. c-1`` (consecutive draws).
         draft_temperature_ratio: children are drawn from ``softmax(logits / (ratio x T))`` (module docstring);
             1.0 draws at the call's temperature.
+        gate: draws each level after the root's only where it pays (:class:`~specdec.trees.level_gate.LevelGate`);
+            None draws the whole shape every cycle.
 
     Attributes:
         shape: the :class:`StaticTreePolicy` (also used as the T = 0 fallback).
         max_nodes, max_depth: those of the shape.
     """
 
-    def __init__(self, shape: Sequence[Sequence[int]] | StaticTreePolicy, draft_temperature_ratio: float = 1.0) -> None:
+    def __init__(
+        self,
+        shape: Sequence[Sequence[int]] | StaticTreePolicy,
+        draft_temperature_ratio: float = 1.0,
+        gate: LevelGate | None = None,
+    ) -> None:
         if not draft_temperature_ratio > 0 or draft_temperature_ratio == float("inf"):
             raise ValueError(f"draft_temperature_ratio must be a positive finite number, got {draft_temperature_ratio}")
         self.draft_temperature_ratio = float(draft_temperature_ratio)
+        self.gate = gate
         self.shape = shape if isinstance(shape, StaticTreePolicy) else StaticTreePolicy(shape)
         present = set(self.shape.paths)
         for path in self.shape.paths:
@@ -125,7 +134,12 @@ class StochasticTreePolicy(TreePolicy):
         tree = PartialTree(root, n)
         q_dist: torch.Tensor | None = None
         q_cond = torch.ones(n, dtype=torch.float32, device=root.device)
-        for level in levels:
+        gate = self.gate
+        if gate is not None:
+            gate.start()
+        for i, level in enumerate(levels):
+            if i and gate is not None and not gate.draws(tree, level.frontier, level.child_row.shape[0]):
+                break  # this level, and every deeper one, does not pay (its frontier's draws decide)
             logits, ids = checked_draft(drafter, tree, level.frontier)  # [F, V_d], target ids [V_d] (None: V_d = V)
             logits = logits.float() / (sampling.temperature * self.draft_temperature_ratio)
             if level.width > logits.shape[-1]:
@@ -151,7 +165,22 @@ class StochasticTreePolicy(TreePolicy):
             else:
                 q_dist[level.frontier[:, None], ids[None, :]] = q
             q_cond[added] = cond[row, rank]
-        return DraftTree.from_parents(tree.tokens[:n].clone(), parents.clone(), self.max_depth, q_dist, q_cond)
+            if gate is not None:
+                if i:
+                    gate.expanded(tree, level.frontier, added, row)
+                gate.level_done(first=i == 0)
+        m = tree.size  # the levels drawn: node ids are level by level, so a prefix of the shape
+        return DraftTree.from_parents(
+            tree.tokens[:m].clone(), parents[:m].clone(), self.max_depth, q_dist[:m], q_cond[:m].clone()
+        )
+
+    def observe(self, accept_length: int, payload: list[float] | None = None) -> None:
+        if self.gate is not None:
+            self.gate.observe(accept_length)
+
+    def observe_path(self, accepted: list[int]) -> None:
+        if self.gate is not None:
+            self.gate.observe_path(accepted)
 
     def __repr__(self) -> str:
         ratio = (
