@@ -18,6 +18,7 @@ from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.trees import ByTemperature, DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
 from specdec.trees.dynamic import DEFAULT_DEPTH, DEFAULT_TOPK
+from specdec.trees.stochastic import check_draft_temperature_ratio
 
 __all__ = [
     "DYNAMIC_TREE_METHODS",
@@ -54,8 +55,6 @@ SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
     "r3": ((0,), (1,), (2,)),
     "r3d": ((0,), (1,), (2,), (0, 0), (1, 0)),
     "t6": ((0,), (1,), (0, 0), (1, 0), (0, 0, 0)),
-    # r3d with a chain of two more under the first draw's child: for a level gate to deepen where draws are sure
-    "r3d4": ((0,), (1,), (2,), (0, 0), (1, 0), (0, 0, 0), (0, 0, 0, 0)),
 }
 #: ``MethodOptions.sampled_tree`` value for a shape chosen per cycle from a menu by measured rate
 #: (:class:`~specdec.trees.menu.SampledMenuPolicy`: the root alone up to ``r3d``).
@@ -116,10 +115,7 @@ class MethodOptions:
     sampled_level_gate: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 < self.draft_temperature_ratio < float("inf"):
-            raise ValueError(
-                f"draft_temperature_ratio must be a positive finite number, got {self.draft_temperature_ratio}"
-            )
+        check_draft_temperature_ratio(self.draft_temperature_ratio)
         if self.sampled_level_gate and self.sampled_tree in (None, SAMPLED_MENU):
             raise ValueError(f"sampled_level_gate gates a sampled tree of a fixed shape, not {self.sampled_tree!r}")
         if self.sampled_tree is not None and self.sampled_tree not in (*SAMPLED_SHAPES, SAMPLED_MENU):

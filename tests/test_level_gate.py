@@ -104,7 +104,8 @@ class EarlierDrawsGate(LevelGate):
         super().__init__(CostCurve(sizes=(1,), seconds=(1.0,)))
 
     def draws(self, tree, frontier, added) -> bool:
-        return bool(tree.logq[frontier].exp().max() > 0.3)
+        super().draws(tree, frontier, added)  # keeps the frontier's values for expanded()
+        return bool(self._pi.max() > 0.3)
 
 
 def first_child_deviation(policy: StochasticTreePolicy, grows: int = 4000) -> tuple[float, int]:

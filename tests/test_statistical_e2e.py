@@ -165,7 +165,8 @@ class ConfidentDrawsGate(LevelGate):
         self.decisions: list[bool] = []
 
     def draws(self, tree, frontier, added) -> bool:
-        self.decisions.append(bool(tree.logq[frontier].exp().max() > 0.3))
+        super().draws(tree, frontier, added)  # keeps the frontier's values for expanded()
+        self.decisions.append(bool(self._pi.max() > 0.3))
         return self.decisions[-1]
 
 

@@ -66,10 +66,11 @@ class LevelGate:
         self._mark = 0.0
         self._levels = 0
         self._expanded: list[tuple[int, list[int]]] = []  # (bucket, child ids) of each gated frontier node
+        self._pi = np.zeros(0)  # the path probabilities of the frontier :meth:`draws` last decided about
 
     def gain(self, pi: np.ndarray) -> float:
         """Expected accepted children of frontier nodes of path probabilities ``pi``."""
-        b = np.searchsorted(PI_EDGES, pi, side="right")
+        b = _buckets(pi)
         return float((self.hits[b] / self.held[b]).sum())
 
     def start(self) -> None:
@@ -91,18 +92,21 @@ class LevelGate:
         self._mark = now
 
     def draws(self, tree: PartialTree, frontier: torch.Tensor, added: int) -> bool:
-        """Whether to draw the level that expands ``frontier`` (``added`` new nodes); a host read of their values."""
-        pi = np.exp(np.asarray(tree.logq[frontier].double().cpu()))
-        if self._explore:
-            return True
-        now = self.curve.cost(tree.size) + self._levels * (self.level_seconds or 0.0)
-        extra = self.curve.cost(tree.size + added) - self.curve.cost(tree.size) + (self.level_seconds or 0.0)
+        """Whether to draw the level that expands ``frontier`` (``added`` new nodes); a host read of their values,
+        kept for :meth:`expanded`."""
+        self._pi = np.exp(np.asarray(tree.logq[frontier].double().cpu()))
+        return self._explore or self.pays(self._pi, tree.size, added)
+
+    def pays(self, pi: np.ndarray, size: int, added: int) -> bool:
+        """Whether ``added`` nodes under a frontier of path probabilities ``pi`` raise a ``size``-node tree's rate."""
+        now = self.curve.cost(size) + self._levels * (self.level_seconds or 0.0)
+        extra = self.curve.cost(size + added) - self.curve.cost(size) + (self.level_seconds or 0.0)
         return self.gain(pi) / self.tokens_per_cycle > extra / now
 
-    def expanded(self, tree: PartialTree, frontier: torch.Tensor, children: torch.Tensor, rows: torch.Tensor) -> None:
-        """Record a drawn level's frontier nodes (by path-probability bucket) and their children, to learn from."""
-        pi = np.exp(np.asarray(tree.logq[frontier].double().cpu()))
-        buckets = np.searchsorted(PI_EDGES, pi, side="right")
+    def expanded(self, children: torch.Tensor, rows: torch.Tensor) -> None:
+        """Record the level just drawn (the frontier :meth:`draws` said yes to): its nodes' path-probability buckets
+        and ``children [M]`` (each of frontier row ``rows [M]``), to learn from."""
+        buckets = _buckets(self._pi)
         kids: list[list[int]] = [[] for _ in range(len(buckets))]
         for row, child in zip(rows.tolist(), children.tolist(), strict=True):
             kids[row].append(child)
@@ -122,3 +126,8 @@ class LevelGate:
 
     def __repr__(self) -> str:
         return f"LevelGate(warm_up={self.WARM_UP}, explore_every={self.EXPLORE_EVERY})"
+
+
+def _buckets(pi: np.ndarray) -> np.ndarray:
+    """Gain-table rows of path probabilities ``pi``."""
+    return np.searchsorted(PI_EDGES, pi, side="right")

@@ -43,7 +43,7 @@ from specdec.tree_checks import checked_draft
 from specdec.trees.level_gate import LevelGate
 from specdec.trees.static import StaticTreePolicy
 
-__all__ = ["StochasticTreePolicy", "LOGIT_FLOOR"]
+__all__ = ["StochasticTreePolicy", "LOGIT_FLOOR", "check_draft_temperature_ratio"]
 
 #: Tempered logits below ``max - LOGIT_FLOOR`` are raised to it, so that q has full support in float32.
 LOGIT_FLOOR = 60.0
@@ -71,8 +71,7 @@ class StochasticTreePolicy(TreePolicy):
         draft_temperature_ratio: float = 1.0,
         gate: LevelGate | None = None,
     ) -> None:
-        if not draft_temperature_ratio > 0 or draft_temperature_ratio == float("inf"):
-            raise ValueError(f"draft_temperature_ratio must be a positive finite number, got {draft_temperature_ratio}")
+        check_draft_temperature_ratio(draft_temperature_ratio)
         self.draft_temperature_ratio = float(draft_temperature_ratio)
         self.gate = gate
         self.shape = shape if isinstance(shape, StaticTreePolicy) else StaticTreePolicy(shape)
@@ -167,7 +166,7 @@ class StochasticTreePolicy(TreePolicy):
             q_cond[added] = cond[row, rank]
             if gate is not None:
                 if i:
-                    gate.expanded(tree, level.frontier, added, row)
+                    gate.expanded(added, row)
                 gate.level_done(first=i == 0)
         m = tree.size  # the levels drawn: node ids are level by level, so a prefix of the shape
         return DraftTree.from_parents(
@@ -187,6 +186,12 @@ class StochasticTreePolicy(TreePolicy):
             "" if self.draft_temperature_ratio == 1.0 else f", draft_temperature_ratio={self.draft_temperature_ratio}"
         )
         return f"StochasticTreePolicy(nodes={self.max_nodes}, depth={self.max_depth}{ratio})"
+
+
+def check_draft_temperature_ratio(ratio: float) -> None:
+    """Raise ``ValueError`` unless ``ratio`` is a positive finite number (NaN included)."""
+    if not 0 < ratio < float("inf"):
+        raise ValueError(f"draft_temperature_ratio must be a positive finite number, got {ratio}")
 
 
 def _without(q: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
