@@ -19,7 +19,6 @@ vanilla, and tokens per target forward (tau). The target's cost curve is printed
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -44,9 +43,12 @@ def tree_options(entry: str) -> tuple[str, MethodOptions]:
         SAMPLED_SHAPES[entry] = tuple(tuple(int(r) for r in path.split(".")) for path in paths.split(","))
         label = entry + (f"@{ratio}" if ratio else "") + ("+gate" if gate else "")
     tree = None if entry == "off" else entry
-    default = MethodOptions().draft_temperature_ratio
-    options = MethodOptions(sampled_level_gate=gate, draft_temperature_ratio=float(ratio) if ratio else default)
-    return label, dataclasses.replace(options, sampled_tree=tree)
+    given = {"sampled_tree": tree}
+    if gate:
+        given["sampled_level_gate"] = True
+    if ratio:
+        given["draft_temperature_ratio"] = float(ratio)
+    return label, MethodOptions(**given)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,22 +55,6 @@ __all__ = ["main", "build_parser", "user_message"]
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 EXIT_USAGE = 2
 COMMANDS = ("generate", "bench", "train", "data", "budget", "doctor")
-#: ``--methods all``: every method and baseline (the full grid; the default runs the best method and baselines).
-BENCH_METHODS = (
-    "vanilla",
-    "hf-generate",
-    "hf-prompt-lookup",
-    "ngram",
-    "small-lm",
-    "eagle1-static",
-    "eagle2",
-    "hass",
-    "eagle3",
-    "retrieval",
-    "composite",
-)
-
-
 #: ``--seed``'s help: what a seed does and does not make reproducible.
 SEED_HELP = (
     "seed of the sampling generator at T > 0 (default 0). A run repeats token for token where the tree's shape does "
@@ -94,21 +78,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from specdec.assets import Prompt, chat_ids
     from specdec.generate import GenerationMetrics, StopCondition
-    from specdec.methods import build_method, method_names
+    from specdec.methods import build_method, default_method, method_names
     from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
     method = args.method
     if method is None:  # the best method whose assets are present; with --model, one that needs no head
-        from specdec.demo import default_method
-
         method = default_method() if args.model is None else "ngram"
     if method not in method_names():
         raise UsageError(f"unknown method {method!r}; choose --method from {', '.join(method_names())}")
     if not args.prompt.strip():
         raise UsageError('the prompt is empty; pass the text to start from as PROMPT (specdec generate "...")')
-    options = method_options(args)
     check_applicable(args, [method], [args.temperature])
+    options = method_options(args)
     head = check_head(args, [method])
     backend = target_backend(args)
     if args.threads:
@@ -153,8 +135,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     names = _method_names()
     if args.methods is None:  # the best method and its baselines; with --model and no --head: no shipped head fits
         args.methods = ["vanilla", "ngram", "hf-generate"] if args.model and not args.head else default_methods()
-    elif args.methods == ["all"]:
-        args.methods = list(BENCH_METHODS)
+    elif args.methods == ["all"]:  # every method and baseline
+        from specdec.bench.runner import HF_METHODS
+
+        args.methods = ["vanilla", *HF_METHODS, *(m for m in names if m not in ("vanilla", *HF_METHODS))]
     methods = [*args.methods, *([args.sweep_method] if args.sweep_method else [])]
     for m in methods:
         if m not in names:
@@ -175,8 +159,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specdec.bench import run_bench, write_report
     from specdec.bench.runner import ResumeMismatchError, plan_variants
 
-    options = method_options(args)
     check_applicable(args, methods, args.temperatures, flags=("--methods", "--temperatures"))
+    options = method_options(args)
     try:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
     except ValueError as e:
@@ -378,7 +362,14 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="stream a speculative generation (SmolLM2-135M-Instruct or --model)")
     g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
-    g.add_argument("--method", default=None, help="named method (default: the best one whose assets are present)")
+    from specdec.methods import METHODS
+
+    listed = "; ".join(f"{name}: {m.summary}" for name, m in METHODS.items())
+    g.add_argument(
+        "--method",
+        default=None,
+        help=f"named method (default: the best one whose assets are present). {listed}",
+    )
     g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy (default)")
     add_sampling_options(g)
     g.add_argument("--max-new-tokens", type=at_least(1), default=128)
@@ -401,8 +392,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         "--methods",
         nargs="+",
         default=None,
-        help="methods to run (vanilla always runs); default: the best method with vanilla and HF generate; all: "
-        "every method and baseline",
+        help="methods to run (vanilla always runs): any --method of generate, hf-generate or hf-prompt-lookup; "
+        "default: the best method with vanilla and HF generate; all: every method and baseline",
     )
     b.add_argument(
         "--dataset",

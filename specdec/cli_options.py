@@ -83,32 +83,79 @@ TOP_P = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 POSITIVE_FLOAT = _number(float, lambda v: math.isfinite(v) and v > 0, "a finite number above 0")
 
 
-def method_options(args: argparse.Namespace) -> Any:
-    """The :class:`~specdec.methods.MethodOptions` of ``--draft-weights``, ``--head`` and ``--sampled-tree``."""
-    from specdec.methods import MethodOptions
+#: The command-line option of each :class:`~specdec.methods.MethodOptions` field the command line sets.
+OPTION_FLAGS = {
+    "head_dir": "--head",
+    "draft_weights": "--draft-weights",
+    "total_tokens": "--total-tokens",
+    "sampled_tree": "--sampled-tree",
+    "draft_temperature_ratio": "--draft-temperature-ratio",
+    "sampled_level_gate": "--sampled-level-gate",
+}
 
-    extra = {}
-    if args.sampled_tree is not None:
-        extra["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
+
+def option_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~specdec.methods.MethodOptions` fields the command line set (by field name; the rest keep
+    their defaults)."""
+    values: dict[str, Any] = {}
+    if getattr(args, "head", None) is not None:
+        values["head_dir"] = args.head
+    if getattr(args, "draft_weights", None) is not None:
+        values["draft_weights"] = args.draft_weights
+    if getattr(args, "total_tokens", None) is not None:
+        values["total_tokens"] = args.total_tokens
+    if getattr(args, "sampled_tree", None) is not None:
+        values["sampled_tree"] = None if args.sampled_tree == "off" else args.sampled_tree
     if getattr(args, "draft_temperature_ratio", None) is not None:
-        extra["draft_temperature_ratio"] = args.draft_temperature_ratio
+        values["draft_temperature_ratio"] = args.draft_temperature_ratio
     if getattr(args, "sampled_level_gate", False):
-        extra["sampled_level_gate"] = True
+        values["sampled_level_gate"] = True
+    return values
+
+
+def method_options(args: argparse.Namespace) -> Any:
+    """The :class:`~specdec.methods.MethodOptions` of the options the command line set (:func:`option_values`)."""
+    from pydantic import ValidationError
+
+    from specdec.method_options import MethodOptions
+
     try:
-        return MethodOptions(draft_weights=args.draft_weights or "auto", head_dir=args.head, **extra)
-    except ValueError as e:  # name the option the message is about
-        if str(e).startswith("sampled_level_gate"):
-            raise UsageError(f"--sampled-level-gate: {e}; drop it or pass --sampled-tree SHAPE") from None
-        raise UsageError(f"--sampled-tree: {e}") from None
+        return MethodOptions(**option_values(args))
+    except ValidationError as e:  # name the option the message is about
+        error = e.errors()[0]
+        message = str(error["msg"]).removeprefix("Value error, ")
+        field = error["loc"][0] if error["loc"] else message.split()[0].rstrip(",")
+        flag = OPTION_FLAGS.get(str(field), "")
+        raise UsageError(f"{flag}: {message}; drop {flag} or change the option it conflicts with") from None
+
+
+def _sampled_tree(value: str) -> str:
+    """An argparse ``type``: a sampled tree's name, ``menu`` or ``off``."""
+    from specdec.method_options import SAMPLED_MENU, SAMPLED_SHAPES
+
+    names = (*SAMPLED_SHAPES, SAMPLED_MENU, "off")
+    if value not in names:
+        raise argparse.ArgumentTypeError(f"unknown sampled tree {value!r}; choose from {', '.join(names)}")
+    return value
 
 
 def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
+    """The tree options: ``--total-tokens`` and the sampled tree's (``--sampled-tree``, its ratio and gate)."""
+    parser.add_argument(
+        "--total-tokens",
+        type=at_least(2),
+        default=None,
+        metavar="N",
+        help="a fixed size of the dynamic tree, root included (the whole tree for composite); default: sized per "
+        "cycle from the target's measured forward cost",
+    )
     parser.add_argument(
         "--sampled-tree",
+        type=_sampled_tree,
         default=None,
         metavar="SHAPE",
         help="at temperature > 0 the EAGLE and small-lm methods draw a static tree with sampled children, of this "
-        "shape (a name in specdec.methods.SAMPLED_SHAPES, or menu: chosen per cycle by measured rate; default: "
+        "shape (a name in specdec.method_options.SAMPLED_SHAPES, or menu: chosen per cycle by measured rate; default: "
         "MethodOptions.sampled_tree); off keeps the "
         "dynamic top-k tree",
     )
@@ -301,11 +348,11 @@ def check_applicable(
     temperatures: Sequence[float],
     flags: tuple[str, str] = ("--method", "--temperature"),
 ) -> None:
-    """Refuse the options that would do nothing for ``methods`` at ``temperatures``, rather than ignore them:
-    ``--head`` and ``--draft-weights`` without an EAGLE method, ``--sampled-tree`` without a method that samples its
-    tree at T > 0, ``--top-p`` / ``--top-k`` at temperature 0 only. ``flags``: the options that choose the methods
-    and the temperatures (named in the fix)."""
-    from specdec.methods import HEAD_KINDS, SAMPLED_TREE_METHODS
+    """Refuse the options that would do nothing for ``methods`` at ``temperatures``, rather than ignore them: a
+    method option that none of ``methods`` reads (:attr:`specdec.methods.Method.reads`), a sampled tree's option at
+    temperature 0 only or beside ``--sampled-tree off`` (or ``menu`` for the level gate), ``--top-p`` / ``--top-k``
+    at temperature 0 only. ``flags``: the options that choose the methods and the temperatures (named in the fix)."""
+    from specdec.methods import METHODS
 
     method_flag, temperature_flag = flags
     names, at = ", ".join(methods), ", ".join(f"{t:g}" for t in temperatures)
@@ -314,42 +361,26 @@ def check_applicable(
     def refuse(option: str, why: str, fix: str) -> NoReturn:
         raise UsageError(f"{option} does nothing {why}; drop {option} or {fix}")
 
-    if not any(m in HEAD_KINDS for m in methods):
-        for option, value in (("--head", args.head), ("--draft-weights", args.draft_weights)):
-            if value is not None:
-                eagle = ", ".join(HEAD_KINDS)
-                refuse(
-                    option,
-                    f"for {names}: only the EAGLE methods ({eagle}) draft with a head",
-                    f"choose one of them with {method_flag}",
-                )
-    if args.sampled_tree is not None:
-        if not any(m in SAMPLED_TREE_METHODS for m in methods):
-            these = ", ".join(SAMPLED_TREE_METHODS)
+    given = option_values(args)
+    read = frozenset().union(*(METHODS[m].reads for m in methods if m in METHODS))  # hf-* read none
+    for field in given:
+        if field not in read:
+            readers = ", ".join(name for name, m in METHODS.items() if field in m.reads)
             refuse(
-                "--sampled-tree",
-                f"for {names}: only {these} sample their draft trees",
-                f"choose one of them with {method_flag}",
+                OPTION_FLAGS[field], f"for {names}: only {readers} read it", f"choose one of them with {method_flag}"
             )
-        if not sampling:
-            refuse(
-                "--sampled-tree",
-                f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
-                f"pass {temperature_flag} above 0",
-            )
-    sampled_only = (  # (option, given, the --sampled-tree values that do not read it)
-        ("--draft-temperature-ratio", getattr(args, "draft_temperature_ratio", None) is not None, ("off",)),
-        ("--sampled-level-gate", getattr(args, "sampled_level_gate", False), ("off", "menu")),
+    sampled_only = (  # (field, the --sampled-tree values that draw no tree it shapes)
+        ("sampled_tree", ()),
+        ("draft_temperature_ratio", ("off",)),
+        ("sampled_level_gate", ("off", "menu")),
     )
-    for option, given, unread in sampled_only:
-        if given and (args.sampled_tree in unread or not any(m in SAMPLED_TREE_METHODS for m in methods)):
-            what = "a sampled tree" if unread == ("off",) else "a sampled tree of a fixed shape"
-            refuse(
-                option,
-                f"for {names} without {what}: only the sampled trees of {', '.join(SAMPLED_TREE_METHODS)} read it",
-                f"choose one of them with {method_flag}",
-            )
-        if given and not sampling:
+    for field, unread in sampled_only:
+        if field not in given:
+            continue
+        option = OPTION_FLAGS[field]
+        if args.sampled_tree in unread:
+            refuse(option, f"with --sampled-tree {args.sampled_tree}", "pass --sampled-tree a fixed shape")
+        if not sampling:
             refuse(
                 option,
                 f"at {temperature_flag} {at}: trees are sampled only at a temperature above 0",
@@ -369,9 +400,10 @@ def check_head(args: argparse.Namespace, methods: Sequence[str], method_flag: st
     against them: a readable head, of the architecture each of them takes. None without ``--head`` (the shipped
     heads; refused with ``--model``, which they were not trained for). ``method_flag`` names the option that chose
     ``methods``."""
-    from specdec.methods import HEAD_KINDS
+    from specdec.methods import METHODS
 
-    eagle = [m for m in methods if m in HEAD_KINDS]
+    kinds = {name: m.head_kind for name, m in METHODS.items() if m.head_kind is not None}
+    eagle = [m for m in methods if m in kinds]
     if not eagle:
         return None
     if args.head is None:
@@ -393,10 +425,10 @@ def check_head(args: argparse.Namespace, methods: Sequence[str], method_flag: st
             "model.safetensors, e.g. a training run's head/)"
         ) from None
     arch = _architecture("eagle3" if isinstance(head, Eagle3Head) else "eagle1")
-    wrong = [m for m in eagle if _architecture(HEAD_KINDS[m]) != arch]
+    wrong = [m for m in eagle if _architecture(kinds[m]) != arch]
     if wrong:
-        fits = [m for m, kind in HEAD_KINDS.items() if _architecture(kind) == arch]
-        other = _architecture(HEAD_KINDS[wrong[0]])
+        fits = [m for m, kind in kinds.items() if _architecture(kind) == arch]
+        other = _architecture(kinds[wrong[0]])
         raise UsageError(
             f"--head {args.head} is an {arch} head and {' and '.join(wrong)} {_verb(wrong, 'needs')} an {other} "
             f"head; use {method_flag} {' or '.join(fits)} with this head, or pass --head an {other} head"

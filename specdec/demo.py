@@ -20,29 +20,12 @@ import torch
 from specdec.assets import chat_ids
 from specdec.bench.runner import HFGenerate
 from specdec.generate import GenerationResult, StopCondition
-from specdec.methods import MethodOptions, build_method, method_names, shipped_head_dir
-from specdec.models import DTYPES, MissingAssetError, load_smollm2
+from specdec.methods import MethodOptions, build_method, default_method, method_names
+from specdec.models import DTYPES, load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 
 PROMPT = "Explain in three sentences why the sky is blue."
-#: Best first (measured, docs/results.md): EAGLE-3 with retrieval in one tree (1.61x vanilla on Spec-Bench at T = 0
-#: against EAGLE-3's 1.24x, on par at T = 1), then the EAGLE heads alone, then prompt lookup.
-PREFERENCE = ("composite", "eagle3", "hass", "eagle2", "ngram")
-
-
-def default_method() -> str:
-    """The best method whose assets are present: shipped EAGLE heads first, then prompt lookup."""
-    kinds = {"composite": "eagle3", "eagle3": "eagle3", "hass": "hass", "eagle2": "eagle1"}
-    for name in PREFERENCE:
-        if name not in kinds:
-            return name
-        try:
-            shipped_head_dir(kinds[name])
-            return name
-        except MissingAssetError:
-            continue
-    return "ngram"
 
 
 def run(

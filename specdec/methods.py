@@ -1,8 +1,10 @@
-"""Named decoding methods for the demo, the command line and the benchmark.
+"""Named decoding methods for the demo, the command line and the benchmark: one :class:`Method` record each.
 
 A method is a small function that composes parts around one target; nothing in the library's hot path
 looks names up. ``build_method("eagle3", target)`` returns a generator (``generate``/``stream``) that serves any
-sampling setting per call.
+sampling setting per call. Everything else that names methods (the command line's choices and checks, the demo's
+and the bench's default, the bench's rows) reads the records in :data:`METHODS`, so a new method is one
+:func:`register` call with its builder.
 """
 
 from __future__ import annotations
@@ -11,116 +13,160 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdec.errors import SpecdecError
 from specdec.generate import SpeculativeGenerator, VanillaGenerator
 from specdec.interfaces import Drafter, TreePolicy
+from specdec.method_options import (
+    HEAD_OPTIONS,
+    SAMPLED_MENU,
+    SAMPLED_OPTIONS,
+    SAMPLED_SHAPES,
+    SHORTLIST_OPTIONS,
+    TREE_OPTIONS,
+    MethodOptions,
+)
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.trees import ByTemperature, DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
-from specdec.trees.dynamic import DEFAULT_DEPTH, DEFAULT_TOPK
-from specdec.trees.stochastic import check_draft_temperature_ratio
 
 __all__ = [
-    "DYNAMIC_TREE_METHODS",
-    "HEAD_KINDS",
     "METHODS",
     "SAMPLED_MENU",
     "SAMPLED_SHAPES",
-    "SAMPLED_TREE_METHODS",
+    "Method",
+    "MethodOptionError",
     "MethodOptions",
     "build_method",
+    "default_method",
     "eagle_drafter",
-    "shipped_head_dir",
+    "method",
     "method_names",
+    "preference",
+    "register",
     "sampled_tree_of",
+    "shipped_head_dir",
+    "unregister",
 ]
 
 HEADS_DIR = Path(__file__).parent / "heads" / "smollm2-135m-instruct"
 
-#: The EAGLE methods and the kind of shipped head each drafts with (:func:`shipped_head_dir`); a ``head_dir`` of
-#: their own must have the same architecture: EAGLE-1 for ``eagle1`` and ``hass`` (HASS trains an EAGLE-1 head),
-#: EAGLE-3 for ``eagle3``.
-HEAD_KINDS: dict[str, str] = {
-    "eagle2": "eagle1",
-    "eagle1-static": "eagle1",
-    "hass": "hass",
-    "eagle3": "eagle3",
-    "composite": "eagle3",
-}
+Generator = SpeculativeGenerator | VanillaGenerator
 
-#: Shapes of sampled trees (``MethodOptions.sampled_tree``): rank paths whose children are draws without replacement
-#: from the draft distribution (:class:`~specdec.trees.stochastic.StochasticTreePolicy`).
-SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
-    "chain2": ((0,), (0, 0)),
-    "r3": ((0,), (1,), (2,)),
-    "r3d": ((0,), (1,), (2,), (0, 0), (1, 0)),
-    "t6": ((0,), (1,), (0, 0), (1, 0), (0, 0, 0)),
-}
-#: ``MethodOptions.sampled_tree`` value for a shape chosen per cycle from a menu by measured rate
-#: (:class:`~specdec.trees.menu.SampledMenuPolicy`: the root alone up to ``r3d``).
-SAMPLED_MENU = "menu"
+
+class MethodOptionError(SpecdecError, ValueError):
+    """An option was set that the chosen method does not read (it would be ignored)."""
 
 
 @dataclass(frozen=True)
-class MethodOptions:
-    """Tree and drafter settings shared by the named methods (CPU-sized defaults).
-
-    Dynamic-tree methods size their tree per cycle by default (:class:`~specdec.trees.adaptive.AdaptiveTreePolicy`:
-    the target's forward cost is measured once per machine and thread count, then cached). ``total_tokens``
-    forces a fixed size. The tree defaults are the library's one set (:mod:`specdec.trees.dynamic`).
+class Method:
+    """What a named method is.
 
     Attributes:
-        total_tokens: a fixed tree size (root included); None (default): chosen per cycle from measured costs.
-        max_total_tokens: the largest tree the adaptive budget may choose.
-        adapt_depth: let the adaptive budget shorten the expansion depth when deep levels do not pay.
-        deferred_budget: the adaptive budget sizes each tree from the previous cycle's draft values, which ride on
-            the decoding loop's one host sync, instead of reading this cycle's values (one more sync per cycle).
-            None (default): deferred on a static (``"compile"``) target, where one sync per cycle is the point.
-        draft_weights: how EAGLE heads' weights run (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU). Static
-            shapes, and the small-LM drafter's layers (the target's own), follow the target.
-        small_lm_layers: decoder layers of the ``small-lm`` drafter cut from the target (default: a fifth of them,
-            at least one; 6 of SmolLM2's 30).
-        head_dir: the EAGLE head folder of the eagle methods (default: the head shipped for SmolLM2).
-        draft_shortlist: EAGLE-1/HASS heads draft over the shortlist shipped beside the head
-            (``draft_vocab.safetensors``) when there is one, instead of the full vocabulary.
-        sampled_tree: at temperature > 0, the methods of :data:`SAMPLED_TREE_METHODS` draw a static tree of this
-            :data:`SAMPLED_SHAPES` shape with children sampled from the draft distribution, verified by stochastic
-            multi-round verification, instead of the dynamic tree of top-k children (measured: more tokens per
-            target forward at T = 1, see the results page). ``"menu"`` (:data:`SAMPLED_MENU`) chooses each cycle's
-            shape from the root alone up to ``r3d`` by the measured cost curve and accepted lengths
-            (:class:`~specdec.trees.menu.SampledMenuPolicy`). None keeps the dynamic tree at every temperature.
-            Temperature 0 and a fixed ``total_tokens`` always use the dynamic tree.
-        draft_temperature_ratio: the sampled tree's children are drawn at this multiple of the call's temperature
-            (lossless for any value: the verifier reads the q they were drawn from,
-            :class:`~specdec.trees.stochastic.StochasticTreePolicy`). Default 0.7, measured with the shipped EAGLE-3
-            head on AMD Zen 3 (16 MT-bench prompts x 96 tokens, interleaved): τ 1.53 -> 1.57 at T = 1 and 1.67 ->
-            1.69 at T = 0.7 with top-p 0.9; one draw at the root is accepted with probability 0.256 at ratio 1 and
-            0.292 at 0.7 (``benchmarks/draft_temperature.py``); at 0.5 τ fell (1.50 -> 1.47 in a 10-prompt run).
-        sampled_level_gate: the sampled tree draws each level after the root's only where this cycle's draws say it
-            pays (:class:`~specdec.trees.level_gate.LevelGate`, priced by the target's cost curve).
+        name: the name the command line, the demo and the bench use.
+        build: ``(target, options) -> generator``.
+        head_kind: the kind of EAGLE head it drafts with (:func:`shipped_head_dir`: ``eagle1``, ``hass`` or
+            ``eagle3``; a ``head_dir`` of its own must have the same architecture: EAGLE-1 for ``eagle1`` and
+            ``hass``, since HASS trains an EAGLE-1 head), None for methods without a head.
+        dynamic_tree: its tree at T = 0 is the dynamic (EAGLE-2) tree, sized by the tree options.
+        sampled_tree: at T > 0 it draws ``MethodOptions.sampled_tree`` (drafters with a real draft distribution; an
+            n-gram's q is a point mass, so sampling from it would only draw its top candidate).
+        rank: its place in the default choice (lower first, measured on the results page); None: never the default.
+        extra_reads: options it reads besides those its kind implies (:attr:`reads`).
+        summary: one line for ``--help`` and the docs.
     """
 
-    topk: int = DEFAULT_TOPK
-    depth: int = DEFAULT_DEPTH
-    total_tokens: int | None = None
-    max_total_tokens: int = 64
-    adapt_depth: bool = True
-    deferred_budget: bool | None = None
-    small_lm_layers: int | None = None
-    head_dir: Path | None = None
-    draft_weights: str = "auto"
-    draft_shortlist: bool = True
-    sampled_tree: str | None = "r3d"
-    draft_temperature_ratio: float = 0.7
-    sampled_level_gate: bool = False
+    name: str
+    build: Callable[[HFTarget, MethodOptions], Generator]
+    head_kind: str | None = None
+    dynamic_tree: bool = False
+    sampled_tree: bool = False
+    rank: int | None = None
+    extra_reads: tuple[str, ...] = ()
+    summary: str = ""
 
-    def __post_init__(self) -> None:
-        check_draft_temperature_ratio(self.draft_temperature_ratio)
-        if self.sampled_level_gate and self.sampled_tree in (None, SAMPLED_MENU):
-            raise ValueError(f"sampled_level_gate gates a sampled tree of a fixed shape, not {self.sampled_tree!r}")
-        if self.sampled_tree is not None and self.sampled_tree not in (*SAMPLED_SHAPES, SAMPLED_MENU):
-            names = ", ".join((*SAMPLED_SHAPES, SAMPLED_MENU))
-            raise ValueError(f"unknown sampled tree {self.sampled_tree!r}; choose from {names}")
+    @property
+    def reads(self) -> frozenset[str]:
+        """The :class:`MethodOptions` fields this method reads."""
+        names = set(self.extra_reads)
+        if self.dynamic_tree:
+            names.update(TREE_OPTIONS)
+        if self.head_kind is not None:
+            names.update(HEAD_OPTIONS)
+            if self.head_kind != "eagle3":
+                names.update(SHORTLIST_OPTIONS)
+        if self.sampled_tree:
+            names.update(SAMPLED_OPTIONS)
+        return frozenset(names)
+
+    def available(self) -> bool:
+        """Its assets are present (the shipped head of its kind, if it drafts with one)."""
+        if self.head_kind is None:
+            return True
+        try:
+            shipped_head_dir(self.head_kind)
+        except MissingAssetError:
+            return False
+        return True
+
+    def check(self, options: MethodOptions) -> None:
+        """Refuse the options set in ``options`` that this method does not read (:class:`MethodOptionError`)."""
+        unread = sorted(options.given - self.reads)
+        if unread:
+            reads = ", ".join(sorted(self.reads)) or "none"
+            them = "it" if len(unread) == 1 else "them"
+            raise MethodOptionError(
+                f"method {self.name!r} does not read {', '.join(unread)} (it reads: {reads}); "
+                f"drop {them} or choose a method that reads {them}"
+            )
+
+    def narrow(self, options: MethodOptions) -> MethodOptions:
+        """``options`` less the ones this method does not read: for a caller that applies one set of options to
+        several methods (the bench) and has refused, itself, an option that none of them reads."""
+        return options.only(self.reads)
+
+
+#: The registered methods by name, in the order the command line lists them.
+METHODS: dict[str, Method] = {}
+
+
+def register(record: Method) -> Method:
+    """Add ``record`` to :data:`METHODS` (a name already there is refused: :func:`unregister` it first)."""
+    if record.name in METHODS:
+        raise ValueError(f"a method named {record.name!r} is already registered")
+    METHODS[record.name] = record
+    return record
+
+
+def unregister(name: str) -> Method:
+    """Remove and return the method ``name``."""
+    return METHODS.pop(method(name).name)
+
+
+def method(name: str) -> Method:
+    """The record of ``name`` (``ValueError`` naming the choices for an unknown one)."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
+
+
+def method_names() -> list[str]:
+    return list(METHODS)
+
+
+def preference() -> list[str]:
+    """The ranked methods, best first (measured: the results page)."""
+    ranked = sorted((m for m in METHODS.values() if m.rank is not None), key=lambda m: m.rank)
+    return [m.name for m in ranked]
+
+
+def default_method() -> str:
+    """The best-ranked method whose assets are present: shipped EAGLE heads first, then prompt lookup."""
+    for name in preference():
+        if METHODS[name].available():
+            return name
+    return "ngram"
 
 
 def shipped_head_dir(kind: str) -> Path:
@@ -131,44 +177,41 @@ def shipped_head_dir(kind: str) -> Path:
     return path
 
 
-def sampled_tree_of(method: str, sampling: SamplingParams, options: MethodOptions) -> str | None:
-    """The :data:`SAMPLED_SHAPES` name ``method`` draws at ``sampling`` (None: its dynamic tree, or not a tree
-    method): a method of :data:`SAMPLED_TREE_METHODS` at T > 0 with ``options.sampled_tree``, unless the options fix
-    the dynamic tree's size (``total_tokens``)."""
-    return None if sampling.greedy else _sampled_shape(method, options)
+def sampled_tree_of(name: str, sampling: SamplingParams, options: MethodOptions) -> str | None:
+    """The :data:`SAMPLED_SHAPES` name (or ``"menu"``) method ``name`` draws at ``sampling``; None: its dynamic
+    tree (T = 0, ``options.sampled_tree`` None) or a method without a sampled tree."""
+    if sampling.greedy or name not in METHODS or not METHODS[name].sampled_tree:
+        return None
+    return options.sampled_tree
 
 
-def _sampled_shape(method: str, options: MethodOptions) -> str | None:
-    """The :data:`SAMPLED_SHAPES` name ``method`` draws at T > 0 (None: its dynamic tree at every temperature)."""
-    fixed = options.total_tokens is not None  # a dynamic tree of a size the caller chose
-    return options.sampled_tree if method in SAMPLED_TREE_METHODS and not fixed else None
-
-
-def _dynamic(target: HFTarget, o: MethodOptions, method: str) -> TreePolicy:
-    """The tree policy of a dynamic-tree ``method``: the dynamic tree of ``o`` (adaptive or fixed) at T = 0, and at
-    T > 0 the sampled static tree where :func:`sampled_tree_of` names one (:class:`~specdec.trees.ByTemperature`)."""
-    greedy = _dynamic_tree(target, o)
-    shape = _sampled_shape(method, o)
+def _dynamic(target: HFTarget, o: MethodOptions, sampled: bool, reserve: int = 0) -> TreePolicy:
+    """The tree policy of a dynamic-tree method: the dynamic tree of ``o`` (adaptive or fixed; ``reserve`` nodes
+    fewer, kept for a composite's retrieval) at T = 0, and at T > 0 the sampled static tree of ``o.sampled_tree``
+    where the method samples (:class:`~specdec.trees.ByTemperature`)."""
+    greedy = _dynamic_tree(target, o, reserve)
+    shape = o.sampled_tree if sampled else None
     if shape is None:
         return greedy
+    from specdec.budget import forward_cost_curve
+
     if shape == SAMPLED_MENU:
-        from specdec.budget import forward_cost_curve
         from specdec.trees.menu import SampledMenuPolicy
 
         menu = SampledMenuPolicy(forward_cost_curve(target), draft_temperature_ratio=o.draft_temperature_ratio)
         return ByTemperature(greedy, menu)
     gate = None
     if o.sampled_level_gate:
-        from specdec.budget import forward_cost_curve
         from specdec.trees.level_gate import LevelGate
 
         gate = LevelGate(forward_cost_curve(target))
     return ByTemperature(greedy, StochasticTreePolicy(SAMPLED_SHAPES[shape], o.draft_temperature_ratio, gate))
 
 
-def _dynamic_tree(target: HFTarget, o: MethodOptions) -> TreePolicy:
+def _dynamic_tree(target: HFTarget, o: MethodOptions, reserve: int = 0) -> TreePolicy:
+    """The dynamic tree of ``o`` with ``reserve`` nodes fewer than its fixed size or adaptive cap (at least 2)."""
     if o.total_tokens is not None:
-        return DynamicTreePolicy(topk=o.topk, depth=o.depth, total_tokens=o.total_tokens)
+        return DynamicTreePolicy(topk=o.topk, depth=o.depth, total_tokens=max(2, o.total_tokens - reserve))
     from specdec.budget import forward_cost_curve
     from specdec.trees.adaptive import AdaptiveTreePolicy
 
@@ -177,7 +220,7 @@ def _dynamic_tree(target: HFTarget, o: MethodOptions) -> TreePolicy:
     return AdaptiveTreePolicy(
         o.topk,
         o.depth,
-        o.max_total_tokens,
+        max(2, o.max_total_tokens - reserve),
         curve,
         adapt_depth=o.adapt_depth,
         deferred=target.static if o.deferred_budget is None else o.deferred_budget,
@@ -197,90 +240,114 @@ def eagle_drafter(target: HFTarget, kind: str, o: MethodOptions | None = None) -
     return EagleDrafter.from_target(target, head_dir, o.draft_shortlist, o.draft_weights)
 
 
-def _vanilla(target, o):
+def _vanilla(target: HFTarget, o: MethodOptions) -> Generator:
     return VanillaGenerator(target)
 
 
-def _ngram(target, o):
+def _ngram(target: HFTarget, o: MethodOptions) -> Generator:
     from specdec.drafters import NGramDrafter
 
-    return SpeculativeGenerator(target, NGramDrafter.from_target(target), _dynamic(target, o, "ngram"))
+    return SpeculativeGenerator(target, NGramDrafter.from_target(target), _dynamic(target, o, sampled=False))
 
 
-def _small_lm(target, o):
+def _small_lm(target: HFTarget, o: MethodOptions) -> Generator:
     from specdec.drafters import SmallLMDrafter
 
-    return SpeculativeGenerator(
-        target, SmallLMDrafter.from_target(target, o.small_lm_layers), _dynamic(target, o, "small-lm")
-    )
+    drafter = SmallLMDrafter.from_target(target, o.small_lm_layers)
+    return SpeculativeGenerator(target, drafter, _dynamic(target, o, sampled=True))
 
 
-def _eagle1_static(target, o):
-    return SpeculativeGenerator(
-        target, eagle_drafter(target, HEAD_KINDS["eagle1-static"], o), StaticTreePolicy.eagle1_default()
-    )
+def _eagle1_static(target: HFTarget, o: MethodOptions) -> Generator:
+    return SpeculativeGenerator(target, eagle_drafter(target, "eagle1", o), StaticTreePolicy.eagle1_default())
 
 
-def _eagle2(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, HEAD_KINDS["eagle2"], o), _dynamic(target, o, "eagle2"))
+def _eagle(kind: str) -> Callable[[HFTarget, MethodOptions], Generator]:
+    """The builder of an EAGLE method with a head of ``kind``: its dynamic tree, sampled at T > 0."""
+
+    def build(target: HFTarget, o: MethodOptions) -> Generator:
+        return SpeculativeGenerator(target, eagle_drafter(target, kind, o), _dynamic(target, o, sampled=True))
+
+    return build
 
 
-def _hass(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, HEAD_KINDS["hass"], o), _dynamic(target, o, "hass"))
+#: Nodes of a composite tree kept for retrieval: one continuation of up to this many tokens per cycle
+#: (:class:`~specdec.trees.CompositeTreePolicy`'s defaults); the EAGLE tree gets the rest of the budget.
+RETRIEVAL_NODES = 8
 
 
-def _eagle3(target, o):
-    return SpeculativeGenerator(target, eagle_drafter(target, HEAD_KINDS["eagle3"], o), _dynamic(target, o, "eagle3"))
-
-
-def _composed(target: HFTarget, tree_drafter: Drafter | None, base: TreePolicy | None) -> SpeculativeGenerator:
+def _composed(
+    target: HFTarget, tree_drafter: Drafter | None, base: TreePolicy | None, max_total: int | None = None
+) -> SpeculativeGenerator:
     """A generator whose tree holds ``tree_drafter``'s tree (grown by ``base``) and a retrieval drafter's
-    continuation where it pays (:class:`~specdec.trees.CompositeTreePolicy`, priced by the target's cost curve)."""
+    continuation where it pays (:class:`~specdec.trees.CompositeTreePolicy`, priced by the target's cost curve),
+    the whole tree at most ``max_total`` nodes."""
     from specdec.budget import forward_cost_curve
     from specdec.drafters import CompositeDrafter, RetrievalDrafter
     from specdec.trees import CompositeTreePolicy
 
     drafter = CompositeDrafter.for_target(target, tree_drafter, [RetrievalDrafter.from_target(target)])
-    return SpeculativeGenerator(target, drafter, CompositeTreePolicy(base, curve=forward_cost_curve(target)))
+    policy = CompositeTreePolicy(base, forward_cost_curve(target), RETRIEVAL_NODES, max_total=max_total)
+    return SpeculativeGenerator(target, drafter, policy)
 
 
-def _retrieval(target, o):
+def _retrieval(target: HFTarget, o: MethodOptions) -> Generator:
     return _composed(target, None, None)
 
 
-def _composite(target, o):
-    return _composed(target, eagle_drafter(target, HEAD_KINDS["composite"], o), _dynamic(target, o, "composite"))
+def _composite(target: HFTarget, o: MethodOptions) -> Generator:
+    """EAGLE-3 and retrieval in one tree; ``total_tokens`` (or the adaptive cap) bounds the whole tree."""
+    whole = o.total_tokens if o.total_tokens is not None else o.max_total_tokens
+    base = _dynamic(target, o, sampled=True, reserve=RETRIEVAL_NODES)
+    return _composed(target, eagle_drafter(target, "eagle3", o), base, max_total=whole)
 
 
-METHODS: dict[str, Callable] = {
-    "vanilla": _vanilla,
-    "ngram": _ngram,
-    "small-lm": _small_lm,
-    "eagle1-static": _eagle1_static,
-    "eagle2": _eagle2,
-    "hass": _hass,
-    "eagle3": _eagle3,
-    "retrieval": _retrieval,
-    "composite": _composite,
-}
+for _record in (
+    Method("vanilla", _vanilla, summary="one target forward per token (the baseline)"),
+    Method("ngram", _ngram, dynamic_tree=True, rank=4, summary="prompt lookup: n-gram matches of the context"),
+    Method(
+        "small-lm",
+        _small_lm,
+        dynamic_tree=True,
+        sampled_tree=True,
+        extra_reads=("small_lm_layers",),
+        summary="the target's first layers and its head as the draft model",
+    ),
+    Method(
+        "eagle1-static",
+        _eagle1_static,
+        head_kind="eagle1",
+        summary="an EAGLE-1 head on EAGLE-1's static tree",
+    ),
+    Method(
+        "eagle2", _eagle("eagle1"), "eagle1", True, True, rank=3, summary="an EAGLE-1 head on EAGLE-2's dynamic tree"
+    ),
+    Method("hass", _eagle("hass"), "hass", True, True, rank=2, summary="a HASS-trained EAGLE-1 head, dynamic tree"),
+    Method("eagle3", _eagle("eagle3"), "eagle3", True, True, rank=1, summary="an EAGLE-3 head, dynamic tree"),
+    Method("retrieval", _retrieval, summary="continuations of earlier text (suffix automaton) as a chain"),
+    #: Best first (measured, docs/results.md): EAGLE-3 with retrieval in one tree (1.61x vanilla on Spec-Bench at
+    #: T = 0 against EAGLE-3's 1.24x, on par at T = 1), then the EAGLE heads alone, then prompt lookup.
+    Method(
+        "composite",
+        _composite,
+        "eagle3",
+        True,
+        True,
+        rank=0,
+        summary="EAGLE-3 and retrieval in one tree, each node judged against its own law",
+    ),
+):
+    register(_record)
 
 
-#: Methods whose tree is the dynamic (EAGLE-2) tree, so ``MethodOptions`` tree sizes apply to them.
-DYNAMIC_TREE_METHODS = ("ngram", "small-lm", "eagle2", "hass", "eagle3", "composite")
-#: Methods that draw ``MethodOptions.sampled_tree`` at temperature > 0: drafters with a real draft distribution (an
-#: n-gram's q is a point mass, so sampling from it would only draw its top candidate).
-SAMPLED_TREE_METHODS = ("small-lm", "eagle2", "hass", "eagle3", "composite")
-
-
-def method_names() -> list[str]:
-    return list(METHODS)
-
-
-def build_method(
-    name: str, target: HFTarget, options: MethodOptions | None = None
-) -> SpeculativeGenerator | VanillaGenerator:
+def build_method(name: str, target: HFTarget, options: MethodOptions | None = None) -> Generator:
     """Compose the named method around ``target``: one generator that serves any sampling setting per call (its
-    tree and verifier follow each call's temperature). Raises ``ValueError`` for unknown names."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-    return METHODS[name](target, options or MethodOptions())
+    tree and verifier follow each call's temperature).
+
+    Raises:
+        ValueError: an unknown name.
+        MethodOptionError: ``options`` sets an option the method does not read (:attr:`Method.reads`).
+    """
+    record = method(name)
+    options = options or MethodOptions()
+    record.check(options)
+    return record.build(target, options)

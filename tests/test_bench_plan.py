@@ -23,7 +23,7 @@ from specdec.bench.plan import (
     probe_vanilla,
     progress_bar,
 )
-from specdec.demo import PREFERENCE
+from specdec.methods import preference
 from specdec.target import HFTarget
 from tests import test_bench
 from tests.test_bench import bench, row
@@ -34,7 +34,7 @@ tiny = test_bench.tiny
 
 # ----------------------------------------------------------------------------------------------- the default run
 def test_default_is_the_best_method_and_its_baselines_at_t0(monkeypatch):
-    assert default_methods() == ["vanilla", PREFERENCE[0], "hf-generate"]  # the shipped heads are in the repository
+    assert default_methods() == ["vanilla", preference()[0], "hf-generate"]  # the shipped heads are in the repository
     assert DEFAULT_TEMPERATURES == (0.0,)
     monkeypatch.setattr(specdec.methods, "HEADS_DIR", specdec.methods.HEADS_DIR / "absent")
     assert default_methods() == ["vanilla", "ngram", "hf-generate"]  # no head: the best training-free method

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -323,8 +322,9 @@ def test_methods_default_to_adaptive_and_can_force_a_size(tiny):
 def test_methods_sample_their_tree_at_temperature_above_zero(tiny):
     """One generator per method: at T > 0 a drafter with a real q draws the sampled tree of
     ``MethodOptions.sampled_tree``, verified by the stochastic multi-round rule; at T = 0 the same generator grows
-    the adaptive dynamic tree (greedy verifier). An n-gram drafter, a fixed size or ``sampled_tree=None`` keep the
-    dynamic tree at every temperature; an unknown shape is refused by name."""
+    the adaptive dynamic tree (greedy verifier). An n-gram drafter or ``sampled_tree=None`` keep the dynamic tree at
+    every temperature; a fixed size sizes the dynamic tree only (no option changes another's meaning); an unknown
+    shape is refused by name."""
     target = HFTarget(tiny, max_len=256)
     hot = SamplingParams(temperature=1.0, seed=0)
     options = MethodOptions(small_lm_layers=1)
@@ -338,10 +338,13 @@ def test_methods_sample_their_tree_at_temperature_above_zero(tiny):
     policy, verifier = gen.parts_for(GREEDY)
     assert isinstance(policy, AdaptiveTreePolicy) and isinstance(verifier, GreedyVerifier)
     assert isinstance(build_method("ngram", target).policy.for_sampling(hot), AdaptiveTreePolicy)
-    unsampled = dataclasses.replace(options, sampled_tree=None)
+    unsampled = options.replace(sampled_tree=None)
     assert isinstance(build_method("small-lm", target, unsampled).policy.for_sampling(hot), AdaptiveTreePolicy)
-    fixed = build_method("small-lm", target, dataclasses.replace(options, total_tokens=8))
-    policy, verifier = fixed.parts_for(hot)
+    fixed = build_method("small-lm", target, options.replace(total_tokens=8))
+    assert isinstance(fixed.parts_for(hot)[0], StochasticTreePolicy)  # the sampled tree stays at T > 0
+    policy, verifier = fixed.parts_for(GREEDY)
+    assert isinstance(policy, DynamicTreePolicy) and policy.total_tokens == 8
+    policy, verifier = build_method("small-lm", target, unsampled.replace(total_tokens=8)).parts_for(hot)
     assert isinstance(policy, DynamicTreePolicy) and isinstance(verifier, MultiRoundVerifier)
     with pytest.raises(ValueError, match="unknown sampled tree 'nope'; choose from chain2"):
         MethodOptions(sampled_tree="nope")

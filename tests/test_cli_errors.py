@@ -36,7 +36,7 @@ MISTAKES = [
     (
         "eagle1-head-for-eagle3",
         ["generate", "hi", "--method", "eagle3", "--head", "{eagle1}"],
-        "is an EAGLE-1 head and eagle3 needs an EAGLE-3 head; use --method eagle2 or eagle1-static or hass",
+        "is an EAGLE-1 head and eagle3 needs an EAGLE-3 head; use --method eagle1-static or eagle2 or hass",
     ),
     (
         "eagle3-head-for-eagle2",
@@ -83,7 +83,7 @@ MISTAKES = [
     (
         "head-for-ngram",
         ["generate", "hi", "--method", "ngram", "--head", "{eagle1}"],
-        "--head does nothing for ngram: only the EAGLE methods",
+        "--head does nothing for ngram: only eagle1-static, eagle2, hass, eagle3, composite read it",
     ),
     (
         "head-for-bench-without-eagle",
@@ -108,19 +108,19 @@ MISTAKES = [
     (
         "draft-temperature-ratio-for-ngram",
         ["generate", "hi", "--method", "ngram", "--temperature", "1", "--draft-temperature-ratio", "0.7"],
-        "--draft-temperature-ratio does nothing for ngram without a sampled tree:",
+        "--draft-temperature-ratio does nothing for ngram: only small-lm, eagle2, hass, eagle3, composite read it",
     ),
     (
         "draft-temperature-ratio-with-tree-off",
         ["generate", "hi", "--method", "eagle3", "--temperature", "1", "--sampled-tree", "off"]
         + ["--draft-temperature-ratio", "0.7"],
-        "--draft-temperature-ratio does nothing for eagle3 without a sampled tree:",
+        "--draft-temperature-ratio does nothing with --sampled-tree off; drop --draft-temperature-ratio or pass",
     ),
     (
         "level-gate-with-the-menu",
         ["generate", "hi", "--method", "eagle3", "--temperature", "1", "--sampled-tree", "menu"]
         + ["--sampled-level-gate"],
-        "--sampled-level-gate: sampled_level_gate gates a sampled tree of a fixed shape, not 'menu'; drop it or pass",
+        "--sampled-level-gate does nothing with --sampled-tree menu; drop --sampled-level-gate or pass",
     ),
     (
         "level-gate-at-t0",

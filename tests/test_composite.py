@@ -40,11 +40,12 @@ def model():
     return tiny_llama(vocab_size=VOCAB, hidden_size=16, num_layers=4, seed=3)  # its greedy text loops
 
 
-def composite(model, base, min_prob: float = 0.0) -> SpeculativeGenerator:
+def composite(model, base, min_prob: float = 0.0, max_total: int | None = None) -> SpeculativeGenerator:
     target = HFTarget(model, max_len=96)
     eagle = make_drafter("eagle3", model, 96)
     drafter = CompositeDrafter.for_target(target, eagle, [RetrievalDrafter(VOCAB, max_draft=4, min_match=1)])
-    return SpeculativeGenerator(target, drafter, CompositeTreePolicy(base, max_draft=4, min_prob=min_prob))
+    policy = CompositeTreePolicy(base, max_draft=4, min_prob=min_prob, max_total=max_total)
+    return SpeculativeGenerator(target, drafter, policy)
 
 
 def test_greedy_composite_equals_vanilla_and_uses_both_drafters(model):
@@ -99,3 +100,28 @@ def test_parts_that_cannot_serve_the_target_are_refused_by_name(model):
         CompositeDrafter(eagle, [make_drafter("ngram", model, 96)])
     with pytest.raises(UnservableDrafterError, match="CompositeDrafter"):
         SpeculativeGenerator(target, RetrievalDrafter(VOCAB), CompositeTreePolicy(None)).generate(PROMPT, stop=STOP)
+
+
+def test_max_total_bounds_the_whole_tree(model):
+    """``max_total`` counts the base tree and the continuations together (``MethodOptions.total_tokens`` for the
+    composite): retrieval still adds nodes, never past the bound, and greedy output stays vanilla's."""
+    gen = composite(model, DynamicTreePolicy(topk=2, depth=2, total_tokens=5), max_total=7)
+    sizes = []
+    policy = gen.policy
+    real = policy.grow
+    policy.grow = _recording(real, sizes)
+    out = gen.generate(PROMPT, SamplingParams(), STOP)
+    want = VanillaGenerator(HFTarget(model, max_len=96)).generate(PROMPT, SamplingParams(), STOP)
+    assert out.tokens == want.tokens
+    assert policy.max_nodes == 7 and max(sizes) == 7, sizes  # retrieval filled the room, and no more
+    with pytest.raises(ValueError, match="max_total counts the root"):
+        CompositeTreePolicy(None, max_total=1)
+
+
+def _recording(grow, sizes):
+    def recorded(*args, **kwargs):
+        tree = grow(*args, **kwargs)
+        sizes.append(tree.num_nodes)
+        return tree
+
+    return recorded

@@ -122,6 +122,7 @@ def test_smollm2_shipped_heads_greedy_exact_and_accepting(method):
     self-distilled EAGLE-3 head all 80), so τ > 1.15 over these two prompts separates trained from broken.
     """
     from specdec.methods import MethodOptions, build_method
+    from specdec.methods import method as method_record
 
     model, tokenizer = smollm2()
     prompts = mtbench_prompts()
@@ -129,7 +130,7 @@ def test_smollm2_shipped_heads_greedy_exact_and_accepting(method):
     for q in (prompts[0], prompts[10]):
         prompt = chat_ids(tokenizer, q)
         target = shared_target(model, 256)
-        gen = build_method(method, target, MethodOptions(total_tokens=16))
+        gen = build_method(method, target, method_record(method).narrow(MethodOptions(total_tokens=16)))
         result = gen.generate(prompt, GREEDY, StopCondition(max_new_tokens=24))
         assert_same_or_near_tie(model, prompt, vanilla_tokens(model, tuple(prompt.tolist()), 24, 256), result.tokens)
         accepted += sum(a + 1 for a in result.metrics.accept_lengths)

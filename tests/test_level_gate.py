@@ -90,10 +90,10 @@ def test_the_named_methods_take_the_gate() -> None:
 
     model = tiny_llama(vocab_size=16, hidden_size=16, num_layers=2, seed=0)
     target = HFTarget(model, max_len=64)
-    policy = _dynamic(target, MethodOptions(sampled_level_gate=True), "eagle3").for_sampling(HOT)
+    policy = _dynamic(target, MethodOptions(sampled_level_gate=True), sampled=True).for_sampling(HOT)
     assert isinstance(policy, StochasticTreePolicy) and isinstance(policy.gate, LevelGate)
     assert policy.draft_temperature_ratio == MethodOptions().draft_temperature_ratio
-    plain = _dynamic(target, MethodOptions(), "eagle3").for_sampling(HOT)
+    plain = _dynamic(target, MethodOptions(), sampled=True).for_sampling(HOT)
     assert plain.gate is None
 
 

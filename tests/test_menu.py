@@ -122,7 +122,7 @@ def test_root_only_cycles_keep_every_state_exact(model) -> None:
 def test_methods_build_the_menu(model) -> None:
     from specdec.methods import _dynamic
 
-    policy = _dynamic(HFTarget(model, max_len=64), MethodOptions(sampled_tree="menu"), "eagle3")
+    policy = _dynamic(HFTarget(model, max_len=64), MethodOptions(sampled_tree="menu"), sampled=True)
     assert isinstance(policy.for_sampling(T1), SampledMenuPolicy)
     assert not isinstance(policy.for_sampling(SamplingParams()), SampledMenuPolicy)  # T = 0: the adaptive tree
 

@@ -28,7 +28,7 @@ import torch
 
 from specdec.bench.report import aggregate
 from specdec.generate import StopCondition
-from specdec.methods import build_method
+from specdec.methods import build_method, default_method
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 
@@ -64,9 +64,7 @@ WARMUP_TOKENS = 4
 
 def default_methods() -> list[str]:
     """The default run's methods: vanilla, the best method whose assets are present (the first available of
-    :data:`specdec.demo.PREFERENCE`) and HF ``generate``, the two baselines of its speedups."""
-    from specdec.demo import default_method  # the demo imports the bench runner: import it here, not above
-
+    :func:`specdec.methods.preference`) and HF ``generate``, the two baselines of its speedups."""
     return list(dict.fromkeys(["vanilla", default_method(), "hf-generate"]))
 
 

@@ -32,7 +32,6 @@ Rows with ``status == "skipped"`` carry the ``reason`` (missing assets); ``"erro
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -62,14 +61,8 @@ from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, row_k
 from specdec.errors import SpecdecError
 from specdec.generate import GenerationMetrics, StopCondition
 from specdec.kvcache import CacheFullError
-from specdec.methods import (
-    DYNAMIC_TREE_METHODS,
-    SAMPLED_TREE_METHODS,
-    MethodOptions,
-    build_method,
-    method_names,
-    sampled_tree_of,
-)
+from specdec.method_options import ADAPTIVE_OPTIONS, SAMPLED_OPTIONS
+from specdec.methods import METHODS, MethodOptions, build_method, method, method_names, sampled_tree_of
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -128,24 +121,29 @@ def plan_variants(
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(all_method_names())}")
     names = ["vanilla"] + [m for m in dict.fromkeys(methods) if m != "vanilla"]
-    variants = [Variant(m, m, adaptive if m in DYNAMIC_TREE_METHODS else None, options) for m in names]
+    dynamic_methods = [name for name, m in METHODS.items() if m.dynamic_tree]
+    variants = [Variant(m, m, adaptive if m in dynamic_methods else None, options) for m in names]
+    # the rows of a dynamic tree at every temperature: no sampled-tree options
+    unsampled = options.only(options.given - set(SAMPLED_OPTIONS)).replace(sampled_tree=None)
     if tree_sizes:
-        sweep = sweep_method or next((m for m in names if m in DYNAMIC_TREE_METHODS), None)
-        if sweep is None or sweep not in DYNAMIC_TREE_METHODS:
-            raise ValueError(f"--tree-sizes needs a dynamic-tree method ({', '.join(DYNAMIC_TREE_METHODS)})")
+        sweep = sweep_method or next((m for m in names if m in dynamic_methods), None)
+        if sweep is None or sweep not in dynamic_methods:
+            raise ValueError(f"--tree-sizes needs a dynamic-tree method ({', '.join(dynamic_methods)})")
         if sweep not in names:
             variants.append(Variant(sweep, sweep, adaptive, options))
+        fixed = unsampled.only(unsampled.given - set(ADAPTIVE_OPTIONS))
         for m in sorted(set(tree_sizes)):
             if m < 2:
                 raise ValueError(f"tree sizes count the root and must be at least 2, got {m}")
-            variants.append(Variant(f"{sweep}@{m}", sweep, m, dataclasses.replace(options, total_tokens=m)))
+            variants.append(Variant(f"{sweep}@{m}", sweep, m, fixed.replace(total_tokens=m)))
     if deferred_rows and adaptive == "adaptive" and options.deferred_budget is not True:
-        deferred = dataclasses.replace(options, deferred_budget=True, sampled_tree=None)  # the adaptive tree at any T
+        deferred = unsampled.replace(deferred_budget=True)  # the adaptive tree at any T
         dynamic = [v.method for v in variants if v.tree_size == "adaptive"]
         variants += [Variant(f"{m}+deferred", m, "adaptive", deferred) for m in dynamic]
     if dynamic_rows and options.sampled_tree is not None:
-        unsampled = dataclasses.replace(options, sampled_tree=None)
-        sampled = [v.method for v in variants if v.name == v.method and v.method in SAMPLED_TREE_METHODS]
+        sampled = [
+            v.method for v in variants if v.name == v.method and v.method in METHODS and METHODS[v.method].sampled_tree
+        ]
         variants += [Variant(f"{m}+dynamic", m, adaptive, unsampled, sampling_only=True) for m in sampled]
     return variants
 
@@ -295,13 +293,14 @@ def _build(variant: Variant, model, tokenizer, target: HFTarget, sampling: Sampl
         return HFGenerate(model, tokenizer.eos_token_id)
     if variant.method == "hf-prompt-lookup":
         return HFGenerate(model, tokenizer.eos_token_id, prompt_lookup=PROMPT_LOOKUP_TOKENS)
-    return build_method(variant.method, target, variant.options)
+    # one set of options serves every row: each method takes the ones it reads (the command line has refused an
+    # option that no chosen method reads)
+    return build_method(variant.method, target, method(variant.method).narrow(variant.options))
 
 
 def _max_tree(variants: Iterable[Variant]) -> int:
     return max(
-        [v.options.total_tokens or v.options.max_total_tokens for v in variants if v.method in DYNAMIC_TREE_METHODS]
-        + [64]
+        [v.options.total_tokens or v.options.max_total_tokens for v in variants if v.tree_size is not None] + [64]
     )
 
 

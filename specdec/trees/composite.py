@@ -113,6 +113,8 @@ class CompositeTreePolicy(TreePolicy):
         max_draft: longest continuation added.
         branches: continuations added per cycle (over all proposers, longest match first).
         min_prob: without a curve, the smallest path probability worth a node.
+        max_total: the largest whole tree (root, the base's nodes and the continuations'); None: no bound beyond
+            the base's own and ``branches * max_draft``. The base policy is built with its share of it.
 
     Attributes:
         rates: the learnt :class:`RetrievalRates`.
@@ -126,12 +128,17 @@ class CompositeTreePolicy(TreePolicy):
         max_draft: int = 8,
         branches: int = 1,
         min_prob: float = 0.2,
+        max_total: int | None = None,
     ) -> None:
         if max_draft < 1 or branches < 1:
             raise ValueError(f"max_draft and branches must be at least 1, got {max_draft} and {branches}")
+        if max_total is not None and max_total < 2:
+            raise ValueError(f"max_total counts the root and must be at least 2, got {max_total}")
         self.base, self.curve = base, curve
         self.max_draft, self.branches, self.min_prob = max_draft, branches, min_prob
         self.max_nodes = (base.max_nodes if base is not None else 1) + branches * max_draft
+        if max_total is not None:
+            self.max_nodes = min(self.max_nodes, max_total)
         self.max_depth = max(base.max_depth if base is not None else 0, max_draft)
         self.rates = RetrievalRates(max_draft)
         self.last_added = 0
@@ -196,7 +203,7 @@ class CompositeTreePolicy(TreePolicy):
                 if (u, token) in child:
                     u = child[(u, token)]
                     continue
-                if not self._pays(float(pi), len(tokens)):
+                if len(tokens) >= self.max_nodes or not self._pays(float(pi), len(tokens)):
                     break
                 tokens.append(token)
                 parents.append(u)
