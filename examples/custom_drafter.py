@@ -74,7 +74,7 @@ def check_drafter(drafter: Drafter, vocab_size: int) -> None:
     assert torch.equal(level, again), "q must be a function of the context (deterministic candidates)"
 
 
-def check_lossless(vocab_size: int = 6) -> tuple[E2EReport, E2EReport]:
+def check_lossless(vocab_size: int = 6, n_samples: int = 600) -> tuple[E2EReport, E2EReport]:
     """The testing kit on this drafter's pipeline: a sampled tree at T = 1 against the exact distribution of the
     target's first 3 tokens (enumerated, so no second sampler is trusted), G-test at level 1e-3; and the same
     pipeline with a verifier that ignores q (a planted bug), which the same check must catch. (``controls=False``:
@@ -85,9 +85,9 @@ def check_lossless(vocab_size: int = 6) -> tuple[E2EReport, E2EReport]:
     policy = StochasticTreePolicy([[0], [1], [0, 0]])  # children drawn from the bigram q
     sampling = SamplingParams(temperature=1.0)
     good = SpeculativeGenerator(target, BigramDrafter(vocab_size), policy)
-    report = e2e_check(good, model, prompt, sampling, n_samples=600, n_tokens=3, seed=0, controls=False)
+    report = e2e_check(good, model, prompt, sampling, n_samples, n_tokens=3, seed=0, controls=False)
     broken = SpeculativeGenerator(target, BigramDrafter(vocab_size), policy, IgnoresQVerifier(max_children=2))
-    control = e2e_check(broken, model, prompt, SamplingParams(temperature=1.5), 600, 3, seed=0, controls=False)
+    control = e2e_check(broken, model, prompt, SamplingParams(temperature=1.5), n_samples, 3, seed=0, controls=False)
     return report, control
 
 
@@ -107,13 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=600, help="runs sampled by each lossless check")
     args = parser.parse_args(argv)
 
     model, prompt, eos, max_len = load(args.model)
     target = HFTarget(model, max_len=max_len)
     check_drafter(BigramDrafter(target.vocab_size), target.vocab_size)
     print("contract check: shapes, finite logits, deterministic q: ok")
-    report, control = check_lossless()
+    report, control = check_lossless(n_samples=args.samples)
     print(f"lossless at T=1 (sampled tree, exact 3-token distribution): {report.summary()}")
     print(f"negative control (verifier ignores q): {'caught' if not control.passed else 'NOT caught'}")
 

@@ -172,14 +172,16 @@ class UnigramDrafter(Drafter):
         return torch.log(torch.stack(counts) + 0.1).to(tree.device)  # [F, V] logits
 
 
-def whole_pipeline() -> None:
+def whole_pipeline(n_samples: int = 300) -> None:
     """The kit on a whole decoder, with the report of what the check could have caught.
 
     Pipeline: a tiny random Llama (V = 6), UnigramDrafter, a dynamic top-2 tree of 6 nodes, FirstChildVerifier.
-    ``e2e_check`` samples 300 runs of 3 tokens, G-tests them, enumerates the pipeline's exact law through its own
-    loop (deterministic candidates), and plants every applicable bug of specdec.testing.broken in the same pipeline.
+    ``e2e_check`` samples ``n_samples`` runs of 3 tokens, G-tests them, enumerates the pipeline's exact law through its
+    own loop (deterministic candidates), and plants every applicable bug of specdec.testing.broken in the same
+    pipeline.
     Then the issue's case: ResidualNotRenormalisedVerifier swapped in, with top-k 3 (the bug cannot show: the
-    report must say so, not pass) and without (the exact law catches it where the G-test at n = 300 does not).
+    report must say so, not pass) and without (the exact law catches it where the G-test at n = 300 does not); those
+    two runs plant only that bug.
     """
     import time
 
@@ -198,15 +200,19 @@ def whole_pipeline() -> None:
         )
 
     t0 = time.perf_counter()
-    report = e2e_check(pipeline(FirstChildVerifier()), model, prompt, SamplingParams(temperature=1.0), n_samples=300)
+    hot = SamplingParams(temperature=1.0)
+    report = e2e_check(pipeline(FirstChildVerifier()), model, prompt, hot, n_samples=n_samples)
     print(f"whole decoder, FirstChildVerifier, T=1 ({time.perf_counter() - t0:.1f} s): {report.summary()}")
     for sampling in (SamplingParams(temperature=1.0, top_k=3), SamplingParams(temperature=1.0)):
-        bugged = e2e_check(pipeline(ResidualNotRenormalisedVerifier()), model, prompt, sampling, n_samples=300)
+        only = ["ResidualNotRenormalisedVerifier"]
+        bugged = e2e_check(
+            pipeline(ResidualNotRenormalisedVerifier()), model, prompt, sampling, n_samples, controls=only
+        )
         row = next(r for r in bugged.power.controls if r.control.name == "ResidualNotRenormalisedVerifier")
         print(f"ResidualNotRenormalisedVerifier swapped in, {sampling}: {bugged.verdict}")
         print(
             f"    G-test p-value {bugged.p_value:.3g}; exact max |P_pipeline - P_target| "
-            f"{bugged.power.pipeline_max_diff:.1e}; {row.describe(300)}"
+            f"{bugged.power.pipeline_max_diff:.1e}; {row.describe(n_samples)}"
         )
 
 
@@ -215,10 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--skip-model", action="store_true", help="only the proofs, no model")
+    parser.add_argument("--samples", type=int, default=300, help="runs the kit samples per check on the decoder")
     args = parser.parse_args(argv)
     proofs()
     if not args.skip_model:
-        whole_pipeline()
+        whole_pipeline(args.samples)
         in_the_loop(args.model, args.max_new_tokens)
     return 0
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from specdec.checkpoints import load_eagle_head
-from specdec.drafters.eagle_checks import check_head_target
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.checks import check_head_target
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.models import load_model
 from specdec.train.data import load_sharegpt
 from specdec.train.tau import heldout_prompts, tree_tau_counts

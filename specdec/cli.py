@@ -30,6 +30,7 @@ from pathlib import Path
 
 from specdec.cli_options import (
     TEMPERATURE,
+    MethodsHelp,
     Parser,
     UsageError,
     add_backend_options,
@@ -48,12 +49,11 @@ from specdec.cli_options import (
     sampling_filters,
     target_backend,
 )
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, error_exit, print_error
 
-__all__ = ["main", "build_parser", "user_message"]
+__all__ = ["main", "build_parser"]
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
-EXIT_USAGE = 2
 COMMANDS = ("generate", "bench", "train", "data", "budget", "doctor")
 #: ``--seed``'s help: what a seed does and does not make reproducible.
 SEED_HELP = (
@@ -360,16 +360,13 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     parser = Parser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
 
-    g = sub.add_parser("generate", help="stream a speculative generation (SmolLM2-135M-Instruct or --model)")
-    g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
-    from specdec.methods import METHODS
-
-    listed = "; ".join(f"{name}: {m.summary}" for name, m in METHODS.items())
-    g.add_argument(
-        "--method",
-        default=None,
-        help=f"named method (default: the best one whose assets are present). {listed}",
+    g = sub.add_parser(
+        "generate",
+        help="stream a speculative generation (SmolLM2-135M-Instruct or --model)",
+        formatter_class=MethodsHelp,
     )
+    g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
+    g.add_argument("--method", default=None, help="named method (default: the best one whose assets are present)")
     g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy (default)")
     add_sampling_options(g)
     g.add_argument("--max-new-tokens", type=at_least(1), default=128)
@@ -387,7 +384,11 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     add_model_options(g)
     g.set_defaults(func=cmd_generate)
 
-    b = sub.add_parser("bench", help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)")
+    b = sub.add_parser(
+        "bench",
+        help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)",
+        formatter_class=MethodsHelp,
+    )
     b.add_argument(
         "--methods",
         nargs="+",
@@ -504,49 +505,6 @@ def _quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
-def _problem(error: Exception) -> str:
-    """What is wrong, without the fix: library messages state the problem first and its fix after ``"; "``."""
-    return str(error).split("; ")[0]
-
-
-def user_message(error: SpecdecError, command: str | None = None) -> str:
-    """The ``specdec: error:`` line of an error the library raised on purpose, in the command line's terms.
-
-    The one place library errors are mapped: the commands' own checks raise :class:`UsageError` with the line
-    written; a library message that names a Python fix (a target's ``max_len``, a token-id tensor) gets the option
-    that fixes it instead; every other library message already says what to change.
-    """
-    if isinstance(error, UsageError):
-        return str(error)
-    from specdec.kvcache import CacheFullError, TreeTooLargeError
-    from specdec.target import EmptyPromptError
-
-    if isinstance(error, TreeTooLargeError) and command in ("generate", "bench"):
-        return f"{_problem(error)}; raise --max-len (fewer new tokens cannot make a tree fit)"
-    if isinstance(error, CacheFullError) and command in ("generate", "bench"):
-        return f"{_problem(error)}; raise --max-len or lower --max-new-tokens"
-    if isinstance(error, EmptyPromptError) and command == "generate":
-        return "the prompt encodes to no tokens; pass a PROMPT with some text"
-    return str(error)
-
-
-def error_exit(error: SpecdecError, command: str | None = None) -> int:
-    """Print an error the library raised on purpose as one ``specdec: error:`` line; returns the usage exit code
-    (shared by ``specdec`` and ``python -m specdec.train.cli``, the entry point ``accelerate launch`` runs)."""
-    return _error(user_message(error, command))
-
-
-def _error(message: str) -> int:
-    """Print ``message`` as one ``specdec: error:`` line: the lines of a multi-line message (a list of problems)
-    joined by ``"; "``, or by a space after a line that ends in a colon."""
-    parts = [part.strip() for part in message.splitlines() if part.strip()]
-    line = parts[0] if parts else ""
-    for part in parts[1:]:
-        line += (" " if line.endswith(":") else "; ") + part
-    print(f"specdec: error: {line}", file=sys.stderr)
-    return EXIT_USAGE
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specdec`` command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -557,12 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help printed (code 0)
         return int(e.code or 0)
     except UsageError as e:  # Parser.error: a missing or malformed value, an unknown command or choice
-        return _error(str(e))
+        return print_error(str(e))
     if args.command is None:
-        return _error(f"no command given; choose one of {', '.join(COMMANDS)} (see specdec --help)")
+        return print_error(f"no command given; choose one of {', '.join(COMMANDS)} (see specdec --help)")
     if unknown:
         command = " ".join(c for c in (args.command, getattr(args, "data_command", None)) if c)
-        return _error(f"unrecognized arguments: {' '.join(unknown)}; see specdec {command} --help")
+        return print_error(f"unrecognized arguments: {' '.join(unknown)}; see specdec {command} --help")
     args.argv = argv
     _quiet_transformers()
     try:

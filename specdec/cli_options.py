@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specdec.errors import SpecdecError
+from specdec.errors import UsageError
 
 __all__ = [
     "TEMPERATURE",
     "TOP_P",
+    "MethodsHelp",
     "Parser",
     "UsageError",
     "add_backend_options",
@@ -45,16 +46,25 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")  # specdec.models.DTYPES, named
 MODEL_FIX = "pass --model a local Hugging Face model folder (config.json, weights, tokenizer files) or a .gguf file"
 
 
-class UsageError(SpecdecError):
-    """A user error reported as one line with exit code 2."""
-
-
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are :class:`UsageError` s (one line, exit code 2) instead of a usage block
     and ``SystemExit``. Subcommand parsers made with ``add_subparsers().add_parser`` are of this class too."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see {self.prog} --help")
+
+
+class MethodsHelp(argparse.HelpFormatter):
+    """Lists the named methods (:data:`specdec.methods.METHODS`, with their summaries) under ``--method`` and
+    ``--methods`` when help is printed: the methods (and torch) are imported only then, so parsing stays light."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if action.dest in ("method", "methods"):
+            from specdec.methods import METHODS
+
+            text = f"{text}. Methods: " + "; ".join(f"{name} ({m.summary})" for name, m in METHODS.items())
+        return text
 
 
 def _number(kind: type, ok: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
@@ -415,7 +425,7 @@ def check_head(args: argparse.Namespace, methods: Sequence[str], method_flag: st
             )
         return None
     from specdec.checkpoints import CheckpointError, load_eagle_head
-    from specdec.drafters.eagle_heads import Eagle3Head
+    from specdec.eagle.heads import Eagle3Head
 
     try:
         head = load_eagle_head(args.head)
@@ -451,7 +461,7 @@ def check_head_fits(args: argparse.Namespace, head: Any, model: Any) -> None:
     or hidden size."""
     if head is None:
         return
-    from specdec.drafters.eagle_checks import check_head_target
+    from specdec.eagle.checks import check_head_target
 
     try:
         check_head_target(head, model)

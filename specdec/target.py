@@ -33,6 +33,8 @@ __all__ = ["HFTarget", "CacheFullError", "EmptyPromptError", "UnsupportedModelEr
 class EmptyPromptError(SpecdecError, ValueError):
     """A generation was asked for with no prompt tokens."""
 
+    command_lines = {"generate": "the prompt encodes to no tokens; pass a PROMPT with some text"}
+
 
 def _eos_ids(model: PreTrainedModel) -> tuple[int, ...]:
     """The EOS ids ``generate`` would stop at: the generation config's, else the model config's."""

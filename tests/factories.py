@@ -7,7 +7,7 @@ import torch
 
 from specdec.backends.kernels import packing_error
 from specdec.drafters import Eagle3Drafter, EagleDrafter, NGramDrafter, SmallLMDrafter
-from specdec.drafters.eagle_config import default_aux_layers
+from specdec.eagle.config import default_aux_layers
 from specdec.interfaces import Drafter, TreePolicy
 from specdec.train.heads import build_head
 from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy

@@ -24,8 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec.checkpoints import export_eagle3, export_speculators, save_eagle_head
-from specdec.drafters.eagle_config import EagleConfig, default_aux_layers
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.config import EagleConfig, default_aux_layers
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 
 V, H, INTER, LAYERS = 16, 32, 48, 12  # LAYERS: decoder layers of the (imagined) target, for the aux layer ids
 

@@ -19,8 +19,8 @@ from specdec.checkpoints import (
     read_weights,
     save_eagle_head,
 )
-from specdec.drafters.eagle_config import EagleConfig
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head, MissingEmbeddingError, causal_bias
+from specdec.eagle.config import EagleConfig
+from specdec.eagle.heads import Eagle1Head, Eagle3Head, MissingEmbeddingError, causal_bias
 from specdec.interfaces import VocabMismatchError
 from specdec.models import tiny_llama
 

@@ -240,8 +240,8 @@ IN_A_PROCESS = ("threads-0", "unknown-option", "eagle1-head-for-eagle3", "prompt
 def files(tmp_path_factory) -> dict[str, str]:
     """The paths the mistakes name: a tiny model (vocabulary 32, width 32), heads of every kind of wrong."""
     from specdec.checkpoints.export import save_eagle_head
-    from specdec.drafters.eagle_config import EagleConfig
-    from specdec.drafters.eagle_heads import Eagle1Head
+    from specdec.eagle.config import EagleConfig
+    from specdec.eagle.heads import Eagle1Head
 
     root = tmp_path_factory.mktemp("mistakes")
     paths = {name: root / name for name in ("tiny", "empty", "config_only", "wrong_keys", "bad_model")}
@@ -314,8 +314,8 @@ def test_each_mistake_is_one_line_naming_the_fix(name, argv, says, files, capsys
 def test_the_same_checks_let_a_fitting_head_through(files, tmp_path, capsys):
     """Control: a head the tiny model can run (width 32, vocabulary 32) passes every head check and generates."""
     from specdec.checkpoints.export import save_eagle_head
-    from specdec.drafters.eagle_config import EagleConfig
-    from specdec.drafters.eagle_heads import Eagle1Head
+    from specdec.eagle.config import EagleConfig
+    from specdec.eagle.heads import Eagle1Head
 
     config = EagleConfig(
         hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=32

@@ -12,8 +12,8 @@ from specdec.attention import additive_mask
 from specdec.backends import Int8Linear, PackedLinear
 from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
-from specdec.drafters.eagle_config import EagleConfig, default_aux_layers
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head, EagleAttention, causal_bias
+from specdec.eagle.config import EagleConfig, default_aux_layers
+from specdec.eagle.heads import Eagle1Head, Eagle3Head, EagleAttention, causal_bias
 from specdec.interfaces import TargetHidden, VocabMismatchError
 from specdec.models import tiny_llama
 from specdec.tree import PartialTree
@@ -513,7 +513,7 @@ def test_eagle1_drafter_uses_own_embedding_when_present(target):
 def test_fused_inference_copy_computes_the_same_outputs(kind: str, qkv_bias: bool) -> None:
     """fuse_for_inference: one qkv and one gate/up GEMM, torch's rms_norm; same outputs; the original is untouched."""
     from specdec.backends import packed_copy
-    from specdec.drafters.eagle_fusion import FusedRMSNorm, fuse_for_inference
+    from specdec.eagle.fusion import FusedRMSNorm, fuse_for_inference
 
     head = eagle1_head(qkv_bias=qkv_bias) if kind == "eagle1" else eagle3_head(qkv_bias=qkv_bias)
     keys = list(head.state_dict())
@@ -549,7 +549,7 @@ def test_int8_linear_releases_a_weight_it_does_not_share() -> None:
 
 
 def test_rope_table_equals_the_computed_rotation() -> None:
-    from specdec.drafters.eagle_heads import EagleRotary
+    from specdec.eagle.heads import EagleRotary
 
     rotary = EagleRotary(make_config())
     pos = torch.tensor([[0, 5, 17, 63]])

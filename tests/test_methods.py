@@ -154,3 +154,10 @@ def test_unknown_names_are_refused_with_the_choices():
         build_method("nope", None)
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         unregister("nope")
+
+
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_help_lists_every_method(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps lines, at hyphens too
+    assert all(f"{name} (" in out for name in METHODS)

@@ -82,6 +82,7 @@ def test_sampled_trees_are_not_enumerated() -> None:
         raise AssertionError("a sampled tree was enumerated")
 
 
+@pytest.mark.heavy  # 23 s; the README's test command runs the same case through examples/prove_verifier.py
 def test_the_issues_case_is_never_a_plain_pass() -> None:
     """Issue: a top-k-3 pipeline with ResidualNotRenormalisedVerifier swapped in passed like the correct one. The
     kit now says it has no power there (the bug cannot change this pipeline's law) and, without the top-k cut, finds

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.models import tiny_llama
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies, vocab_maps
 from specdec.train.features import FeatureSpec, eagle3_layers, target_hidden

@@ -9,8 +9,9 @@ Before its first generation a run prints how many generations it owes and a meas
 (:mod:`specdec.bench.plan`). The command line is ``specdec bench`` (see :mod:`specdec.cli`).
 """
 
+from specdec.bench.output import write_report
 from specdec.bench.plan import DEFAULT_TEMPERATURES, default_methods
-from specdec.bench.report import aggregate, load_rows, write_report
+from specdec.bench.report import aggregate, load_rows
 from specdec.bench.runner import HF_METHODS, hardware_info, run_bench
 
 __all__ = [

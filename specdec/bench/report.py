@@ -38,11 +38,11 @@ __all__ = [
     "family_summaries",
     "hardware_label",
     "load_rows",
+    "load_runs",
     "markdown",
     "pooled_acceptance",
     "row_label",
     "sweep_table",
-    "write_report",
 ]
 
 PHASES = ("draft", "target", "verify", "bookkeeping")
@@ -83,6 +83,11 @@ def _read_jsonl(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
     return rows
+
+
+def load_runs(out_dir: str | Path) -> list[dict]:
+    """The run records of ``out_dir`` (``runs.jsonl``: command, hardware, date of each run)."""
+    return _read_jsonl(Path(out_dir) / "runs.jsonl")
 
 
 def load_rows(out_dir: str | Path) -> list[dict]:
@@ -358,17 +363,3 @@ def hardware_label(runs: Sequence[dict]) -> str:
 
 
 _hardware_label = hardware_label  # the name tests/test_spec_bench.py imports
-
-
-def write_report(out_dir: str | Path, plots: bool = True) -> Path:
-    """Write ``out_dir/results.md`` (and the PNGs); returns the markdown path."""
-    out = Path(out_dir)
-    rows = load_rows(out)
-    runs = _read_jsonl(out / "runs.jsonl")
-    path = out / "results.md"
-    path.write_text(markdown(rows, runs))
-    if plots:
-        from specdec.bench.plots import write_plots  # matplotlib only where plots are asked for
-
-        write_plots(rows, runs, out)
-    return path

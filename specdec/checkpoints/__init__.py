@@ -10,8 +10,8 @@
 * :mod:`~specdec.checkpoints.export`: :func:`save_eagle_head` (our round trip), :func:`export_eagle3` and
   :func:`export_speculators` (for servers: refuse what a server would misread), :func:`save_draft_vocab`.
 
-The heads themselves are :class:`~specdec.drafters.eagle_heads.Eagle1Head` and
-:class:`~specdec.drafters.eagle_heads.Eagle3Head`, configured by :class:`~specdec.drafters.eagle_config.EagleConfig`.
+The heads themselves are :class:`~specdec.eagle.heads.Eagle1Head` and
+:class:`~specdec.eagle.heads.Eagle3Head`, configured by :class:`~specdec.eagle.config.EagleConfig`.
 """
 
 from specdec.checkpoints.export import (

@@ -28,8 +28,8 @@ from specdec.checkpoints.formats import (
     to_vllm_keys,
 )
 from specdec.checkpoints.speculators import to_speculators_config, to_speculators_keys
-from specdec.drafters.eagle_checks import check_draft_vocab
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.checks import check_draft_vocab
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 
 __all__ = ["EXPORT_LAYOUTS", "save_eagle_head", "export_eagle3", "export_speculators", "save_draft_vocab"]
 
@@ -41,8 +41,8 @@ def save_eagle_head(head: Eagle1Head | Eagle3Head, directory: str | Path) -> Pat
 
     Writes any head :func:`load_eagle_head` reads back (q/k/v biases, any number of fused states); to hand a head to
     a server use :func:`export_eagle3` / :func:`export_speculators`, which refuse what the server would misread.
-    Tensors: the head's state dict (see :class:`~specdec.drafters.eagle_heads.Eagle1Head` and
-    :class:`~specdec.drafters.eagle_heads.Eagle3Head`; e.g. EAGLE-3 ``fc.weight`` ``[H, 3*H_t]``,
+    Tensors: the head's state dict (see :class:`~specdec.eagle.heads.Eagle1Head` and
+    :class:`~specdec.eagle.heads.Eagle3Head`; e.g. EAGLE-3 ``fc.weight`` ``[H, 3*H_t]``,
     ``lm_head.weight`` ``[V_draft, H]``, ``d2t`` ``[V_draft]``).
 
     Returns the folder.

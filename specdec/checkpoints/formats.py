@@ -16,7 +16,7 @@ over several files listed by ``model.safetensors.index.json`` / ``pytorch_model.
 Quirks of released checkpoints: ``d2t``/``t2d`` absent with ``draft_vocab_size == vocab_size`` mean the identity
 mapping, and ``t2d`` alone absent is rebuilt from ``d2t`` (:func:`complete_vocab_map`); config quirks (``bias``
 absent means True, ``rope_theta`` absent means 10000, EAGLE-3 configs claiming several layers) are read by
-:meth:`EagleConfig.from_hf <specdec.drafters.eagle_config.EagleConfig.from_hf>` and the loader.
+:meth:`EagleConfig.from_hf <specdec.eagle.config.EagleConfig.from_hf>` and the loader.
 
 Aux layer ids (EAGLE-3 fused target layers) are written twice because servers disagree on the convention:
 top-level ``eagle_aux_hidden_state_layer_ids`` (vLLM: id ``i`` = *input* of decoder layer ``i``, our convention)
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from specdec.drafters.eagle_config import EagleConfig
+from specdec.eagle.config import EagleConfig
 
 __all__ = [
     "CONFIG_FILE",

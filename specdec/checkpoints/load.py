@@ -31,9 +31,9 @@ from specdec.checkpoints.formats import (
     is_eagle3,
 )
 from specdec.checkpoints.speculators import from_speculators_config, from_speculators_keys, is_speculators_config
-from specdec.drafters.eagle_checks import check_draft_vocab, check_head_target
-from specdec.drafters.eagle_config import EagleConfig
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.checks import check_draft_vocab, check_head_target
+from specdec.eagle.config import EagleConfig
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.errors import SpecdecError
 
 __all__ = ["CheckpointError", "load_eagle_head", "load_draft_vocab", "read_weights"]
@@ -56,7 +56,7 @@ def load_eagle_head(
         dtype: parameter dtype; default: the checkpoint's ``fc.weight`` dtype.
 
     Returns:
-        An :class:`~specdec.drafters.eagle_heads.Eagle1Head` or :class:`~specdec.drafters.eagle_heads.Eagle3Head`
+        An :class:`~specdec.eagle.heads.Eagle1Head` or :class:`~specdec.eagle.heads.Eagle3Head`
         in eval mode.
 
     Raises:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from specdec.checkpoints.formats import export_rope_scaling
-from specdec.drafters.eagle_config import EagleConfig
+from specdec.eagle.config import EagleConfig
 
 __all__ = [
     "is_speculators_config",
@@ -56,7 +56,7 @@ def is_speculators_config(raw: Mapping[str, Any]) -> bool:
 
 def from_speculators_config(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(kind, flat)``: the head kind (``"eagle1"`` / ``"eagle3"``) and a flat HF-style dict for
-    :meth:`EagleConfig.from_hf <specdec.drafters.eagle_config.EagleConfig.from_hf>`.
+    :meth:`EagleConfig.from_hf <specdec.eagle.config.EagleConfig.from_hf>`.
 
     Raises:
         ValueError: an unknown kind, a missing or non-dict ``transformer_layer_config``, or a variant our heads do

@@ -46,9 +46,10 @@ from torch import nn
 from specdec.attention import additive_mask
 from specdec.backends import Execution, Int8Linear, PackedLinear, StaticShapes, packed_copy, resolve
 from specdec.backends.compiled import BUCKETS, bucket, compile_forward
-from specdec.drafters.eagle_checks import check_draft_vocab, check_head_target
-from specdec.drafters.eagle_fusion import fuse_for_inference
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head, KVSlots, scatter_vocab
+from specdec.checkpoints import load_draft_vocab, load_eagle_head
+from specdec.eagle.checks import check_draft_vocab, check_head_target
+from specdec.eagle.fusion import fuse_for_inference
+from specdec.eagle.heads import Eagle1Head, Eagle3Head, KVSlots, scatter_vocab
 from specdec.interfaces import Drafter, HiddenRequest, TargetHidden, top_children
 from specdec.tree import PartialTree
 
@@ -386,8 +387,6 @@ class EagleDrafter(EagleDrafterBase):
         """
         vocab = None
         if not isinstance(head, nn.Module) and draft_shortlist:
-            from specdec.checkpoints import load_draft_vocab
-
             vocab = load_draft_vocab(head, target.vocab_size) if Path(head).is_dir() else None
         loaded = _head_for(target, head)
         return cls(loaded, target.model, target.max_len, vocab, _draft_weights(target, weights), target.static)
@@ -413,8 +412,6 @@ class EagleDrafter(EagleDrafterBase):
 def _head_for(target: HFTarget, head: str | Path | nn.Module) -> nn.Module:
     """``head`` loaded (a path; checked against the target's model) and moved to the target's device and dtype."""
     if not isinstance(head, nn.Module):
-        from specdec.checkpoints import load_eagle_head
-
         head = load_eagle_head(head, target_model=target.model)
     return head.to(device=target.device, dtype=target.dtype).eval()
 

@@ -20,8 +20,8 @@ from torch import nn
 
 from specdec.backends import StaticShapes
 from specdec.drafters.eagle import EagleDrafterBase, _draft_weights, _head_for, _target_config
-from specdec.drafters.eagle_config import default_aux_layers
-from specdec.drafters.eagle_heads import Eagle3Head
+from specdec.eagle.config import default_aux_layers
+from specdec.eagle.heads import Eagle3Head
 from specdec.interfaces import HiddenRequest, TargetHidden
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from specdec.errors import SpecdecError, error_exit
 from specdec.train.config import (
     RECIPE_NAMES,
     DataConfig,
@@ -156,9 +157,6 @@ def run_train(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m specdec.train.cli RECIPE --out DIR …``"""
-    from specdec.cli import error_exit
-    from specdec.errors import SpecdecError
-
     parser = argparse.ArgumentParser(prog="specdec train", description=__doc__)
     _add_arguments(parser)
     try:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 
 __all__ = ["init_from_target_layer"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from specdec.drafters.eagle_config import EagleConfig
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.config import EagleConfig
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.errors import SpecdecError
 from specdec.train.config import HeadConfig, InvalidOptionError
 from specdec.train.draft_vocab import select_draft_vocab, token_frequencies

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.train.losses import feature_regression_loss, soft_cross_entropy, top1_agreement, topk_distillation_loss
 from specdec.train.masks import as_batch_bias, causal_attention_bias, hass_attention_bias, ttt_attention_bias
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from specdec.drafters import Eagle3Drafter, EagleDrafter
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.generate import SpeculativeGenerator, StopCondition
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget

@@ -32,7 +32,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from specdec.checkpoints import save_eagle_head
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.errors import SpecdecError
 from specdec.train.card import head_facts
 from specdec.train.config import TrainConfig

@@ -8,7 +8,7 @@ with :meth:`Eagle1Head.embed` / :meth:`Eagle3Head.embed`. Attention state is exp
 keys/values of earlier positions (``past_kv``) and an additive bias over all attended positions (built with
 :func:`specdec.attention.additive_mask`, as the target's masks are), and returns the new keys/values. Callers own
 the cache (drafters keep preallocated buffers; training builds custom masks). Inference copies fuse projections
-(:mod:`specdec.drafters.eagle_fusion`); checkpoints are read and written by :mod:`specdec.checkpoints`.
+(:mod:`specdec.eagle.fusion`); checkpoints are read and written by :mod:`specdec.checkpoints`.
 
 Positions: the pair (feature of token ``t``, token ``t+1``) sits at RoPE position ``t`` (the reference's
 convention: pair index = position). A draft-tree node at depth ``k`` under a root pair at position ``r`` sits at
@@ -30,7 +30,7 @@ from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from specdec.attention import additive_mask
-from specdec.drafters.eagle_config import EagleConfig
+from specdec.eagle.config import EagleConfig
 from specdec.errors import SpecdecError
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.drafters.eagle_heads import Eagle1Head, Eagle3Head
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.interfaces import VocabMismatchError
 
 __all__ = ["check_draft_vocab", "check_head_target"]

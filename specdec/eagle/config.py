@@ -1,6 +1,6 @@
 """The configuration of an EAGLE-1 or EAGLE-3 head, read from and written to a Llama-style ``config.json``.
 
-:class:`EagleConfig` is what the head modules (:mod:`specdec.drafters.eagle_heads`) are built from. Its
+:class:`EagleConfig` is what the head modules (:mod:`specdec.eagle.heads`) are built from. Its
 :meth:`~EagleConfig.from_hf` applies the quirks of the official configs (EAGLE family reference, section 1) and
 :meth:`~EagleConfig.to_hf` writes the official layout; the checkpoint files themselves are read and written by
 :mod:`specdec.checkpoints`.
