@@ -27,6 +27,7 @@ import torch
 from specdec.assets import chat_ids, mtbench_prompts
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
+from specdec.methods import method as method_record
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"threads": args.threads, "prompts": args.prompts, "new_tokens": args.new_tokens, "methods": {}}
     for method in args.methods:
         options = {"eager": MethodOptions(), "compiled": MethodOptions(deferred_budget=True)}
-        gens = {name: build_method(method, t, options[name]) for name, t in paths.items()}
+        gens = {name: build_method(method, t, method_record(method).narrow(options[name])) for name, t in paths.items()}
         compile_s = paths["compiled"].warm_up()  # compiles each bucket once (later methods reuse the graphs)
         if compile_s and "compile_seconds" not in out:
             out["compile_seconds"] = compile_s

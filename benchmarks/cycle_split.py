@@ -19,6 +19,7 @@ from specdec.assets import chat_ids, mtbench_prompts
 from specdec.backends.kernels import cpu_name
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
+from specdec.methods import method as method_record
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -73,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         f"dtype={args.dtype} cpu={cpu_name()} target: {target.execution.describe()}"
     )
     for method in args.methods:
-        gen = build_method(method, target, MethodOptions(draft_weights=args.draft_weights))
+        options = method_record(method).narrow(
+            MethodOptions(draft_weights=args.draft_weights)
+        )  # the EAGLE heads read it
+        gen = build_method(method, target, options)
         r = phase_split(gen, ids, sampling, args.new_tokens)
         cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
         print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")

@@ -19,6 +19,7 @@ from specdec.assets import chat_ids, mtbench_prompts
 from specdec.bench.syncs import HostSyncCounter
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
+from specdec.methods import method as method_record
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for method in args.methods:
         for deferred in (False, True) if method != "vanilla" else (None,):
             options = MethodOptions(deferred_budget=deferred)
-            gen = build_method(method, target, options)
+            gen = build_method(method, target, method_record(method).narrow(options))
             label = f"{method}{' (deferred budget)' if deferred else ''}"
             per_cycle = syncs_per_cycle(gen, ids, sampling)
             print(f"{label:28s} backend {target.execution.label}: {per_cycle:.2f} host syncs per cycle")

@@ -27,6 +27,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from specdec.cli_options import (
     TEMPERATURE,
@@ -359,7 +360,21 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = Parser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    _add_generate(sub)
+    _add_bench(sub)
+    if with_train:
+        from specdec.train.cli import add_train_parser
 
+        add_train_parser(sub)  # sets func=run_train
+    else:
+        sub.add_parser("train", help="train an EAGLE-1 / HASS / EAGLE-3 head (specdec train --help)", add_help=False)
+
+    _add_data(sub)
+    _add_measuring(sub)
+    return parser
+
+
+def _add_generate(sub: Any) -> None:
     g = sub.add_parser(
         "generate",
         help="stream a speculative generation (SmolLM2-135M-Instruct or --model)",
@@ -384,6 +399,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     add_model_options(g)
     g.set_defaults(func=cmd_generate)
 
+
+def _add_bench(sub: Any) -> None:
     b = sub.add_parser(
         "bench",
         help="interleaved, resumable benchmark of methods (results.jsonl, results.md, PNGs)",
@@ -437,13 +454,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     add_model_options(b)
     b.set_defaults(func=cmd_bench)
 
-    if with_train:
-        from specdec.train.cli import add_train_parser
 
-        add_train_parser(sub)  # sets func=run_train
-    else:
-        sub.add_parser("train", help="train an EAGLE-1 / HASS / EAGLE-3 head (specdec train --help)", add_help=False)
-
+def _add_data(sub: Any) -> None:
     d = sub.add_parser("data", help="build training data (regenerate: the target's own responses)")
     dsub = d.add_subparsers(dest="data_command", metavar="{regenerate}", required=True)
     r = dsub.add_parser(
@@ -479,6 +491,9 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     add_model_options(r, head=False, device=False)  # the batcher runs on the CPU, in float32
     r.set_defaults(func=cmd_data)
 
+
+def _add_measuring(sub: Any) -> None:
+    """``budget`` and ``doctor``: what this machine's forwards and kernels cost."""
     u = sub.add_parser("budget", help="measure the target's forward cost vs tree size (the adaptive tree budget)")
     u.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
     u.add_argument("--sizes", nargs="+", type=at_least(1), default=None, help="tree sizes to time")
@@ -495,7 +510,6 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     d.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     add_model_options(d, head=False, device=False)
     d.set_defaults(func=cmd_doctor)
-    return parser
 
 
 def _quiet_transformers() -> None:

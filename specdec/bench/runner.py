@@ -174,7 +174,8 @@ def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
     if shape is None:
         return variant.tree_size
     ratio = variant.options.draft_temperature_ratio
-    return f"sampled {shape}" + ("" if ratio == 1.0 else f" at {ratio:g}T")
+    gate = " gated" if variant.options.sampled_level_gate else ""
+    return f"sampled {shape}{gate}" + ("" if ratio == 1.0 else f" at {ratio:g}T")
 
 
 class ResumeMismatchError(SpecdecError, ValueError):
