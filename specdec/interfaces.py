@@ -285,11 +285,18 @@ class TreePolicy(ABC):
         root: torch.Tensor,
         sampling: SamplingParams,
         generator: torch.Generator | None,
+        avoid: torch.Tensor | None = None,
     ) -> DraftTree:
         """Build a tree under ``root`` (0-dim long, the last emitted token).
 
         A stochastic policy samples with ``generator`` and fills ``q_dist``/``q_cond``; a deterministic one
         must not depend on ``generator`` (contract for the one-hot-q verifiers).
+
+        ``avoid``: ``[A]`` long target ids the root's children must not be (the point masses a composite puts
+        beside the draws, :class:`~specdec.trees.CompositeTreePolicy`), or None. Contract: it is passed only to a
+        policy whose :meth:`kind` at ``sampling`` is ``sampled``, and such a policy draws the root's children from
+        q with those ids removed and records that q (so no token appears twice under the root and the verifier
+        reads the law the draws followed); a policy of deterministic candidates never receives it.
         """
 
     def for_sampling(self, sampling: SamplingParams) -> TreePolicy:

@@ -43,8 +43,6 @@ from specdec.drafters.retrieval import Continuation
 from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.trees.menu import SampledMenuPolicy
-from specdec.trees.stochastic import StochasticTreePolicy
 
 __all__ = ["CompositeTreePolicy", "RetrievalRates"]
 
@@ -175,7 +173,7 @@ class CompositeTreePolicy(TreePolicy):
         sampled = base is not None and base.kind(sampling).sampled
         if base is None:
             tree = DraftTree.single(root)
-        elif sampled and isinstance(base, (StochasticTreePolicy, SampledMenuPolicy)) and proposals:
+        elif sampled and proposals:  # the draws skip the point masses' first tokens (TreePolicy.grow's contract)
             avoid = torch.tensor(sorted({c.tokens[0] for c in proposals}), dtype=torch.long, device=root.device)
             tree = base.grow(drafter.tree_drafter, root, sampling, generator, avoid=avoid)
         else:
