@@ -149,6 +149,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specdec.assets import load_prompts, select_prompts
 
     if args.dataset not in DATASETS and not Path(args.dataset).is_file():
+        if Path(args.dataset).suffix or Path(args.dataset).parent != Path("."):  # a path, not a name
+            raise UsageError(f"no dataset file at {args.dataset}; pass --dataset an existing jsonl file")
         raise UsageError(f"unknown dataset {args.dataset!r}; pass --dataset {', '.join(DATASETS)} or a jsonl file path")
     try:
         if not select_prompts(load_prompts(args.dataset), args.limit):

@@ -229,6 +229,7 @@ MISTAKES = [
     ("no-command", [], "no command given; choose one of generate, bench"),
     ("bench-unknown-method", ["bench", "--methods", "vanilla", "nope"], "unknown method 'nope'; choose --methods"),
     ("bench-unknown-dataset", ["bench", "--dataset", "nope"], "unknown dataset 'nope'; pass --dataset mtbench"),
+    ("bench-missing-dataset-file", ["bench", "--dataset", "nope.jsonl"], "no dataset file at nope.jsonl; pass"),
     ("data-without-out", ["data", "regenerate", "--prompts", "8"], "the following arguments are required: --out"),
 ]
 #: Mistakes also run as ``python -m specdec.cli`` processes: two while parsing, one before and one after the model
