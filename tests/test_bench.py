@@ -345,7 +345,8 @@ def test_resume_refuses_another_target_backend_or_dtype(tiny, tmp_path):
 
 def test_row_labels_say_the_level_gate():
     """A gated sampled tree is another tree: its rows say so (and a resumed run cannot mix them with ungated ones)."""
-    from specdec.bench.runner import Variant, _tree_label
+    from specdec.bench.variants import Variant
+    from specdec.bench.variants import tree_label as _tree_label
     from specdec.sampling import SamplingParams
 
     gated = Variant("eagle3", "eagle3", "adaptive", MethodOptions(sampled_level_gate=True))

@@ -101,13 +101,11 @@ def test_train_help_delegates(capsys):
 def test_bench_end_to_end_with_a_fake_target(tmp_path, monkeypatch, capsys):
     """``specdec bench`` wires arguments into run_bench and prints the report (tiny model, no SmolLM2)."""
     from specdec import models
-    from specdec.methods import MethodOptions
     from tests.test_bench import FakeTokenizer
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     tiny = models.tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=1, logit_scale=2.0)
     monkeypatch.setattr(models, "load_smollm2", lambda **kwargs: (tiny, FakeTokenizer()))
-    monkeypatch.setattr("specdec.bench.runner.MethodOptions", lambda: MethodOptions(small_lm_layers=1))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"id": i, "prompt": f"abc {i} abc"}) for i in range(3)))
     out = tmp_path / "out"

@@ -37,9 +37,10 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,11 +59,11 @@ from specdec.bench.plan import (
     progress_bar,
 )
 from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, row_key
-from specdec.errors import SpecdecError
+from specdec.bench.resume import ResumeMismatchError, check_resumed_filters, check_resumed_target, check_resumed_trees
+from specdec.bench.variants import HF_METHODS, Variant, all_method_names, max_tree, plan_variants, tree_label
 from specdec.generate import GenerationMetrics, StopCondition
 from specdec.kvcache import CacheFullError
-from specdec.method_options import ADAPTIVE_OPTIONS, SAMPLED_OPTIONS
-from specdec.methods import METHODS, MethodOptions, build_method, method, method_names, sampled_tree_of
+from specdec.methods import MethodOptions, build_method, method
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -70,6 +71,7 @@ from specdec.target import HFTarget
 __all__ = [
     "HF_METHODS",
     "NEAR_TIE",
+    "ResumeMismatchError",
     "Variant",
     "all_method_names",
     "first_difference",
@@ -79,73 +81,7 @@ __all__ = [
     "run_bench",
 ]
 
-HF_METHODS = ("hf-generate", "hf-prompt-lookup")
 PROMPT_LOOKUP_TOKENS = 10
-
-
-def all_method_names() -> list[str]:
-    """Every name ``run_bench`` accepts: the named methods and the Hugging Face baselines."""
-    return method_names() + list(HF_METHODS)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One row label of the benchmark: a method, optionally at a forced tree size."""
-
-    name: str
-    method: str
-    # fixed size, "adaptive" or None (no dynamic tree); result rows say "sampled SHAPE" where the method samples
-    tree_size: int | str | None = None
-    options: MethodOptions = field(default_factory=MethodOptions)
-    sampling_only: bool = False  # differs from its base row only at T > 0 (not run at T = 0)
-
-
-def plan_variants(
-    methods: Sequence[str],
-    tree_sizes: Sequence[int] = (),
-    sweep_method: str | None = None,
-    options: MethodOptions | None = None,
-    deferred_rows: bool = False,
-    dynamic_rows: bool = False,
-) -> list[Variant]:
-    """Row labels to run: vanilla first, then ``methods``, then ``sweep_method@m`` for each fixed size ``m``, then
-    (``deferred_rows``) ``M+deferred`` for each adaptive dynamic-tree method ``M``: the same method with
-    ``MethodOptions.deferred_budget`` on, for a side-by-side comparison, then (``dynamic_rows``) ``M+dynamic`` for
-    each method that draws a sampled tree at T > 0: the same method with its dynamic tree (run at T > 0 only).
-
-    The default options make dynamic-tree methods adaptive, so ``ngram`` itself is the sweep's adaptive row.
-    """
-    options = options or MethodOptions()
-    adaptive = "adaptive" if options.total_tokens is None else options.total_tokens
-    unknown = [m for m in [*methods, *([sweep_method] if sweep_method else [])] if m not in all_method_names()]
-    if unknown:
-        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(all_method_names())}")
-    names = ["vanilla"] + [m for m in dict.fromkeys(methods) if m != "vanilla"]
-    dynamic_methods = [name for name, m in METHODS.items() if m.dynamic_tree]
-    variants = [Variant(m, m, adaptive if m in dynamic_methods else None, options) for m in names]
-    # the rows of a dynamic tree at every temperature: no sampled-tree options
-    unsampled = options.only(options.given - set(SAMPLED_OPTIONS)).replace(sampled_tree=None)
-    if tree_sizes:
-        sweep = sweep_method or next((m for m in names if m in dynamic_methods), None)
-        if sweep is None or sweep not in dynamic_methods:
-            raise ValueError(f"--tree-sizes needs a dynamic-tree method ({', '.join(dynamic_methods)})")
-        if sweep not in names:
-            variants.append(Variant(sweep, sweep, adaptive, options))
-        fixed = unsampled.only(unsampled.given - set(ADAPTIVE_OPTIONS))
-        for m in sorted(set(tree_sizes)):
-            if m < 2:
-                raise ValueError(f"tree sizes count the root and must be at least 2, got {m}")
-            variants.append(Variant(f"{sweep}@{m}", sweep, m, fixed.replace(total_tokens=m)))
-    if deferred_rows and adaptive == "adaptive" and options.deferred_budget is not True:
-        deferred = unsampled.replace(deferred_budget=True)  # the adaptive tree at any T
-        dynamic = [v.method for v in variants if v.tree_size == "adaptive"]
-        variants += [Variant(f"{m}+deferred", m, "adaptive", deferred) for m in dynamic]
-    if dynamic_rows and options.sampled_tree is not None:
-        sampled = [
-            v.method for v in variants if v.name == v.method and v.method in METHODS and METHODS[v.method].sampled_tree
-        ]
-        variants += [Variant(f"{m}+dynamic", m, adaptive, unsampled, sampling_only=True) for m in sampled]
-    return variants
 
 
 def hardware_info(device: torch.device | str = "cpu") -> dict:
@@ -168,70 +104,6 @@ def hardware_info(device: torch.device | str = "cpu") -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- rows
-def _tree_label(variant: Variant, sampling: SamplingParams) -> int | str | None:
-    """The row's tree: the variant's (fixed size, ``"adaptive"``, None) or ``"sampled SHAPE"`` where it samples."""
-    shape = sampled_tree_of(variant.method, sampling, variant.options)
-    if shape is None:
-        return variant.tree_size
-    ratio = variant.options.draft_temperature_ratio
-    gate = " gated" if variant.options.sampled_level_gate else ""
-    return f"sampled {shape}{gate}" + ("" if ratio == 1.0 else f" at {ratio:g}T")
-
-
-class ResumeMismatchError(SpecdecError, ValueError):
-    """A results folder holds rows of a row label measured with another tree than this run would use."""
-
-
-def _check_resumed_filters(
-    rows: list[dict], temperatures: Sequence[float], top_p: float, top_k: int, out: Path
-) -> None:
-    """Refuse to resume ``out`` where rows at a temperature > 0 of this run were sampled with other top-p / top-k
-    filters (rows without the fields predate them: no filters); greedy rows and other temperatures do not mix."""
-    sampled = {float(t) for t in temperatures if float(t) > 0}
-    for r in rows:
-        if r.get("status") == "ok" and float(r["temperature"]) in sampled:
-            theirs = (float(r.get("top_p", 1.0)), int(r.get("top_k", 0)))
-            if theirs != (float(top_p), int(top_k)):
-                raise ResumeMismatchError(
-                    f"{out} holds rows at T={float(r['temperature']):g} sampled with top_p={theirs[0]:g}, "
-                    f"top_k={theirs[1]}, and this run would use top_p={top_p:g}, top_k={top_k}; pass the same "
-                    "--top-p/--top-k, --fresh, or another --out"
-                )
-
-
-def _check_resumed_trees(rows: list[dict], variants: Sequence[Variant], out: Path) -> None:
-    """Refuse to resume ``out`` where a row of this run's labels was measured with another tree (a sampled tree
-    against a dynamic one, after a change of ``--sampled-tree`` or of the default): the report would pool them."""
-    by_name = {v.name: v for v in variants}
-    for r in rows:
-        v = by_name.get(r.get("method"))
-        if r.get("status") != "ok" or v is None:
-            continue
-        want = _tree_label(v, SamplingParams(temperature=float(r["temperature"])))
-        if r.get("tree_size") != want:
-            raise ResumeMismatchError(
-                f"{out}: {r['method']} at T={float(r['temperature']):g} was measured with tree {r.get('tree_size')!r} "
-                f"and this run would use {want!r}; pass --fresh, or another --out"
-            )
-
-
-def _check_resumed_target(out: Path, has_rows: bool, backend: str, dtype: str) -> None:
-    """Refuse to resume ``out`` where its last run measured another target backend or dtype (``runs.jsonl``; runs that
-    predate the fields are not checked): the report would pool rows of two different targets."""
-    runs = out / "runs.jsonl"
-    if not has_rows or not runs.is_file():
-        return
-    metas = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
-    last = metas[-1] if metas else {}
-    theirs = (last.get("backend", backend), last.get("dtype", dtype))
-    if theirs != (backend, dtype):
-        raise ResumeMismatchError(
-            f"{out} holds rows measured on a {theirs[1]} target with backend {theirs[0]!r}, and this run's target is "
-            f"{dtype} with backend {backend!r}; pass the same --dtype/--weights/--invariant/--static-shapes, --fresh, "
-            "or another --out"
-        )
-
-
 def result_row(
     variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
 ) -> dict:
@@ -250,7 +122,7 @@ def result_row(
         "family": prompt.family,
         "method": variant.name,
         "base_method": variant.method,
-        "tree_size": _tree_label(variant, sampling),
+        "tree_size": tree_label(variant, sampling),
         "temperature": float(sampling.temperature),
         "max_new_tokens": stop.max_new_tokens,
         "seed": sampling.seed,
@@ -282,7 +154,7 @@ def _status_row(variant: Variant, temperature: float, max_new_tokens: int, statu
         "prompt_id": None,
         "method": variant.name,
         "base_method": variant.method,
-        "tree_size": _tree_label(variant, SamplingParams(temperature=temperature)),
+        "tree_size": tree_label(variant, SamplingParams(temperature=temperature)),
         "temperature": float(temperature),
         "max_new_tokens": max_new_tokens,
         "reason": reason,
@@ -297,12 +169,6 @@ def _build(variant: Variant, model, tokenizer, target: HFTarget, sampling: Sampl
     # one set of options serves every row: each method takes the ones it reads (the command line has refused an
     # option that no chosen method reads)
     return build_method(variant.method, target, method(variant.method).narrow(variant.options))
-
-
-def _max_tree(variants: Iterable[Variant]) -> int:
-    return max(
-        [v.options.total_tokens or v.options.max_total_tokens for v in variants if v.tree_size is not None] + [64]
-    )
 
 
 def _announce(
@@ -405,39 +271,67 @@ def run_bench(
     results = ResultsFile(out / "results.jsonl")
     if not resume and results.path.exists():
         results.path.unlink()
-    _check_resumed_trees(results.rows(), variants, out)
-    _check_resumed_filters(results.rows(), temperatures, top_p, top_k, out)
-    done = results.done()
+    check_resumed_trees(results.rows(), variants, out)
+    check_resumed_filters(results.rows(), temperatures, top_p, top_k, out)
     device = model.get_output_embeddings().weight.device
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
-    limit_len = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
-    longest, tree = max(e.shape[0] for e in encoded), _max_tree(variants)
-    needed = longest + max_new_tokens + tree + 8
-    if max_len is not None and max_len < needed:
-        raise CacheFullError(
-            f"the longest prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) + the largest tree ({tree}) "
-            f"+ 8 need a cache of {needed}, more than max_len {max_len}"
-        )
-    max_len = min(needed, limit_len) if max_len is None else max_len
+    max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), max_len)
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
-    hf_model = model
     target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes, invariant=invariant)
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     dtype = str(target.dtype).removeprefix("torch.")
-    _check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
+    check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
+    run_info = dict(command=command, dataset=dataset if isinstance(dataset, str) else "custom", limit=limit)
+    _record_run(
+        out, target, dtype, variants, temperatures, len(prompts), max_new_tokens, tree_sizes, top_p, top_k, run_info
+    )
+    run = _Run(model, tokenizer, target, prompts, encoded, results, results.done(), max_new_tokens, seed, top_p, top_k)
+    rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
+    todo = [
+        Generation(v.name, v.method, t, int(ids.shape[0]))
+        for t, rows in rows_at.items()
+        for v in rows
+        for p, ids in zip(prompts, encoded, strict=True)
+        if run.owed(p, v, t)
+    ]
+    labels_at = {t: len(rows) for t, rows in rows_at.items()}
+    print(_announce(labels_at, encoded, todo, target, max_new_tokens, results.rows()), file=sys.stderr)
+    total = len(prompts) * sum(labels_at.values())
+    run.bar = progress_bar(total, total - len(todo), progress)
+    for temperature in temperatures:
+        built = run.build(rows_at[temperature], temperature)
+        if built:
+            run.measure(built, [v for v in variants if v.name in built], temperature)
+    run.bar.close()
+    return results.path
 
+
+def _record_run(
+    out: Path,
+    target: HFTarget,
+    dtype: str,
+    variants: Sequence[Variant],
+    temperatures: Sequence[float],
+    prompts: int,
+    max_new_tokens: int,
+    tree_sizes: Sequence[int],
+    top_p: float,
+    top_k: int,
+    info: dict,
+) -> None:
+    """Append this invocation's line to ``out/runs.jsonl``: the command, hardware, backend and settings (``info``:
+    command, dataset, limit)."""
     meta = {
-        "command": command,
-        "hardware": hardware_info(device),
+        "command": info["command"],
+        "hardware": hardware_info(target.device),
         "backend": target.execution.label,
         "execution": target.execution.describe(),
         "dtype": dtype,
         "methods": [v.name for v in variants],
-        "dataset": dataset if isinstance(dataset, str) else "custom",
+        "dataset": info["dataset"],
         "temperatures": [float(t) for t in temperatures],
         "max_new_tokens": max_new_tokens,
-        "prompts": len(prompts),
-        "limit": limit,
+        "prompts": prompts,
+        "limit": info["limit"],
         "tree_sizes": list(tree_sizes),
         "top_p": float(top_p),
         "top_k": int(top_k),
@@ -445,80 +339,119 @@ def run_bench(
     with (out / "runs.jsonl").open("a") as f:
         f.write(json.dumps(meta) + "\n")
 
-    # Vanilla greedy references already measured (resume).
-    reference: dict[str, list[int]] = {
-        r["prompt_id"]: r["tokens"]
-        for r in results.rows()
-        if r.get("status") == "ok"
-        and r["method"] == "vanilla"
-        and float(r["temperature"]) == 0.0
-        and int(r["max_new_tokens"]) == max_new_tokens
-    }
-    rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
-    todo = [
-        Generation(v.name, v.method, t, int(ids.shape[0]))
-        for t, rows in rows_at.items()
-        for v in rows
-        for p, ids in zip(prompts, encoded, strict=True)
-        if (p.id, v.name, t, max_new_tokens) not in done
-    ]
-    labels_at = {t: len(rows) for t, rows in rows_at.items()}
-    print(_announce(labels_at, encoded, todo, target, max_new_tokens, results.rows()), file=sys.stderr)
-    total = len(prompts) * sum(labels_at.values())
-    bar = progress_bar(total, total - len(todo), progress)
-    for temperature in temperatures:
-        temperature = float(temperature)
-        base = SamplingParams(temperature=temperature, seed=seed, top_p=top_p, top_k=top_k)
-        key = (temperature, max_new_tokens)
-        todo = [v for v in rows_at[temperature] if any((p.id, v.name, *key) not in done for p in prompts)]
+
+def _cache_size(model, encoded: Sequence[torch.Tensor], max_new_tokens: int, tree: int, max_len: int | None) -> int:
+    """The target's cache: the longest prompt + ``max_new_tokens`` + the largest tree + 8, or ``max_len`` checked
+    to hold that (:class:`CacheFullError` otherwise)."""
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30
+    longest = max(e.shape[0] for e in encoded)
+    needed = longest + max_new_tokens + tree + 8
+    if max_len is not None and max_len < needed:
+        raise CacheFullError(
+            f"the longest prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) + the largest tree ({tree}) "
+            f"+ 8 need a cache of {needed}, more than max_len {max_len}"
+        )
+    return min(needed, limit) if max_len is None else max_len
+
+
+@dataclass
+class _Run:
+    """One invocation's state between its phases: build the rows of a temperature, then measure them prompt by
+    prompt (rows in a rotating order), comparing greedy rows with vanilla's tokens as they come."""
+
+    model: Any
+    tokenizer: Any
+    target: HFTarget
+    prompts: Sequence[Prompt]
+    encoded: Sequence[torch.Tensor]
+    results: ResultsFile
+    done: set
+    max_new_tokens: int
+    seed: int
+    top_p: float
+    top_k: int
+    bar: Any = None
+    reference: dict[str, list[int]] = field(default_factory=dict)  # vanilla's greedy tokens per prompt id
+
+    def __post_init__(self) -> None:
+        self.reference = {  # vanilla greedy references already measured (resume)
+            r["prompt_id"]: r["tokens"]
+            for r in self.results.rows()
+            if r.get("status") == "ok"
+            and r["method"] == "vanilla"
+            and float(r["temperature"]) == 0.0
+            and int(r["max_new_tokens"]) == self.max_new_tokens
+        }
+
+    def owed(self, prompt: Prompt, variant: Variant, temperature: float) -> bool:
+        return (prompt.id, variant.name, float(temperature), self.max_new_tokens) not in self.done
+
+    def sampling(self, temperature: float, seed: int) -> SamplingParams:
+        return SamplingParams(temperature=temperature, seed=seed, top_p=self.top_p, top_k=self.top_k)
+
+    def build(self, rows: Sequence[Variant], temperature: float) -> dict[str, Any]:
+        """The generators of ``rows`` still owed at ``temperature``, warmed up; a row that cannot be built is
+        recorded as skipped (a missing asset) or as an error, and taken off the progress bar's total."""
+        base = self.sampling(temperature, self.seed)
         built = {}
-        for v in todo:
+        for v in rows:
+            if not any(self.owed(p, v, temperature) for p in self.prompts):
+                continue
             try:
-                built[v.name] = _build(v, hf_model, tokenizer, target, base)
+                built[v.name] = _build(v, self.model, self.tokenizer, self.target, base)
             except Exception as e:  # missing assets are expected; anything else is reported, not fatal
                 status = "skipped" if isinstance(e, MissingAssetError) else "error"
                 reason = str(e) if status == "skipped" else f"{type(e).__name__}: {e}"
-                results.append(_status_row(v, temperature, max_new_tokens, status, reason))
-                bar.write(f"{status} {v.name}: {reason}")
-                bar.total -= sum((p.id, v.name, temperature, max_new_tokens) not in done for p in prompts)
-                bar.refresh()  # not run: off the total, so it does not pass for fast work in the rate
-        if not built:
-            continue
+                self.results.append(_status_row(v, temperature, self.max_new_tokens, status, reason))
+                self.bar.write(f"{status} {v.name}: {reason}")
+                self.bar.total -= sum(self.owed(p, v, temperature) for p in self.prompts)
+                self.bar.refresh()  # not run: off the total, so it does not pass for fast work in the rate
         warm_stop = StopCondition(max_new_tokens=WARMUP_TOKENS)
         for gen in built.values():  # first-call costs (allocations, kernels) stay out of the timed runs
-            gen.generate(encoded[0], base, warm_stop)
-        order = [v for v in variants if v.name in built]
-        for i, (prompt, ids) in enumerate(zip(prompts, encoded, strict=True)):
-            sampling = SamplingParams(temperature=temperature, seed=seed + i, top_p=top_p, top_k=top_k)
-            stop = StopCondition(max_new_tokens=max_new_tokens, eos_token_ids=eos)
-            rotated = order[i % len(order) :] + order[: i % len(order)]
+            gen.generate(self.encoded[0], base, warm_stop)
+        return built
+
+    def measure(self, built: dict[str, Any], order: Sequence[Variant], temperature: float) -> None:
+        """Every owed generation at ``temperature``, prompt by prompt, the rows rotated one place per prompt."""
+        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        stop = StopCondition(max_new_tokens=self.max_new_tokens, eos_token_ids=eos)
+        for i, (prompt, ids) in enumerate(zip(self.prompts, self.encoded, strict=True)):
+            sampling = self.sampling(temperature, self.seed + i)
+            rotated = [
+                v for v in order[i % len(order) :] + order[: i % len(order)] if self.owed(prompt, v, temperature)
+            ]
             waiting: list[dict] = []
             for v in rotated:
-                if (prompt.id, v.name, temperature, max_new_tokens) in done:
+                row = self._generate(built[v.name], v, prompt, ids, sampling, stop)
+                if row is None:
                     continue
-                bar.set_postfix_str(f"{v.name} T={temperature:g} {prompt.id}")
-                try:
-                    result = built[v.name].generate(ids, sampling, stop)
-                except Exception as e:  # a failing method must not lose the others' measurements
-                    results.append(_status_row(v, temperature, max_new_tokens, "error", f"{type(e).__name__}: {e}"))
-                    bar.write(f"error in {v.name} on {prompt.id}: {type(e).__name__}: {e}")
-                    bar.update(1)
-                    continue
-                row = result_row(v, prompt, ids, sampling, stop, result)
-                bar.update(1)
                 if temperature == 0.0 and v.name == "vanilla":
-                    reference[prompt.id] = row["tokens"]
+                    self.reference[prompt.id] = row["tokens"]
                     row["greedy_equal"] = True
                 waiting.append(row)
-                if temperature == 0.0 and prompt.id not in reference:
+                if temperature == 0.0 and prompt.id not in self.reference:
                     continue  # compared (and written) once vanilla has run for this prompt
                 for r in waiting:
                     if temperature == 0.0 and r["method"] != "vanilla":
-                        diff = first_difference(model, ids, reference[prompt.id], r["tokens"])
+                        diff = first_difference(self.model, ids, self.reference[prompt.id], r["tokens"])
                         r["greedy_equal"], r["first_diff"] = diff is None, diff
-                    results.append(r)
+                    self.results.append(r)
                 waiting = []
             for r in waiting:  # only if vanilla failed: keep the rows without the comparison
-                results.append(r)
-    bar.close()
-    return results.path
+                self.results.append(r)
+
+    def _generate(self, gen, v: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop) -> dict:
+        """One timed generation's row, or None after recording its error (a failing method must not lose the
+        others' measurements)."""
+        self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
+        try:
+            result = gen.generate(ids, sampling, stop)
+        except Exception as e:  # a failing method must not lose the others' measurements
+            self.results.append(
+                _status_row(v, sampling.temperature, self.max_new_tokens, "error", f"{type(e).__name__}: {e}")
+            )
+            self.bar.write(f"error in {v.name} on {prompt.id}: {type(e).__name__}: {e}")
+            self.bar.update(1)
+            return None
+        self.bar.update(1)
+        return result_row(v, prompt, ids, sampling, stop, result)
