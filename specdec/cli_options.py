@@ -131,21 +131,22 @@ def method_options(args: argparse.Namespace) -> Any:
 
     try:
         return MethodOptions(**option_values(args))
-    except ValidationError as e:  # name the option the message is about
+    except ValidationError as e:  # a backstop: the parser's types and check_applicable refuse these first
         error = e.errors()[0]
+        flag = OPTION_FLAGS.get(str(error["loc"][0]), "") if error["loc"] else ""
         message = str(error["msg"]).removeprefix("Value error, ")
-        field = error["loc"][0] if error["loc"] else message.split()[0].rstrip(",")
-        flag = OPTION_FLAGS.get(str(field), "")
-        raise UsageError(f"{flag}: {message}; drop {flag} or change the option it conflicts with") from None
+        raise UsageError(f"{flag or 'the method options'}: {message}; change the options named") from None
 
 
 def _sampled_tree(value: str) -> str:
-    """An argparse ``type``: a sampled tree's name, ``menu`` or ``off``."""
-    from specdec.method_options import SAMPLED_MENU, SAMPLED_SHAPES
+    """An argparse ``type``: a sampled tree's name, ``menu`` or ``off`` (the options' own check)."""
+    from specdec.method_options import check_sampled_tree
 
-    names = (*SAMPLED_SHAPES, SAMPLED_MENU, "off")
-    if value not in names:
-        raise argparse.ArgumentTypeError(f"unknown sampled tree {value!r}; choose from {', '.join(names)}")
+    if value != "off":
+        try:
+            check_sampled_tree(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{e}, or off") from None
     return value
 
 

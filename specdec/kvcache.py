@@ -30,19 +30,15 @@ __all__ = ["PositionCache", "PositionLayer", "CacheFullError"]
 class CacheFullError(SpecdecError, ValueError):
     """More tokens than the preallocated cache holds."""
 
-    command_lines = {
-        "generate": "{problem}; raise --max-len or lower --max-new-tokens",
-        "bench": "{problem}; raise --max-len or lower --max-new-tokens",
-    }
+    command_lines = dict.fromkeys(("generate", "bench"), "{problem}; raise --max-len or lower --max-new-tokens")
 
 
 class TreeTooLargeError(CacheFullError):
     """A policy's largest tree does not fit the target's cache at all (a larger cache is the only fix)."""
 
-    command_lines = {
-        "generate": "{problem}; raise --max-len (fewer new tokens cannot make a tree fit)",
-        "bench": "{problem}; raise --max-len (fewer new tokens cannot make a tree fit)",
-    }
+    command_lines = dict.fromkeys(
+        ("generate", "bench"), "{problem}; raise --max-len (fewer new tokens cannot make a tree fit)"
+    )
 
 
 class PositionLayer(CacheLayerMixin):

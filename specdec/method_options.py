@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.trees.dynamic import DEFAULT_DEPTH, DEFAULT_TOPK
 from specdec.trees.stochastic import check_draft_temperature_ratio
@@ -25,6 +25,7 @@ __all__ = [
     "SHORTLIST_OPTIONS",
     "TREE_OPTIONS",
     "MethodOptions",
+    "check_sampled_tree",
 ]
 
 #: Shapes of sampled trees (``MethodOptions.sampled_tree``): rank paths whose children are draws without replacement
@@ -38,6 +39,13 @@ SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
 #: ``MethodOptions.sampled_tree`` value for a shape chosen per cycle from a menu by measured rate
 #: (:class:`~specdec.trees.menu.SampledMenuPolicy`: the root alone up to ``r3d``).
 SAMPLED_MENU = "menu"
+
+
+def check_sampled_tree(name: str) -> None:
+    """Refuse a sampled tree that is neither a :data:`SAMPLED_SHAPES` name nor :data:`SAMPLED_MENU` (ValueError)."""
+    if name not in (*SAMPLED_SHAPES, SAMPLED_MENU):
+        raise ValueError(f"unknown sampled tree {name!r}; choose from {', '.join((*SAMPLED_SHAPES, SAMPLED_MENU))}")
+
 
 #: Options of the adaptive budget (a fixed ``total_tokens`` has none).
 ADAPTIVE_OPTIONS = ("max_total_tokens", "adapt_depth", "deferred_budget")
@@ -98,40 +106,19 @@ class MethodOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    topk: int = DEFAULT_TOPK
-    depth: int = DEFAULT_DEPTH
-    total_tokens: int | None = None
-    max_total_tokens: int = 64
+    topk: int = Field(DEFAULT_TOPK, ge=1)
+    depth: int = Field(DEFAULT_DEPTH, ge=1)
+    total_tokens: int | None = Field(None, ge=2)  # a tree size counts the root
+    max_total_tokens: int = Field(64, ge=1)
     adapt_depth: bool = True
     deferred_budget: bool | None = None
-    small_lm_layers: int | None = None
+    small_lm_layers: int | None = Field(None, ge=1)
     head_dir: Path | None = None
     draft_weights: str = "auto"
     draft_shortlist: bool = True
     sampled_tree: str | None = "r3d"
     draft_temperature_ratio: float = 0.7
     sampled_level_gate: bool = False
-
-    @field_validator("topk", "depth", "max_total_tokens")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError(f"must be at least 1, got {v}")
-        return v
-
-    @field_validator("total_tokens")
-    @classmethod
-    def _tree_size(cls, v: int | None) -> int | None:
-        if v is not None and v < 2:
-            raise ValueError(f"a tree size counts the root and must be at least 2, got {v}")
-        return v
-
-    @field_validator("small_lm_layers")
-    @classmethod
-    def _layers(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError(f"the small-LM drafter needs at least one layer, got {v}")
-        return v
 
     @field_validator("draft_temperature_ratio")
     @classmethod
@@ -142,8 +129,8 @@ class MethodOptions(BaseModel):
     @field_validator("sampled_tree")
     @classmethod
     def _shape(cls, v: str | None) -> str | None:
-        if v is not None and v not in (*SAMPLED_SHAPES, SAMPLED_MENU):
-            raise ValueError(f"unknown sampled tree {v!r}; choose from {', '.join((*SAMPLED_SHAPES, SAMPLED_MENU))}")
+        if v is not None:
+            check_sampled_tree(v)
         return v
 
     @model_validator(mode="after")

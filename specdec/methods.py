@@ -257,11 +257,19 @@ def _small_lm(target: HFTarget, o: MethodOptions) -> Generator:
     return SpeculativeGenerator(target, drafter, _dynamic(target, o, sampled=True))
 
 
-def _eagle1_static(target: HFTarget, o: MethodOptions) -> Generator:
-    return SpeculativeGenerator(target, eagle_drafter(target, "eagle1", o), StaticTreePolicy.eagle1_default())
+Builder = Callable[[HFTarget, MethodOptions], Generator]
 
 
-def _eagle(kind: str) -> Callable[[HFTarget, MethodOptions], Generator]:
+def _eagle1_static(kind: str) -> Builder:
+    """The builder of a head of ``kind`` on EAGLE-1's static tree."""
+
+    def build(target: HFTarget, o: MethodOptions) -> Generator:
+        return SpeculativeGenerator(target, eagle_drafter(target, kind, o), StaticTreePolicy.eagle1_default())
+
+    return build
+
+
+def _eagle(kind: str) -> Builder:
     """The builder of an EAGLE method with a head of ``kind``: its dynamic tree, sampled at T > 0."""
 
     def build(target: HFTarget, o: MethodOptions) -> Generator:
@@ -294,13 +302,27 @@ def _retrieval(target: HFTarget, o: MethodOptions) -> Generator:
     return _composed(target, None, None)
 
 
-def _composite(target: HFTarget, o: MethodOptions) -> Generator:
-    """EAGLE-3 and retrieval in one tree; ``total_tokens`` (or the adaptive cap) bounds the whole tree."""
-    whole = o.total_tokens if o.total_tokens is not None else o.max_total_tokens
-    base = _dynamic(target, o, sampled=True, reserve=RETRIEVAL_NODES)
-    return _composed(target, eagle_drafter(target, "eagle3", o), base, max_total=whole)
+def _composite(kind: str) -> Builder:
+    """The builder of a head of ``kind`` and retrieval in one tree; ``total_tokens`` (or the adaptive cap) bounds
+    the whole tree."""
+
+    def build(target: HFTarget, o: MethodOptions) -> Generator:
+        whole = o.total_tokens if o.total_tokens is not None else o.max_total_tokens
+        base = _dynamic(target, o, sampled=True, reserve=RETRIEVAL_NODES)
+        return _composed(target, eagle_drafter(target, kind, o), base, max_total=whole)
+
+    return build
 
 
+def _headed(name: str, builder: Callable[[str], Builder], kind: str, **record: object) -> Method:
+    """The record of a method that drafts with a head of ``kind`` (stated once: its builder gets the same kind)."""
+    return Method(name, builder(kind), head_kind=kind, **record)
+
+
+_SAMPLED_DYNAMIC = {"dynamic_tree": True, "sampled_tree": True}  # the EAGLE-2 tree at T = 0, sampled at T > 0
+
+#: Ranks best first (measured, docs/results.md): EAGLE-3 with retrieval in one tree (1.61x vanilla on Spec-Bench at
+#: T = 0 against EAGLE-3's 1.24x, on par at T = 1), then the EAGLE heads alone, then prompt lookup.
 for _record in (
     Method("vanilla", _vanilla, summary="one target forward per token (the baseline)"),
     Method("ngram", _ngram, dynamic_tree=True, rank=4, summary="prompt lookup: n-gram matches of the context"),
@@ -312,26 +334,16 @@ for _record in (
         extra_reads=("small_lm_layers",),
         summary="the target's first layers and its head as the draft model",
     ),
-    Method(
-        "eagle1-static",
-        _eagle1_static,
-        head_kind="eagle1",
-        summary="an EAGLE-1 head on EAGLE-1's static tree",
-    ),
-    Method(
-        "eagle2", _eagle("eagle1"), "eagle1", True, True, rank=3, summary="an EAGLE-1 head on EAGLE-2's dynamic tree"
-    ),
-    Method("hass", _eagle("hass"), "hass", True, True, rank=2, summary="a HASS-trained EAGLE-1 head, dynamic tree"),
-    Method("eagle3", _eagle("eagle3"), "eagle3", True, True, rank=1, summary="an EAGLE-3 head, dynamic tree"),
+    _headed("eagle1-static", _eagle1_static, "eagle1", summary="an EAGLE-1 head on EAGLE-1's static tree"),
+    _headed("eagle2", _eagle, "eagle1", **_SAMPLED_DYNAMIC, rank=3, summary="an EAGLE-1 head, EAGLE-2's dynamic tree"),
+    _headed("hass", _eagle, "hass", **_SAMPLED_DYNAMIC, rank=2, summary="a HASS-trained EAGLE-1 head, dynamic tree"),
+    _headed("eagle3", _eagle, "eagle3", **_SAMPLED_DYNAMIC, rank=1, summary="an EAGLE-3 head, dynamic tree"),
     Method("retrieval", _retrieval, summary="continuations of earlier text (suffix automaton) as a chain"),
-    #: Best first (measured, docs/results.md): EAGLE-3 with retrieval in one tree (1.61x vanilla on Spec-Bench at
-    #: T = 0 against EAGLE-3's 1.24x, on par at T = 1), then the EAGLE heads alone, then prompt lookup.
-    Method(
+    _headed(
         "composite",
         _composite,
         "eagle3",
-        True,
-        True,
+        **_SAMPLED_DYNAMIC,
         rank=0,
         summary="EAGLE-3 and retrieval in one tree, each node judged against its own law",
     ),

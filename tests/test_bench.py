@@ -345,12 +345,11 @@ def test_resume_refuses_another_target_backend_or_dtype(tiny, tmp_path):
 
 def test_row_labels_say_the_level_gate():
     """A gated sampled tree is another tree: its rows say so (and a resumed run cannot mix them with ungated ones)."""
-    from specdec.bench.variants import Variant
-    from specdec.bench.variants import tree_label as _tree_label
+    from specdec.bench.variants import Variant, tree_label
     from specdec.sampling import SamplingParams
 
     gated = Variant("eagle3", "eagle3", "adaptive", MethodOptions(sampled_level_gate=True))
-    assert _tree_label(gated, SamplingParams(temperature=1.0)) == "sampled r3d gated at 0.7T"
-    assert _tree_label(gated, SamplingParams(temperature=0.0)) == "adaptive"
+    assert tree_label(gated, SamplingParams(temperature=1.0)) == "sampled r3d gated at 0.7T"
+    assert tree_label(gated, SamplingParams(temperature=0.0)) == "adaptive"
     plain = Variant("eagle3", "eagle3", "adaptive", MethodOptions())
-    assert _tree_label(plain, SamplingParams(temperature=1.0)) == "sampled r3d at 0.7T"
+    assert tree_label(plain, SamplingParams(temperature=1.0)) == "sampled r3d at 0.7T"

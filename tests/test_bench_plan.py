@@ -165,11 +165,10 @@ def test_a_skipped_method_leaves_the_total_not_the_rate(tiny, tmp_path, monkeypa
 def test_resumed_filters_are_checked_only_where_this_run_samples(tmp_path):
     """A folder sampled at T=1 with top-p 0.9 resumes at T=0 (greedy rows take no filters), and is refused at T=1
     with other filters, naming the options that fix it."""
-    from specdec.bench.resume import ResumeMismatchError
-    from specdec.bench.resume import check_resumed_filters as _check_resumed_filters
+    from specdec.bench.resume import ResumeMismatchError, check_resumed_filters
 
     rows = [{"status": "ok", "temperature": 1.0, "top_p": 0.9, "top_k": 0}, {"status": "ok", "temperature": 0.0}]
-    _check_resumed_filters(rows, [0.0], 1.0, 0, tmp_path)
-    _check_resumed_filters(rows, [0.0, 1.0], 0.9, 0, tmp_path)
+    check_resumed_filters(rows, [0.0], 1.0, 0, tmp_path)
+    check_resumed_filters(rows, [0.0, 1.0], 0.9, 0, tmp_path)
     with pytest.raises(ResumeMismatchError, match="--top-p/--top-k, --fresh, or another --out"):
-        _check_resumed_filters(rows, [1.0], 1.0, 0, tmp_path)
+        check_resumed_filters(rows, [1.0], 1.0, 0, tmp_path)
