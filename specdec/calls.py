@@ -70,6 +70,8 @@ class GenerationMetrics:
         accept_lengths: accepted draft tokens per cycle (τ of a cycle is this + 1).
         tree_depths: depth bound of each cycle's tree (for per-depth acceptance).
         tree_sizes: nodes (root included) of each cycle's tree.
+        time_*: wall-clock seconds per phase, summed over the generation (:meth:`cycle_ms`: per cycle).
+        cycles: target forwards after the prefill (one per cycle; a vanilla step is a cycle of accept length 0).
     """
 
     new_tokens: int = 0
@@ -117,11 +119,25 @@ class GenerationMetrics:
         total = sum(phases.values()) or 1.0
         return {k: v / total for k, v in phases.items()}
 
+    def cycle_ms(self) -> dict[str, float]:
+        """Milliseconds per cycle spent in each phase (draft, target, verify, bookkeeping): the cost of a cycle, to
+        compare tree policies by (zeros before the first cycle)."""
+        n = max(1, self.cycles)
+        phases = {
+            "draft": self.time_draft,
+            "target": self.time_target,
+            "verify": self.time_verify,
+            "bookkeeping": self.time_bookkeeping,
+        }
+        return {k: 1e3 * v / n for k, v in phases.items()}
+
     def summary(self) -> str:
         split = " ".join(f"{k}={v:.0%}" for k, v in self.time_split().items())
+        ms = self.cycle_ms()
         return (
             f"{self.new_tokens} tokens in {self.time_total:.2f}s = {self.tokens_per_second:.1f} tok/s, "
-            f"tau={self.tau:.2f} over {self.cycles} target forwards ({split})"
+            f"tau={self.tau:.2f} over {self.cycles} target forwards ({split}); per cycle: draft "
+            f"{ms['draft']:.1f} / target {ms['target']:.1f} / verify {ms['verify']:.1f} ms"
         )
 
 

@@ -59,9 +59,11 @@ def run(
     speedup = m.tokens_per_second / max(base.metrics.tokens_per_second, 1e-9)
     vs_hf = m.tokens_per_second / max(reference.metrics.tokens_per_second, 1e-9)
     draft = getattr(getattr(spec, "drafter", None), "execution", None)
+    ms = m.cycle_ms()
     backends = f"target {target.execution.label}" + (f", draft {draft.label}" if draft else "")
     line = (
         f"[{method}, {backends}] {m.new_tokens} tokens, {m.tokens_per_second:.1f} tok/s, tau={m.tau:.2f}, "
+        f"per cycle: draft {ms['draft']:.1f} / target {ms['target']:.1f} / verify {ms['verify']:.1f} ms, "
         f"speedup={speedup:.2f}x vs vanilla ({base.metrics.tokens_per_second:.1f} tok/s), "
         f"{vs_hf:.2f}x vs HF generate ({reference.metrics.tokens_per_second:.1f} tok/s, stock model); same run, "
         f"{torch.get_num_threads()} threads, {dtype}, T={temperature}"

@@ -230,8 +230,28 @@ def test_speedups_are_ratios_of_sums_over_common_prompts():
     assert s["hf-generate"].tau is None and s["hf-generate"].acceptance_per_depth is None
     text = markdown(rows, [{"command": "specdec bench --limit 2", "hardware": {"cpu": "TestCPU", "torch": "x"}}])
     assert "`specdec bench --limit 2`" in text and "TestCPU" in text
-    assert "| spec | 0 | 2 | 2.20 | 20.0 | 2.50× | 5.00× | 1/2 |" in text
-    assert "| hf-generate | 0 | 2 | – | 4.0 | 0.50× | 1.00× | 1/2 (+1 near-tie) |" in text
+    assert "| spec | 0 | 2 | 2.20 | 20.0 | 2.50× | 5.00× | 2.50× (2.00–3.00) | 1/2 |" in text  # a: 2×, b: 3×
+    assert "| hf-generate | 0 | 2 | – | 4.0 | 0.50× | 1.00× | 0.50× (0.50–0.50) | 1/2 (+1 near-tie) |" in text
+    assert "| vanilla | 0 | 3 | 1.00 |" not in text and "2.00× (2.00–2.00) vs hf-generate" in text
+    assert s["spec"].cycle_ms == {"draft": 200.0, "target": 400.0, "verify": 100.0, "bookkeeping": 100.0}
+    assert "| 200.0 / 400.0 / 100.0 |" in text and "Flagged" not in text
+
+
+def test_a_generation_far_outside_its_rows_spread_is_flagged():
+    """Issue 48: one stalled prompt (38.5 s against ~2 s) made HF generate read 2.39x our vanilla on the pooled
+    ratio, with nothing in the report to say so. The per-prompt spread shows it and the prompt is flagged; a
+    prompt within 3x of the median is not."""
+    rows = [row("vanilla", p, 10, 1.0) for p in "abcde"]
+    rows += [row("hf-generate", p, 10, 2.0) for p in "abcd"] + [row("hf-generate", "e", 10, 40.0)]  # e stalled
+    rows += [row("spec", p, 10, 0.5, accept=[1], depths=[2], sizes=[3]) for p in "abcd"]
+    rows += [row("spec", "e", 10, 0.2, accept=[1], depths=[2], sizes=[3])]  # 5x against a median of 2x: not flagged
+    s = {x.method: x for x in aggregate(rows)}
+    assert s["hf-generate"].ratio_spread == pytest.approx((0.5, 0.025, 0.5))
+    assert s["hf-generate"].outliers == {"e": pytest.approx(0.025)}
+    assert s["vanilla"].outliers == {"e": pytest.approx(40.0)}  # vanilla's own ratio is to HF generate
+    assert s["spec"].outliers == {} and s["spec"].ratio_spread == pytest.approx((2.0, 2.0, 5.0))
+    text = markdown(rows)
+    assert "Flagged generations" in text and "- hf-generate (T=0), e: 0.03× vanilla against a median of 0.50×" in text
 
 
 def test_pooled_acceptance_per_depth():

@@ -118,7 +118,9 @@ def test_custom_drafter_is_lossless_and_drafts(capsys: pytest.CaptureFixture[str
     assert out.count("identical to vanilla greedy: yes") == 2
     assert len(taus(out)) == 4 and all(t >= 1.0 for t in taus(out))
 
-    assert "lossless at T=1" in out and ": pass:" in out and "negative control (verifier ignores q): caught" in out
+    # the kit's verdict "pass": the samples fit and the bug it planted (a verifier that ignores q) was caught
+    assert "lossless at T=1" in out and ": pass:" in out and "IgnoresQVerifier (" in out
+    assert "1 planted bug" in out and "NO POWER" not in out
 
     from specdec import PartialTree
 
@@ -157,8 +159,10 @@ def test_prove_verifier_passes_mine_and_catches_broken() -> None:
     assert re.search(r"whole decoder, FirstChildVerifier, T=1 .*: (pass|NO POWER against [A-Za-z, ]+): G-test", out)
     assert "power against planted bugs (exact; n=100" in out and "caught by the exact law" in out
     assert re.search(r"swapped in, temperature=1.0 top_k=3 .*: NO POWER against ResidualNotRenormalisedVerifier", out)
-    assert re.search(r"swapped in, temperature=1.0 top_k=0 .*: FAIL\n.*caught by the exact law", out)
-    assert re.search(r"swapped in, temperature=1.0 top_k=0 .*: FAIL", out)
+    # failing by its exact law, the pipeline gets no planted bug (a report of a failing pipeline claims no catch)
+    assert re.search(
+        r"swapped in, temperature=1.0 top_k=0 .*: FAIL\n.*exact max .*no bug planted: this pipeline fails", out
+    )
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -136,3 +136,16 @@ def test_bad_prompt_forms_are_refused_naming_the_problem(target, which):
             gen.generate(prompt, stop=STOP, **kwargs)
     with pytest.raises(TypeError, match="no tokenizer was given"):
         gen.stream("w1 w2")  # raised by stream() itself, before an iterator exists
+
+
+def test_metrics_give_the_cost_of_a_cycle(target):
+    """Per-cycle cost (issue 48): each phase's milliseconds per cycle, summing with the bookkeeping to the decode
+    time over the cycles, and in the stats line."""
+    result = SpeculativeGenerator(target, NGramDrafter(target.vocab_size), DynamicTreePolicy()).generate(
+        torch.tensor([1, 2, 3, 1, 2, 3]), SamplingParams(temperature=0.0), StopCondition(max_new_tokens=12)
+    )
+    m = result.metrics
+    ms = m.cycle_ms()
+    decode = m.time_draft + m.time_target + m.time_verify + m.time_bookkeeping
+    assert m.cycles > 0 and sum(ms.values()) == pytest.approx(1e3 * decode / m.cycles)
+    assert ms["target"] > 0 and f"target {ms['target']:.1f}" in m.summary() and "per cycle: draft" in m.summary()

@@ -8,7 +8,12 @@ Per row label and temperature, over the prompts it ran on:
   (``sum tokens / sum time`` on both sides), so an EOS that ends one prompt early weighs the same on both;
 * ``greedy = vanilla`` (T=0): outputs identical to vanilla greedy token for token; divergences whose vanilla
   top-2 logit margin is below the runner's ``NEAR_TIE`` are counted as near-ties;
-* acceptance per depth ``n-alpha`` pooled over cycles, mean tree size, and the split of decode time.
+* acceptance per depth ``n-alpha`` pooled over cycles, mean tree size, the split of decode time, and the cost of
+  a cycle (draft, target and verify milliseconds per target forward, pooled over every cycle);
+* the spread over prompts: each prompt's own ratio to the baseline (median, min–max), the baseline being vanilla,
+  and for vanilla itself HF ``generate`` where it ran. A generation whose ratio is more than :data:`OUTLIER_FACTOR`
+  times away from its row's median is flagged in the report (a stall in one of the two runs: one such prompt once
+  made HF ``generate`` read 2.39× our vanilla on the pooled ratio).
 
 Where rows carry a task ``family`` (Spec-Bench), a per-family table in the leaderboard's layout follows: per row label
 and temperature, one column per family and ``overall``, each cell the same ``x vanilla`` ratio (and ``x hf-generate``)
@@ -46,6 +51,8 @@ __all__ = [
 ]
 
 PHASES = ("draft", "target", "verify", "bookkeeping")
+#: A prompt whose ratio to the baseline is this many times above or below its row's median ratio is flagged.
+OUTLIER_FACTOR = 3.0
 #: The column of the per-family table pooled over every prompt.
 OVERALL = "overall"
 
@@ -71,6 +78,29 @@ class Summary:
     greedy_near_ties: int | None
     time_split: dict[str, float] | None
     prompt_ids: list[str] = field(default_factory=list, repr=False)
+    cycle_ms: dict[str, float] | None = None
+    prompt_ratios: dict[str, float] = field(default_factory=dict, repr=False)
+    ratio_baseline: str | None = None
+
+    @property
+    def ratio_spread(self) -> tuple[float, float, float] | None:
+        """``(median, min, max)`` of the per-prompt ratios to :attr:`ratio_baseline` (None without a baseline)."""
+        if not self.prompt_ratios:
+            return None
+        values = sorted(self.prompt_ratios.values())
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        return median, values[0], values[-1]
+
+    @property
+    def outliers(self) -> dict[str, float]:
+        """Prompts whose ratio is more than :data:`OUTLIER_FACTOR` times away from the median ratio."""
+        spread = self.ratio_spread
+        if spread is None or spread[0] <= 0:
+            return {}
+        median = spread[0]
+        far = {p: r for p, r in self.prompt_ratios.items() if max(r / median, median / max(r, 1e-12)) > OUTLIER_FACTOR}
+        return dict(sorted(far.items()))
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -132,6 +162,25 @@ def _speedup(mine: dict[str, dict], base: dict[str, dict] | None) -> float | Non
     return _rate([mine[p] for p in common]) / b if b > 0 else None
 
 
+def _prompt_ratios(mine: dict[str, dict], base: dict[str, dict] | None) -> dict[str, float]:
+    """Each common prompt's own tokens/s ratio to ``base``'s."""
+    if not base:
+        return {}
+    out = {}
+    for p, r in mine.items():
+        b = base.get(p)
+        if b is not None and _rate([b]) > 0:
+            out[p] = _rate([r]) / _rate([b])
+    return out
+
+
+def _cycle_ms(rs: Sequence[dict], phases: dict[str, float], cycles: int) -> dict[str, float] | None:
+    """Milliseconds per cycle of each phase, pooled over every cycle of ``rs``."""
+    if not cycles or not any(r.get("time_phases") for r in rs):
+        return None
+    return {k: 1e3 * phases[k] / cycles for k in PHASES}
+
+
 def aggregate(rows: Sequence[dict]) -> list[Summary]:
     """One :class:`Summary` per (row label, temperature), in first-seen order."""
     latest = _latest_ok(rows)
@@ -152,6 +201,8 @@ def aggregate(rows: Sequence[dict]) -> list[Summary]:
                 phases[k] += v
         decode = sum(phases[k] for k in PHASES)
         split = {k: phases[k] / decode for k in PHASES} if speculative and decode > 0 else None
+        baseline = "hf-generate" if method == "vanilla" else "vanilla"
+        ratios = _prompt_ratios(by_prompt, groups.get((baseline, t))) if method != baseline else {}
         greedy = near = None
         if t == 0.0:
             greedy = sum(bool(r.get("greedy_equal")) for r in rs)
@@ -175,6 +226,9 @@ def aggregate(rows: Sequence[dict]) -> list[Summary]:
                 greedy_near_ties=near,
                 time_split=split,
                 prompt_ids=sorted(by_prompt),
+                cycle_ms=_cycle_ms(rs, phases, cycles) if speculative else None,
+                prompt_ratios=ratios,
+                ratio_baseline=baseline if ratios else None,
             )
         )
     return out
@@ -262,6 +316,34 @@ def _family_table(
     return lines
 
 
+def _spread_cell(s: Summary) -> str:
+    """``median× (min–max)`` of the per-prompt ratios, with the baseline when it is not vanilla."""
+    spread = s.ratio_spread
+    if spread is None:
+        return "–"
+    vs = "" if s.ratio_baseline == "vanilla" else f" vs {s.ratio_baseline}"
+    return f"{spread[0]:.2f}× ({spread[1]:.2f}–{spread[2]:.2f}){vs}"
+
+
+def _outlier_lines(summaries: Sequence[Summary]) -> list[str]:
+    """The flagged generations: a prompt whose ratio is far from its row's median (a stall in one of two runs)."""
+    flagged = [(s, p, r) for s in summaries for p, r in s.outliers.items()]
+    if not flagged:
+        return []
+    lines = [
+        "",
+        f"Flagged generations (a prompt's ratio more than {OUTLIER_FACTOR:g}× away from its row's median: a stall "
+        "in one of the two runs is likely; the pooled ratios above include them):",
+        "",
+    ]
+    for s, p, r in flagged:
+        lines.append(
+            f"- {row_label(s)} (T={s.temperature:g}), {p}: {r:.2f}× {s.ratio_baseline} against a median of "
+            f"{s.ratio_spread[0]:.2f}×"
+        )
+    return lines
+
+
 def _family_lines(rows: Sequence[dict]) -> list[str]:
     """The per-family section of the report (leaderboard layout); no lines when no row carries a family."""
     by_family = family_summaries(rows)
@@ -301,18 +383,23 @@ def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
         "Speedups are ratios of summed tokens / summed wall time (prefill included) over the same prompts, "
         "measured interleaved in one run. τ counts the bonus token.",
         "",
-        "| method | T | prompts | τ | tok/s | × vanilla | × hf-generate | greedy = vanilla | mean tree "
-        "| draft / target / verify / other |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "Per prompt: each prompt's own ratio to vanilla (for vanilla: to HF `generate`), median and min–max. "
+        "A cycle's cost is pooled over every cycle (draft / target / verify ms per target forward).",
+        "",
+        "| method | T | prompts | τ | tok/s | × vanilla | × hf-generate | per prompt: median (min–max) "
+        "| greedy = vanilla | mean tree | draft / target / verify / other | ms per cycle: draft / target / verify |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in summaries:
         greedy = _greedy_cell(s)
         split = " / ".join(f"{s.time_split[k]:.0%}" for k in PHASES) if s.time_split else "–"  # other = bookkeeping
+        cost = " / ".join(f"{s.cycle_ms[k]:.1f}" for k in PHASES[:3]) if s.cycle_ms else "–"
         lines.append(
             f"| {row_label(s)} | {s.temperature:g} | {s.prompts} | {_fmt(s.tau)} | {s.tokens_per_second:.1f} "
-            f"| {_fmt(s.speedup_vs_vanilla, '.2f', '×')} | {_fmt(s.speedup_vs_hf, '.2f', '×')} | {greedy} "
-            f"| {_fmt(s.mean_tree_size, '.1f')} | {split} |"
+            f"| {_fmt(s.speedup_vs_vanilla, '.2f', '×')} | {_fmt(s.speedup_vs_hf, '.2f', '×')} | {_spread_cell(s)} "
+            f"| {greedy} | {_fmt(s.mean_tree_size, '.1f')} | {split} | {cost} |"
         )
+    lines += _outlier_lines(summaries)
     lines += _family_lines(rows)
     acc = [s for s in summaries if s.acceptance_per_depth]
     if acc:

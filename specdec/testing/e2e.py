@@ -252,13 +252,34 @@ class E2EReport:
 
     @property
     def verdict(self) -> str:
-        """``"FAIL"``, ``"pass"`` (and every applicable planted bug would have been caught), or
-        ``"NO POWER against X, Y"``: the samples fit, but the check could not have caught those bugs."""
+        """``"FAIL"``; ``"pass"`` (and every applicable planted bug would have been caught); ``"NO POWER against X,
+        Y"`` (the samples fit, but the check could not have caught those bugs); or ``"pass, power not measured
+        (why)"`` (no bug was planted, so nothing says the check could have failed)."""
         if not self.passed:
             return "FAIL"
-        if self.power is not None and self.power.powerless:
+        if self.power is None:
+            return "pass, power not measured (no bug can be planted in a decoder other than a SpeculativeGenerator)"
+        if self.power.unmeasured is not None:
+            return f"pass, power not measured ({self.power.unmeasured})"
+        if self.power.powerless:
             return f"NO POWER against {', '.join(self.power.powerless)}"
         return "pass"
+
+    @property
+    def checks(self) -> list[str]:
+        """What this check ran, in words: the G-test, the pipeline's exact law (or why not), the planted bugs."""
+        out = [f"G-test of {self.n_samples:,} samples at level {self.level:.3g}"]
+        if self.power is None:
+            return [*out, "no exact law and no planted bugs (not a SpeculativeGenerator)"]
+        if self.power.pipeline_max_diff is not None:
+            out.append(f"the pipeline's exact law (tolerance {self.power.exact_tol:.0e})")
+        else:
+            out.append(f"no exact law ({self.power.mode})")
+        planted = len(self.power.controls)
+        out.append(
+            f"{planted} planted bug{'s' * (planted != 1)}" if planted else f"no planted bugs ({self.power.unmeasured})"
+        )
+        return out
 
     @property
     def n_samples(self) -> int:
@@ -301,7 +322,7 @@ class E2EReport:
 
     def summary(self) -> str:
         dev = ", ".join(f"{s}: freq {f:.4f} vs p {p:.4f}" for s, f, p in self.largest_deviations())
-        verdict = self.verdict if self.power is not None else "pass" if self.passed else "FAIL"
+        verdict = self.verdict
         if self.power is not None and not self.power.exact_ok:  # the exact law failed, whatever the G-test said
             verdict += (
                 f" (the pipeline's exact law differs from the target's: max |P_pipeline - P_target| = "
@@ -313,7 +334,8 @@ class E2EReport:
         return (
             f"{verdict}: G-test p-value {self.p_value:.3g} vs level {self.level:.3g} (n={self.n_samples}, "
             f"{self.exact.numel()} cells); {self.cycles} cycles, {self.acceptances} with an acceptance, "
-            f"{self.rejections} with a rejection ({self.root_rejections} at the root); largest deviations {dev}{power}"
+            f"{self.rejections} with a rejection ({self.root_rejections} at the root); largest deviations {dev}"
+            f"\nchecks run: {'; '.join(self.checks)}{power}"
         )
 
 
@@ -351,7 +373,10 @@ def e2e_check(
         controls: ``True``: plant every applicable bug of :mod:`specdec.testing.controls` in the same pipeline and
             report the check's power against each (``report.power``; exact and fast for trees of deterministic
             candidates, one more sampled check per bug otherwise); a list of names: only those; ``False``: none
-            (a suite with its own negative controls).
+            (a suite with its own negative controls: the verdict then says the power was not measured). Whatever
+            ``controls`` says, a pipeline the kit can enumerate (:mod:`specdec.testing.pipeline`) is also judged by
+            its exact law, and no bug is planted in a pipeline that fails the check itself. ``report.checks`` lists
+            what ran.
     """
     check_settings(alpha, n_tests, n_samples)
     if exact is None:
@@ -380,19 +405,37 @@ def e2e_check(
             report.coverage = recorder.coverage
         return report.p_value, report
 
-    planted = bool(controls) and isinstance(decoder, SpeculativeGenerator)
-    if planted:  # the controls and the exact law start from the policy state this check started from
+    judged = isinstance(decoder, SpeculativeGenerator)
+    if judged:  # the controls and the exact law start from the policy state this check started from
         frozen = SpeculativeGenerator(decoder.target, decoder.drafter, policy_copy(decoder), decoder.verifier)
     _, report = run(decoder)
-    if planted:
-        names = None if controls is True else [controls] if isinstance(controls, str) else list(controls)
+    if judged:
+        names = (
+            None
+            if controls is True
+            else []
+            if controls is False
+            else [controls]
+            if isinstance(controls, str)
+            else list(controls)
+        )
 
         def sampled_check(dec: SpeculativeGenerator) -> tuple[float, Coverage]:
             p_value, r = run(dec)
             return p_value, r.coverage or Coverage()
 
         report.power = check_power(
-            frozen, prompt, sampling, exact, n_samples, level, n_tokens, sampled_check, report.coverage, names
+            frozen,
+            prompt,
+            sampling,
+            exact,
+            n_samples,
+            level,
+            n_tokens,
+            sampled_check,
+            report.coverage,
+            names,
+            sampled_ok=report.p_value > level,
         )
     return report
 
@@ -409,10 +452,12 @@ def assert_e2e_lossless(
     n_tests: int = 1,
     exact: torch.Tensor | None = None,
     controls: bool | str | Sequence[str] = True,
-    require_power: bool = False,
+    require_power: bool = True,
 ) -> E2EReport:
-    """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless it passes; with
-    ``require_power`` also unless every applicable planted bug would have been caught."""
+    """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless its verdict is
+    ``"pass"``: the samples fit, the exact law where it was computed, and every applicable planted bug would have
+    been caught. ``require_power=False`` accepts a fit without measured power (``NO POWER``, or ``controls=False``
+    with a suite's own negative controls); the returned report's :attr:`~E2EReport.verdict` still says which."""
     report = e2e_check(decoder, model, prompt, sampling, n_samples, n_tokens, seed, alpha, n_tests, exact, controls)
     if not report.passed or (require_power and report.verdict != "pass"):
         raise AssertionError(f"{_describe(decoder)} with {sampling}: {report.summary()}")

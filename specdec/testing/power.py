@@ -155,6 +155,8 @@ class PowerReport:
         controls: one result per applicable control.
         skipped: controls that do not apply to this pipeline (another kind of tree or sampling).
         exact_tol: the largest ``max |P_pipeline - P_target|`` the exact law may show.
+        not_planted: why no bug was planted (``controls=False``; the pipeline fails the check itself, so a planted
+            bug's failure would say nothing), or ``None`` when the applicable ones were.
     """
 
     mode: str
@@ -165,6 +167,7 @@ class PowerReport:
     controls: list[ControlResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     exact_tol: float = EXACT_TOL
+    not_planted: str | None = None
 
     @property
     def exact_ok(self) -> bool:
@@ -176,11 +179,24 @@ class PowerReport:
         """Names of the controls the check would not have caught."""
         return [r.control.name for r in self.controls if not r.caught]
 
+    @property
+    def unmeasured(self) -> str | None:
+        """Why the check's power was not measured (no bug planted, or none applies here); ``None`` when it was."""
+        if self.not_planted is not None:
+            return f"no bug planted: {self.not_planted}"
+        if not self.controls:
+            return "no planted bug applies to this pipeline" + (
+                f" ({', '.join(self.skipped)} do not)" * bool(self.skipped)
+            )
+        return None
+
     def describe(self) -> str:
         lines = [f"power against planted bugs ({self.mode}; n={self.n:,}, level {self.level:.3g}):"]
         if self.pipeline_max_diff is not None:
             lines.append(f"  this pipeline's exact law: max |P_pipeline - P_target| = {self.pipeline_max_diff:.1e}")
         lines.append(f"  coverage {self.coverage.describe()}")
+        if self.unmeasured is not None:
+            lines.append(f"  power not measured: {self.unmeasured}")
         lines += [f"  - {r.describe(self.n)}" for r in self.controls]
         if self.skipped:
             lines.append(f"  not applicable here: {', '.join(self.skipped)}")
@@ -200,6 +216,7 @@ def check_power(
     names: Sequence[str] | None = None,
     tol: float = 1e-6,
     exact_tol: float = EXACT_TOL,
+    sampled_ok: bool = True,
 ) -> PowerReport:
     """Plant each applicable control in ``decoder`` and say whether the check would have caught it.
 
@@ -210,7 +227,11 @@ def check_power(
         n_samples, level: the check's sample size and per-check level.
         sampled_check: runs the user's sampled check on a decoder, returning its p-value and coverage (sampled mode).
         coverage: the user's pipeline's coverage from its sampled run (sampled mode).
-        names: only these controls (default: every applicable one).
+        names: only these controls (default: every applicable one); an empty list: none (the pipeline's exact law
+            is still computed where it can be).
+        sampled_ok: the user's own sampled check passed. When it did not, or the pipeline's exact law is not the
+            target's, no bug is planted: a planted bug that fails a failing check was caught by nothing
+            (:attr:`PowerReport.not_planted` says so).
         tol: a law whose every cell is within ``tol`` of the target's counts as unchanged (float32 plans and cached
             forwards round to ~1e-7).
         exact_tol: in exact mode the check compares the pipeline's exact law with the target's at this tolerance
@@ -225,6 +246,16 @@ def check_power(
         mine = pipeline_law(decoder, prompt, sampling, n_tokens)
         diff = float((mine.law - exact).abs().max())
         report = PowerReport("exact", n_samples, level, mine.coverage, diff, exact_tol=exact_tol)
+    else:
+        report = PowerReport(f"sampled: {why}", n_samples, level, coverage or Coverage())
+    report.skipped = skipped
+    if names is not None and not names:
+        report.not_planted = "controls=False"
+    elif not (sampled_ok and report.exact_ok):
+        report.not_planted = "this pipeline fails the check itself"
+    if report.not_planted is not None:
+        return report
+    if why is None:
         for c in controls:
             bugged = pipeline_law(c.build(decoder, kind, sampling), prompt, sampling, n_tokens)
             diff = float((bugged.law - exact).abs().max())
@@ -236,10 +267,8 @@ def check_power(
             samples = n_samples if power >= TARGET_POWER else samples_for_power(bugged.law, exact, level, n_samples)
             report.controls.append(ControlResult(c, diff > exact_tol, power, samples, diff, path_per_run=path))
     else:
-        report = PowerReport(f"sampled: {why}", n_samples, level, coverage or Coverage())
         for c in controls:
             p_value, _ = sampled_check(c.build(decoder, kind, sampling))
             path = report.coverage.per_run(c.path)
             report.controls.append(ControlResult(c, p_value <= level, p_value=p_value, path_per_run=path))
-    report.skipped = skipped
     return report
