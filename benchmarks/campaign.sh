@@ -51,7 +51,7 @@ while [[ ${1:-} == --* ]]; do
   shift
 done
 TAG=$($PY - <<'EOF'
-from specdec.backends.kernels import cpu_info
+from specdec.backends.cpu import cpu_info
 info = cpu_info()
 vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(info.get("vendor_id", ""), "cpu")
 print(f"{vendor}-f{info.get('cpu family', 'x')}m{info.get('model', 'x')}")
@@ -69,7 +69,7 @@ STEPS=("$@")
 command_of() {  # the command line of one step (run from the repository root)
   local bench="$SPECDEC bench --dataset mtbench --max-new-tokens 128 --no-progress"
   case $1 in
-    machine) echo "lscpu; grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16' /proc/cpuinfo | sort | uniq -c; $PY -c 'import torch, transformers; from specdec.backends.kernels import cpu_name; print(cpu_name()); print(\"torch\", torch.__version__, \"transformers\", transformers.__version__); print(torch.__config__.show())'; git log -1 --format='commit %H %s'" ;;
+    machine) echo "lscpu; grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16' /proc/cpuinfo | sort | uniq -c; $PY -c 'import torch, transformers; from specdec.backends.cpu import cpu_name; print(cpu_name()); print(\"torch\", torch.__version__, \"transformers\", transformers.__version__); print(torch.__config__.show())'; git log -1 --format='commit %H %s'" ;;
     doctor) echo "$SPECDEC doctor --refresh" ;;
     specbench-short) echo "$SPECDEC bench --dataset spec-bench --limit 5 --max-new-tokens 96 --no-progress --methods hf-generate eagle3 composite --temperatures 0 --threads 2 --out $OUT/specbench-short" ;;
     fastpath-fp32) echo "$PY benchmarks/fastpath.py --dtype float32 --out $OUT/fastpath_fp32.json" ;;

@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from specdec.assets import chat_ids, mtbench_prompts
-from specdec.backends.kernels import cpu_name
+from specdec.backends.cpu import cpu_name
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
 from specdec.methods import method as method_record

@@ -20,7 +20,7 @@ import torch
 
 from specdec import HFTarget, SamplingParams, StopCondition, build_method, chat_ids
 from specdec.assets import mtbench_prompts
-from specdec.backends.kernels import cpu_name
+from specdec.backends.cpu import cpu_name
 from specdec.models import load_smollm2
 from specdec.tree import DraftTree
 from specdec.verify import stochastic as stochastic_verify

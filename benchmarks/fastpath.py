@@ -41,7 +41,7 @@ from cycle_split import phase_split  # benchmarks/ is on sys.path when this scri
 from transformers import DynamicCache
 
 from specdec.assets import chat_ids, mtbench_prompts
-from specdec.backends.kernels import cpu_name
+from specdec.backends.cpu import cpu_name
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import MethodOptions, build_method
 from specdec.models import DTYPES, load_smollm2

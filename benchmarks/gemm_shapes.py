@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from specdec.backends import measured
-from specdec.backends.kernels import cpu_flags, cpu_name
+from specdec.backends.cpu import cpu_flags, cpu_name
 
 #: ``(name, in_features, out_features)`` of SmolLM2-135M's linears as the fast path runs them.
 SHAPES = (

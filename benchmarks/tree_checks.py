@@ -18,7 +18,7 @@ import time
 import torch
 
 from specdec.assets import chat_ids, mtbench_prompts
-from specdec.backends.kernels import cpu_name
+from specdec.backends.cpu import cpu_name
 from specdec.generate import StopCondition
 from specdec.interfaces import Drafter
 from specdec.methods import MethodOptions, build_method

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specdec.cli_measure import add_measuring
+from specdec.cli_model import add_model_options, check_head, check_head_fits, load_target_model
 from specdec.cli_options import (
     TEMPERATURE,
     MethodsHelp,
@@ -36,16 +38,12 @@ from specdec.cli_options import (
     UsageError,
     add_backend_options,
     add_cache_option,
-    add_model_options,
     add_sampled_tree_option,
     add_sampling_options,
     at_least,
     cache_size,
     check_applicable,
-    check_head,
-    check_head_fits,
     check_max_len,
-    load_target_model,
     method_options,
     sampling_filters,
     target_backend,
@@ -206,96 +204,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------------------------- budget
-def cmd_budget(args: argparse.Namespace) -> int:
-    import math
-
-    import torch
-
-    from specdec.budget import DEFAULT_SIZES, choose_budget, curve_path, forward_cost_curve, measure_forward_cost
-    from specdec.target import HFTarget
-
-    backend = target_backend(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, _ = load_target_model(args)
-    sizes = sorted(set(args.sizes or DEFAULT_SIZES))
-    target = HFTarget(model, max_len=max(sizes) + args.context + 8, **backend, in_place=True)
-    if args.refresh or args.sizes or args.repeats is not None:
-        curve = measure_forward_cost(target, sizes=sizes, repeats=args.repeats or 5, context=args.context)
-    else:
-        curve = forward_cost_curve(target, context=args.context)
-    meta = curve.meta
-    print(
-        f"target forward cost, {args.model or 'SmolLM2-135M-Instruct'} on {meta.get('device', '?')} "
-        f"({target.execution.label}), {meta.get('threads', '?')} threads, "
-        f"{meta.get('context', '?')} tokens of context, median of {meta.get('repeats', '?')} "
-        f"(measured {meta.get('date', '?')})"
-    )
-    print(curve.table())
-    print(f"cache: {curve_path(model, target.device)}")
-    # What the budget picks for drafts whose depth-n nodes are accepted with probability a^n (a chain-like pool).
-    for a in (0.3, 0.6, 0.8, 0.9):
-        values, depths = [], []
-        for d in range(1, 9):
-            for rank in range(4):
-                values.append(d * math.log(a) + rank * math.log(0.25))
-                depths.append(d)
-        b = choose_budget(curve, values, depths=depths, max_total=max(curve.sizes))
-        print(
-            f"  per-level acceptance {a:.1f}: tree of {b.total_tokens} tokens, depth {b.depth}, "
-            f"E[tau] {b.expected_tau:.2f}, ~{b.expected_tokens_per_second:.1f} tok/s (target forwards only)"
-        )
-    return 0
-
-
-# ----------------------------------------------------------------------------------------------- doctor
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """The CPU, and per dtype the kernel table ``weights="auto"`` decides by on it (measured now if not cached)."""
-    import torch
-
-    from specdec.backends import resolve
-    from specdec.backends.kernels import cpu_gemm_profile, machine_summary, packing_pays, plain_linear
-    from specdec.backends.measured import (
-        KernelTable,
-        linear_shape,
-        measuring,
-        model_table,
-        rule_kept,
-        stacked_shape,
-        table_path,
-    )
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(machine_summary())
-    profile = cpu_gemm_profile()
-    kept = rule_kept()
-    how = "measurement" if measuring() else f"the rule (profile {profile!r})"
-    if kept and not measuring():
-        how += f", kept on this CPU until its results row ({kept}) is re-run; SPECDEC_KERNELS=measure measures"
-    print(f"weights='auto' decides by {how}")
-    for name in args.dtypes:
-        args.dtype = name
-        model, _ = load_target_model(args)
-        weights, _, why = resolve(model, "auto", static_shapes=False)
-        print(f"\n{name}: ms per call, weights cold ({table_path(getattr(torch, name))})")
-        if weights != "packed":
-            print(f"  auto runs it stock: {why}")
-        table, groups = model_table(model, refresh=args.refresh)
-        rule = {
-            KernelTable.name(linear_shape(m)): "packed" if weights == "packed" and packing_pays(m, profile) else "stock"
-            for m in model.modules()
-            if plain_linear(m)
-        }
-        print("\n".join("  " + line for line in table.rows(rule)))
-        for group, wins in {stacked_shape(g): (g, w) for g, w in groups}.values():  # one line per distinct shape
-            members = "+".join(KernelTable.name(linear_shape(m)) for m in group)
-            print(f"  group {members}: {'packed and stacked' if wins else 'each member by its own row'}")
-        del model
-    return 0
-
-
 # ----------------------------------------------------------------------------------------------- data
 def cmd_data(args: argparse.Namespace) -> int:
     import torch
@@ -372,7 +280,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         sub.add_parser("train", help="train an EAGLE-1 / HASS / EAGLE-3 head (specdec train --help)", add_help=False)
 
     _add_data(sub)
-    _add_measuring(sub)
+    add_measuring(sub)
     return parser
 
 
@@ -492,26 +400,6 @@ def _add_data(sub: Any) -> None:
     add_backend_options(r, drafts=False, static=False)
     add_model_options(r, head=False, device=False)  # the batcher runs on the CPU, in float32
     r.set_defaults(func=cmd_data)
-
-
-def _add_measuring(sub: Any) -> None:
-    """``budget`` and ``doctor``: what this machine's forwards and kernels cost."""
-    u = sub.add_parser("budget", help="measure the target's forward cost vs tree size (the adaptive tree budget)")
-    u.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
-    u.add_argument("--sizes", nargs="+", type=at_least(1), default=None, help="tree sizes to time")
-    u.add_argument("--repeats", type=at_least(1), default=None, help="timed forwards per size (default 5)")
-    u.add_argument("--context", type=at_least(0), default=256, help="tokens of context before the tree (default 256)")
-    u.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
-    add_backend_options(u, drafts=False)
-    add_model_options(u, head=False)
-    u.set_defaults(func=cmd_budget)
-
-    d = sub.add_parser("doctor", help="the CPU, and the kernel choice weights='auto' makes on it, measured per shape")
-    d.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"), default=["float32", "bfloat16"])
-    d.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
-    d.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
-    add_model_options(d, head=False, device=False)
-    d.set_defaults(func=cmd_doctor)
 
 
 def _quiet_transformers() -> None:

@@ -15,7 +15,7 @@ os.environ.setdefault("SPECDEC_CPU_GEMM", "onednn")
 
 def pytest_sessionstart(session) -> None:
     """The CPU first (its model and the flags that pick the kernels): which tests skip, and why, depends on it."""
-    from specdec.backends.kernels import machine_summary
+    from specdec.backends.cpu import machine_summary
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.backends.kernels import packing_error
+from specdec.backends.cpu import packing_error
 from specdec.drafters import Eagle3Drafter, EagleDrafter, NGramDrafter, SmallLMDrafter
 from specdec.eagle.config import default_aux_layers
 from specdec.interfaces import Drafter, TreePolicy

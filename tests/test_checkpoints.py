@@ -20,7 +20,8 @@ from specdec.checkpoints import (
     save_eagle_head,
 )
 from specdec.eagle.config import EagleConfig
-from specdec.eagle.heads import Eagle1Head, Eagle3Head, MissingEmbeddingError, causal_bias
+from specdec.eagle.heads import Eagle1Head, Eagle3Head, MissingEmbeddingError
+from specdec.eagle.layers import causal_bias
 from specdec.interfaces import VocabMismatchError
 from specdec.models import tiny_llama
 

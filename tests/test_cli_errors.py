@@ -347,7 +347,7 @@ def test_in_a_process(files, tmp_path):
 
 def test_dtype_choices_are_the_loaders():
     """``--dtype`` lists its choices without importing transformers; they must be the ones ``load_model`` takes."""
-    from specdec.cli_options import DTYPE_NAMES
+    from specdec.cli_model import DTYPE_NAMES
     from specdec.models import DTYPES
 
     assert tuple(DTYPES) == DTYPE_NAMES

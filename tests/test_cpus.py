@@ -2,7 +2,7 @@
 
 The CPUs met so far differ in what oneDNN and torch run: AVX2 only (AMD Zen 3: oneDNN refuses to pack bfloat16),
 AVX-512 with native bfloat16 (Zen 4, Zen 5), AMX (Intel Xeon). A missing instruction set is simulated here by
-patching the flags and oneDNN's answer to the packing trial (``kernels.cpu_flags``, ``kernels._pack_trial``), so each
+patching the flags and oneDNN's answer to the packing trial (``cpu.cpu_flags``, ``cpu._pack_trial``), so each
 CPU's fallback is proven on every CPU; the measured choice is checked with planted timings (which kernel wins is
 this CPU's business, what ``auto`` does with a table is not) and once for real.
 """
@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from specdec.backends import FastPathWarning, execution_label, kernels, measured
+from specdec.backends import FastPathWarning, cpu, execution_label, kernels, measured
 from specdec.drafters import NGramDrafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
@@ -34,8 +34,8 @@ ZEN3_REFUSAL = "mkldnn_reorder_linear_weight: bf16 path needs the cpu support av
 def avx2_only(monkeypatch):
     """An AVX2-only CPU (AMD Zen 3) on whatever CPU runs the suite: no native bfloat16, and a oneDNN that refuses to
     pack bfloat16 while float32 packs."""
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
-    monkeypatch.setattr(kernels, "_pack_trial", lambda dtype: None if dtype == torch.float32 else ZEN3_REFUSAL)
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(cpu, "_pack_trial", lambda dtype: None if dtype == torch.float32 else ZEN3_REFUSAL)
 
 
 def caught(build) -> tuple[object, list[str]]:
@@ -48,12 +48,12 @@ def caught(build) -> tuple[object, list[str]]:
 def test_the_packing_trial_matches_this_cpu() -> None:
     """float32 packs on every x86 CPU; bfloat16 packs exactly where oneDNN's instruction sets are (AVX-512 BW/VL/DQ or
     AVX-NE-CONVERT), whatever the trial is told by flags: it asks oneDNN itself."""
-    assert kernels.packing_error(torch.float32) is None
-    flags = kernels.cpu_flags()
+    assert cpu.packing_error(torch.float32) is None
+    flags = cpu.cpu_flags()
     if flags:  # /proc/cpuinfo readable
         expected = {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags
-        assert (kernels.packing_error(torch.bfloat16) is None) == expected, kernels.packing_error(torch.bfloat16)
-    assert "float16" in kernels.packing_error(torch.float16)
+        assert (cpu.packing_error(torch.bfloat16) is None) == expected, cpu.packing_error(torch.bfloat16)
+    assert "float16" in cpu.packing_error(torch.float16)
 
 
 def test_bfloat16_that_cannot_be_packed_runs_stock_with_one_warning(avx2_only) -> None:
@@ -146,7 +146,7 @@ def test_auto_packs_what_measured_faster_and_caches_it_per_machine(measuring, mo
     monkeypatch.setattr(measured, "_TABLES", {})  # a new process: the cache file answers
     assert packed_shapes(HFTarget(model_fp32(), max_len=32)) == {(32, 96)} and sorted(calls) == measured_once
     # another CPU (or torch, or thread count) never reuses the table: it is measured anew, under another name
-    info = {**kernels.cpu_info(), "model name": "Another CPU"}
+    info = {**cpu.cpu_info(), "model name": "Another CPU"}
     monkeypatch.setattr(measured, "cpu_info", lambda: info)
     target = HFTarget(model_fp32(), max_len=32)
     assert target.execution.weights == "packed" and len(calls) == 2 * len(measured_once)
@@ -176,7 +176,7 @@ def test_a_failed_or_tied_measurement_leaves_the_shape_to_the_rule(measuring, mo
         return {k: {n: [1e-3 if k == "stock" else 1.02e-3] * repeats for n in rows} for k in mods}  # a tie
 
     monkeypatch.setattr(measured, "time_shape", broken)
-    monkeypatch.setattr(kernels, "cpu_gemm_profile", lambda: "onednn")
+    monkeypatch.setattr(cpu, "cpu_gemm_profile", lambda: "onednn")
     target, said = caught(lambda: HFTarget(model_fp32(), max_len=32))
     assert target.execution.weights == "packed"  # every shape went to the rule, which packs on this profile
     assert sorted(s.split(" linear failed")[0].split()[-1] for s in said) == ["32x64", "32x96", "64x32"], said
@@ -193,7 +193,7 @@ def test_measuring_switched_off_applies_the_rule(measuring, monkeypatch) -> None
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls  # the onednn rule
     monkeypatch.setenv("SPECDEC_KERNELS", "auto")  # a CPU whose results row was measured under the rule keeps it
-    zen4 = {**kernels.cpu_info(), "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}
+    zen4 = {**cpu.cpu_info(), "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}
     monkeypatch.setattr(measured, "cpu_info", lambda: zen4)
     assert measured.rule_kept().startswith("AMD Zen 4")
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls

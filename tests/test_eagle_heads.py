@@ -13,7 +13,8 @@ from specdec.backends import Int8Linear, PackedLinear
 from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.eagle.config import EagleConfig, default_aux_layers
-from specdec.eagle.heads import Eagle1Head, Eagle3Head, EagleAttention, causal_bias
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
+from specdec.eagle.layers import EagleAttention, causal_bias
 from specdec.interfaces import TargetHidden, VocabMismatchError
 from specdec.models import tiny_llama
 from specdec.tree import PartialTree
@@ -549,7 +550,7 @@ def test_int8_linear_releases_a_weight_it_does_not_share() -> None:
 
 
 def test_rope_table_equals_the_computed_rotation() -> None:
-    from specdec.eagle.heads import EagleRotary
+    from specdec.eagle.layers import EagleRotary
 
     rotary = EagleRotary(make_config())
     pos = torch.tensor([[0, 5, 17, 63]])

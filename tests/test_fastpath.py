@@ -302,19 +302,19 @@ def test_a_low_precision_dtype_without_native_instructions_is_kept_with_one_warn
     says so once; with the instructions there is no such warning."""
     import warnings
 
-    from specdec.backends import kernels
+    from specdec.backends import cpu
     from specdec.models import tiny_llama
     from specdec.target import HFTarget
 
     model = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=0).to(torch.bfloat16)
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx2"}))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         target = HFTarget(model, max_len=32)
     slow = [w for w in seen if "without native instructions" in str(w.message)]
     assert len(slow) == 1 and "avx512_bf16" in str(slow[0].message)
     assert next(target.model.parameters()).dtype == torch.bfloat16
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         HFTarget(model, max_len=32)

@@ -14,7 +14,16 @@ import torch
 from torch import nn
 
 from specdec.assets import chat_ids, mtbench_prompts
-from specdec.backends import GQA_ATTENTION, GQA_INVARIANT, BackendError, PackedLinear, execution_label, kernels
+from specdec.backends import (
+    GQA_ATTENTION,
+    GQA_INVARIANT,
+    BackendError,
+    PackedLinear,
+    cpu,
+    execution_label,
+    kernels,
+    row_probe,
+)
 from specdec.backends.gqa import _gqa_attention_invariant, _gqa_sdpa
 from specdec.generate import StopCondition
 from specdec.kvcache import PositionCache
@@ -33,7 +42,7 @@ def native_bf16(monkeypatch):
     """An AMD-like CPU with native bfloat16, whatever this CPU is: the flags of the packed bfloat16 path's condition
     and oneDNN's GEMM profile (where ``auto`` packs every linear). Only the choice is simulated: a test that packs
     bfloat16 also needs this CPU's oneDNN to pack it (:func:`tests.factories.skip_unless_packs`)."""
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: BF16)
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: BF16)
     monkeypatch.setenv("SPECDEC_CPU_GEMM", "onednn")
 
 
@@ -62,7 +71,7 @@ def test_invariant_is_off_for_float32_unless_asked_and_pads_where_probed() -> No
     forced = HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
     assert forced.execution.invariant and forced.execution.attention == GQA_INVARIANT
     probed = [
-        kernels.single_row_padding(kernels.packed_linear(m)) for m in forced.model.modules() if kernels.runs_packed(m)
+        row_probe.single_row_padding(kernels.packed_linear(m)) for m in forced.model.modules() if kernels.runs_packed(m)
     ]
     assert [m.pad_single_row for m in forced.model.modules() if kernels.runs_packed(m)] == probed
     assert forced.execution.padded == sum(probed)
@@ -82,7 +91,7 @@ def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
 
 
 def test_bfloat16_packing_needs_native_instructions(monkeypatch) -> None:
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx2"}))
     with pytest.warns(kernels.FastPathWarning, match="without native instructions"):  # one warning: the slow dtype's
         target = HFTarget(tiny(torch.bfloat16), max_len=32)
     assert target.execution.weights == "stock" and not target.execution.invariant
@@ -216,7 +225,7 @@ def test_small_lm_drafter_keeps_the_targets_numerics(native_bf16, monkeypatch) -
 
     _fake_gemm(monkeypatch, lambda rows: rows == 1)
     forms = [(torch.float32, True), (torch.float32, False)]
-    forms += [] if kernels.packing_error(torch.bfloat16) else [(torch.bfloat16, False)]
+    forms += [] if cpu.packing_error(torch.bfloat16) else [(torch.bfloat16, False)]
     for dtype, invariant in forms:
         target = HFTarget(tiny(dtype), max_len=32, weights="packed", invariant=invariant)
         SmallLMDrafter.from_target(target, num_layers=1)
@@ -325,7 +334,7 @@ def _fake_gemm(monkeypatch, variant) -> None:
         return (x.float().flip(-1) @ w.flip(-1).T).to(x.dtype)
 
     monkeypatch.setattr(PackedLinear, "gemm", gemm)
-    monkeypatch.setattr(kernels, "_PROBED", {})
+    monkeypatch.setattr(row_probe, "_PROBED", {})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -336,21 +345,21 @@ def test_the_probe_finds_a_single_row_kernel_and_a_row_variant_one(monkeypatch, 
     skip_unless_packs(dtype)
     torch.manual_seed(0)
     linear = PackedLinear(nn.Linear(1536, 96, bias=False).to(dtype))
-    assert kernels.single_row_padding(linear) in (False, True)  # whatever this CPU's kernel does: no error
+    assert row_probe.single_row_padding(linear) in (False, True)  # whatever this CPU's kernel does: no error
     _fake_gemm(monkeypatch, lambda rows: rows == 1)
-    assert kernels.single_row_padding(linear) is True
+    assert row_probe.single_row_padding(linear) is True
     _fake_gemm(monkeypatch, lambda rows: rows % 2 == 1)
-    with pytest.raises(kernels.RowVariantKernelError, match="other bits for 3 rows"):
-        kernels.single_row_padding(linear)
+    with pytest.raises(row_probe.RowVariantKernelError, match="other bits for 3 rows"):
+        row_probe.single_row_padding(linear)
 
 
 def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, native_bf16) -> None:
     """``auto`` gives the invariant numerics up with one warning and says why; ``invariant=True`` refuses."""
 
     def refuse(linear):
-        raise kernels.RowVariantKernelError("the packed probe GEMM gives other bits for 3 rows than for more")
+        raise row_probe.RowVariantKernelError("the packed probe GEMM gives other bits for 3 rows than for more")
 
-    monkeypatch.setattr(kernels, "single_row_padding", refuse)
+    monkeypatch.setattr(row_probe, "single_row_padding", refuse)
     with pytest.raises(BackendError, match="cannot be served on this CPU"):  # every CPU: float32, asked for
         HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
     skip_unless_packs(torch.bfloat16)

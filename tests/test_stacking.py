@@ -101,7 +101,7 @@ def test_stacking_skips_what_it_cannot_stack_and_undoes() -> None:
     assert stack_projections(model) == 3  # the hooked layer's q/k/v stays as it is
     assert isinstance(model.model.layers[0].self_attn.q_proj, PackedLinear)
     member = model.model.layers[1].self_attn.q_proj
-    member.pad_single_row = True  # set on a member, it is the group's (kernels.set_row_padding sets it so)
+    member.pad_single_row = True  # set on a member, it is the group's (row_probe.set_row_padding sets it so)
     assert member.stack.linear.pad_single_row and model.model.layers[1].self_attn.k_proj.pad_single_row
     twin = copy.deepcopy(model)  # a copy's members share a stack of their own
     a, b = twin.model.layers[1].self_attn.q_proj, twin.model.layers[1].self_attn.k_proj

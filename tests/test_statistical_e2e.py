@@ -60,6 +60,7 @@ from specdec.generate import SpeculativeGenerator, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams, warp
 from specdec.target import HFTarget
+from specdec.testing import E2EReport
 from specdec.testing.broken import (
     IgnoresQVerifier,
     OneSidedWarpVerifier,
@@ -68,7 +69,7 @@ from specdec.testing.broken import (
     StaleQVerifier,
     WrongTemperatureQVerifier,
 )
-from specdec.testing.e2e import E2EReport, e2e_check, exact_sequence_distribution
+from specdec.testing.e2e import e2e_check, exact_sequence_distribution
 from specdec.trees import StochasticTreePolicy
 from specdec.trees.level_gate import LevelGate
 from specdec.verify import BlockVerifier, ChainVerifier, MultiRoundVerifier, StochasticMultiRoundVerifier

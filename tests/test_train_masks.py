@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from specdec.eagle.config import EagleConfig
-from specdec.eagle.heads import Eagle1Head, Eagle3Head, causal_bias
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
+from specdec.eagle.layers import causal_bias
 from specdec.train.masks import causal_attention_bias, hass_attention_bias, ttt_attention_bias
 from specdec.train.recipes import hass_passes, unroll_chain
 

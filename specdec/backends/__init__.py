@@ -24,13 +24,13 @@ from specdec.backends.choice import (
     prepare_model,
     resolve,
 )
+from specdec.backends.cpu import cpu_gemm_profile
 from specdec.backends.gqa import GQA_ATTENTION, GQA_INVARIANT
 from specdec.backends.kernels import (
     VOCAB_ROWS,
     FastPathWarning,
     Int8Linear,
     PackedLinear,
-    cpu_gemm_profile,
     pack_linears,
     packed_copy,
     shared_copy,

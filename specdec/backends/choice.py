@@ -29,29 +29,24 @@ from typing import Literal
 import torch
 from torch import nn
 
+from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
 from specdec.backends.gqa import GQA_NAMES, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
-    PACKED_DTYPES,
     VOCAB_ROWS,
     FastPathWarning,
-    RowVariantKernelError,
-    cpu_gemm_profile,
-    onednn_missing,
     own_memory,
     pack_linears,
     packed_linear,
-    packing_error,
     packing_pays,
     plain_linear,
     return_freed_memory,
     runs_packed,
-    set_row_padding,
     shared_copy,
-    slow_dtype_reason,
     unpack_linears,
 )
 from specdec.backends.measured import auto_packs, dtype_cost, measuring
 from specdec.backends.norms import fuse_norms, unfuse_norms
+from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import SpecdecError
 
@@ -94,7 +89,7 @@ class Execution:
         norms: RMS norms running as one call (:mod:`specdec.backends.norms`; the same values).
         stacked: groups of projections run as one GEMM (``q/k/v``, ``gate/up``: :mod:`specdec.backends.stacking`).
         padded: with ``invariant``, packed linears that pad a single row to two (where this CPU's kernel needs it,
-            :func:`~specdec.backends.kernels.single_row_padding`).
+            :func:`~specdec.backends.row_probe.single_row_padding`).
     """
 
     weights: str
@@ -227,7 +222,7 @@ def apply(
 
     ``invariant``: row-invariant numerics, so that a row's logits are bitwise the same whether the row runs alone
     (a 1-token step) or inside a tree forward: single rows padded to two in the packed linears whose kernel on this CPU
-    needs it (:func:`~specdec.backends.kernels.single_row_padding` probes each shape; a kernel that is not
+    needs it (:func:`~specdec.backends.row_probe.single_row_padding` probes each shape; a kernel that is not
     row-invariant at all turns the numerics off with a warning, or raises ``BackendError`` for ``invariant=True``)
     and the invariant attention of :mod:`specdec.backends.gqa`
     (SDPA in float64 on a float64 KV cache, :attr:`Execution.cache_dtype`, rounded to the model's dtype). Greedy
@@ -257,7 +252,7 @@ def apply(
     elif reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
         _warn(warn, "row-invariant numerics off", reason)
     try:
-        padded = set_row_padding(model, on)  # probes this CPU's kernels (kernels.single_row_padding)
+        padded = set_row_padding(model, on)  # probes this CPU's kernels (row_probe.single_row_padding)
     except RowVariantKernelError as error:
         if invariant is True:
             raise BackendError(f"row-invariant numerics cannot be served on this CPU: {error}") from error
@@ -361,7 +356,7 @@ def _apply_weights(
 
 
 def _slow_dtype(model: nn.Module) -> str | None:
-    """Why ``model``'s dtype runs slowly on this CPU (:func:`~specdec.backends.kernels.slow_dtype_reason`), or None."""
+    """Why ``model``'s dtype runs slowly on this CPU (:func:`~specdec.backends.cpu.slow_dtype_reason`), or None."""
     device, dtype = _params(model)
     return slow_dtype_reason(dtype) if device is not None and device.type == "cpu" and dtype is not None else None
 

@@ -9,8 +9,9 @@ Why prepacking (measured on the 2-core AMD EPYC, 2 threads, see ``benchmarks/fas
 MKL's ``sgemm`` runs small-row GEMMs (1-32 rows, the shape of a draft tree) at a fraction of the bandwidth and packs
 the weight on every call; the prepacked oneDNN kernel runs them near the cost of one row.
 
-Which linears ``weights="auto"`` packs depends on the CPU's GEMM library (:func:`cpu_gemm_profile`), measured on both
-kinds of machine this project runs on (2 threads, ``benchmarks/fastpath.py`` and the results page):
+Which linears ``weights="auto"`` packs depends on the CPU's GEMM library
+(:func:`~specdec.backends.cpu.cpu_gemm_profile`), measured on both kinds of machine this project runs on (2 threads,
+``benchmarks/fastpath.py`` and the results page):
 
 * AMD (and any CPU where MKL is not tuned): every linear. Prepacked oneDNN beat MKL at every shape: gate/up
   576x3072 for 8 rows 0.7 vs 3.4 ms, the 49152x576 lm_head 6.0 vs 11.8 ms for 1 row.
@@ -28,44 +29,28 @@ extra. On a copy that shares the caller's weights, every packed weight is extra 
 from __future__ import annotations
 
 import copy
-import functools
-import os
-import platform
 import warnings
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 
+from specdec.backends.cpu import PACKED_DTYPES
+
 __all__ = [
-    "NATIVE_DTYPE_FLAGS",
-    "PACKED_DTYPES",
-    "cpu_flags",
-    "cpu_info",
-    "cpu_name",
     "each_child",
-    "slow_dtype_reason",
     "FastPathWarning",
     "Int8Linear",
     "PackedLinear",
     "VOCAB_ROWS",
-    "cpu_gemm_profile",
-    "KERNEL_FLAGS",
-    "machine_summary",
     "pack_linears",
     "own_memory",
     "packed_copy",
-    "onednn_missing",
-    "packing_error",
     "packing_pays",
     "plain_linear",
     "return_freed_memory",
-    "PROBE_ROWS",
-    "RowVariantKernelError",
     "packed_linear",
     "runs_packed",
-    "set_row_padding",
-    "single_row_padding",
     "shared_copy",
     "swap_module",
     "unpack_linears",
@@ -88,7 +73,7 @@ class PackedLinear(nn.Module):
     kernel whose float32 sums are grouped differently from its GEMM kernel for 2 or more rows, so a row's output can
     differ in the last bit between a 1-token step and a tree forward (in bfloat16 that is a whole bfloat16 ulp,
     often enough to change a greedy token). Padded to two rows, a single row runs the GEMM kernel too. Which shapes
-    need it is probed on the running CPU (:func:`single_row_padding`).
+    need it is probed on the running CPU (:func:`~specdec.backends.row_probe.single_row_padding`).
 
     Args:
         linear: the ``nn.Linear`` to replace.
@@ -227,10 +212,6 @@ def swap_module(parent: nn.Module, name: str, old: nn.Module, new: nn.Module) ->
     setattr(parent, name, new)
 
 
-#: The weight dtypes :class:`PackedLinear` runs.
-PACKED_DTYPES = (torch.float32, torch.bfloat16)
-
-
 def runs_packed(module: nn.Module) -> bool:
     """A :class:`PackedLinear`, or a module that runs rows of one (a member of a stacked group,
     :class:`~specdec.backends.stacking.StackedSlice`): counted, padded and undone with the packed linears."""
@@ -243,133 +224,6 @@ def plain_linear(module: nn.Module) -> bool:
 
 
 VOCAB_ROWS = 16384  # a linear with at least this many outputs is a vocabulary projection (lm_head)
-
-
-def cpu_gemm_profile() -> str:
-    """``"mkl"`` on an Intel CPU whose torch uses MKL (fast small-row GEMMs), else ``"onednn"`` (pack everything).
-
-    ``SPECDEC_CPU_GEMM=mkl|onednn`` overrides the detection (e.g. to reproduce one machine's choice on another).
-    """
-    forced = os.environ.get("SPECDEC_CPU_GEMM", "")
-    if forced in ("mkl", "onednn"):
-        return forced
-    if forced:
-        raise ValueError(f"SPECDEC_CPU_GEMM must be 'mkl' or 'onednn', got {forced!r}")
-    return "mkl" if torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel" else "onednn"
-
-
-@functools.cache
-def cpu_info() -> dict[str, str]:
-    """The first CPU's fields in /proc/cpuinfo (``vendor_id``, ``model name``, ``cpu family``, ``model``, ``flags``,
-    ...); empty where it cannot be read."""
-    info: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if not sep and info:  # the blank line after the first processor's block
-                    break
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    return info
-
-
-def cpu_name() -> str:
-    """The CPU's model name with its family and model numbers (which CPU a result was measured on)."""
-    info = cpu_info()
-    if "model name" not in info:
-        return platform.processor() or platform.machine()
-    return f"{info['model name']} (family {info.get('cpu family', '?')} model {info.get('model', '?')})"
-
-
-def _cpu_vendor() -> str:
-    return cpu_info().get("vendor_id") or platform.processor()
-
-
-#: The CPU instructions that compute each low-precision dtype natively (/proc/cpuinfo flags); without any of them
-#: torch converts every element to float32 and back: correct, and slower than float32 itself where the conversions
-#: outweigh the halved bytes (a tree forward's GEMMs; a 1-token step, memory-bound, can gain: measured.dtype_cost).
-NATIVE_DTYPE_FLAGS = {torch.bfloat16: ("avx512_bf16", "amx_bf16"), torch.float16: ("avx512_fp16", "amx_fp16")}
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
-    return frozenset(cpu_info().get("flags", "").split())
-
-
-#: The CPU flags that decide which kernels run here: vector width, the instructions oneDNN needs to pack bfloat16
-#: (AVX-512 BW/VL/DQ or AVX-NE-CONVERT), native bfloat16/float16 arithmetic, AMX.
-KERNEL_FLAGS = (
-    "avx2",
-    "fma",
-    "avx512f",
-    "avx512bw",
-    "avx512vl",
-    "avx512dq",
-    "avx512_bf16",
-    "avx512_fp16",
-    "avx_ne_convert",
-    "amx_tile",
-    "amx_bf16",
-)
-
-
-def machine_summary() -> str:
-    """One line: the CPU, which of :data:`KERNEL_FLAGS` it has, what bfloat16 runs on, torch and its threads (printed
-    first by ``make test`` and ``specdec doctor``, so every result says where it was measured)."""
-    flags = cpu_flags()
-    have = " ".join(f for f in KERNEL_FLAGS if f in flags) or "none"
-    missing = " ".join(f for f in KERNEL_FLAGS if f not in flags) or "none"
-    native = "native" if slow_dtype_reason(torch.bfloat16) is None else "no native arithmetic"
-    packs = "packs" if packing_error(torch.bfloat16) is None else "oneDNN cannot pack it"
-    return (
-        f"CPU: {cpu_name()}; kernel flags: {have} (missing: {missing}); bfloat16: {native}, {packs}; "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
-    )
-
-
-def slow_dtype_reason(dtype: torch.dtype) -> str | None:
-    """Why ``dtype`` will run slowly on this CPU (no native instructions for it), or None."""
-    native = NATIVE_DTYPE_FLAGS.get(dtype)
-    if native is None or cpu_flags() & set(native):
-        return None
-    return f"this CPU has none of {', '.join(native)}, so {dtype} runs through float32 conversions"
-
-
-@functools.cache
-def _pack_trial(dtype: torch.dtype) -> str | None:
-    """oneDNN's own refusal when asked to pack and run a small ``dtype`` linear on this CPU, or None where it runs."""
-    try:
-        x = torch.arange(32, dtype=dtype).reshape(2, 16)  # exact in bfloat16, and so is its product with I
-        packed = torch.ops.mkldnn._reorder_linear_weight(torch.eye(16, dtype=dtype), 16)
-        y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-    except (RuntimeError, AttributeError) as error:
-        return str(error).strip().splitlines()[0]
-    return None if torch.equal(y, x) else "its packed product of a small exact case is wrong"
-
-
-def onednn_missing() -> str | None:
-    """Why this torch build cannot run packed linears at all (no oneDNN linear kernels), or None."""
-    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-        return None
-    return "this torch build has no oneDNN (mkldnn) linear kernels"
-
-
-def packing_error(dtype: torch.dtype) -> str | None:
-    """Why linears of ``dtype`` cannot be packed on this CPU and torch build, or None where they can.
-
-    Decided by trying once per dtype, not by reading flags: oneDNN packs bfloat16 where the CPU has ``avx_ne_convert``
-    or ``avx512bw``, ``avx512vl`` and ``avx512dq`` (torch 2.13), native bfloat16 arithmetic or not, and refuses it
-    on an AVX2-only CPU such as AMD Zen 3.
-    """
-    if dtype not in PACKED_DTYPES:
-        return f"packed weights run {' or '.join(map(str, PACKED_DTYPES))}, not {dtype}"
-    missing = onednn_missing()
-    if missing:
-        return missing
-    error = _pack_trial(dtype)
-    return None if error is None else f"oneDNN cannot pack {dtype} linears on this CPU ({error})"
 
 
 def packing_pays(linear: nn.Linear, profile: str) -> bool:
@@ -426,98 +280,6 @@ def pack_linears(
         elif isinstance(child, nn.Linear) or type(child).__name__ in ("Conv1D", "Linear8bitLt", "Linear4bit"):
             skipped += 1
     return packed, skipped
-
-
-class RowVariantKernelError(RuntimeError):
-    """A packed GEMM gives a row other bits depending on how many rows run with it, even with single rows padded:
-    row-invariant numerics cannot be served by this CPU's kernel for that shape."""
-
-
-#: Row counts the probe of :func:`single_row_padding` runs (trees run 2 to a few dozen rows; 17 puts a row in a tail
-#: block after a full block of 16). Each count leaves oneDNN buffers behind, ~25 MB for SmolLM2's five shapes (AMD
-#: Zen 4), as trees of those sizes would.
-PROBE_ROWS = (2, 3, 8, 17, 64)
-_PROBED: dict[tuple, bool] = {}
-
-
-def _order_sensitive(generator: torch.Generator, rows: int, outs: int, ins: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows ``[rows, ins]`` and a weight ``[outs, ins]`` whose products make a GEMM's result depend on how it groups
-    its sums: entries +-1, except at up to 8 random inputs where the rows hold 4096 and each weight row +-4096 (half of
-    each sign), so every output is a sum of +-1 terms around big products (+-2^24) that cancel exactly. A float32
-    partial sum holding a net big product rounds the +-1 terms added to it, so another grouping gives another small
-    result, visible after rounding to bfloat16 too. Exact in bfloat16."""
-    big = torch.randperm(ins, generator=generator)[: min(8, ins) // 2 * 2]
-    x = torch.randint(0, 2, (rows, ins), generator=generator) * 2.0 - 1.0
-    x[:, big] = 4096.0
-    block = min(outs, 256)  # the weight's values are free: a block tiled over the outputs
-    w = torch.randint(0, 2, (block, ins), generator=generator) * 2.0 - 1.0
-    signs = torch.tensor([4096.0, -4096.0]).repeat_interleave(big.numel() // 2)
-    w[:, big] = torch.stack([signs[torch.randperm(signs.numel(), generator=generator)] for _ in range(block)])
-    return x, w.repeat(-(-outs // block), 1)[:outs]
-
-
-@torch.no_grad()
-def single_row_padding(linear: PackedLinear) -> bool:
-    """Whether a single row must be padded to two for ``linear`` to give it the bits it gets among more rows.
-
-    Probed once per shape, dtype and thread count on the running CPU: the grouping of a GEMM's sums depends on the
-    kernel oneDNN picks for those, not on the weight's values. The probe packs a weight of the same shape and runs
-    64 rows as one GEMM, then as GEMMs of every count in :data:`PROBE_ROWS` and as single rows (8 of them, at block
-    edges), comparing each result bit for bit with the same rows of the 64-row GEMM. Its rows and weight are
-    order-sensitive (:func:`_order_sensitive`): with random normal values another grouping moves a float32 sum by an
-    ulp, which rounding to bfloat16 hides in all but ~1 in 10^4 outputs, so such a probe passed a bfloat16 kernel
-    that changed real tokens. With these values 92 % of that kernel's single-row outputs differ, in bfloat16 and in
-    float32, and 98 % of a sum taken in reverse order.
-
-    Returns:
-        False: single rows already match (measured for SmolLM2's 576-input linears on AMD Zen 4, both dtypes);
-        True: single rows match once padded to two (its 1,536-input down projection there, both dtypes).
-
-    Raises:
-        RowVariantKernelError: the rows differ between GEMMs of two counts of rows, or single rows differ padded too.
-    """
-    key = (linear.in_features, linear.out_features, linear.dtype, linear.bias is not None, torch.get_num_threads())
-    if key not in _PROBED:
-        g = torch.Generator().manual_seed(0)
-        x, weight = _order_sensitive(g, max(PROBE_ROWS), linear.out_features, linear.in_features)
-        probe = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, dtype=linear.dtype)
-        probe.weight.data = weight.to(linear.dtype)
-        if probe.bias is not None:
-            probe.bias.data.zero_()
-        probe, x = PackedLinear(probe), x.to(linear.dtype)
-        full = probe.gemm(x)
-        shape = f"{linear.dtype} {linear.in_features}->{linear.out_features}"
-        for m in PROBE_ROWS[:-1]:
-            if not torch.equal(probe.gemm(x[:m]), full[:m]):
-                raise RowVariantKernelError(f"the packed {shape} GEMM gives other bits for {m} rows than for more")
-        rows = (0, 1, 2, 15, 16, 31, 32, 63)
-        if all(torch.equal(probe.gemm(x[i : i + 1]), full[i : i + 1]) for i in rows):
-            _PROBED[key] = False
-        elif all(torch.equal(probe.gemm(x[i : i + 1].expand(2, -1))[:1], full[i : i + 1]) for i in rows):
-            _PROBED[key] = True
-        else:
-            raise RowVariantKernelError(f"the packed {shape} GEMM gives a single row other bits, padded or not")
-    return _PROBED[key]
-
-
-def set_row_padding(module: nn.Module, on: bool) -> int:
-    """Set :attr:`PackedLinear.pad_single_row` on every packed linear under ``module`` (and on every module that
-    forwards it to one: :class:`~specdec.backends.stacking.StackedSlice`): with ``on``, where the probe of
-    :func:`single_row_padding` says a single row needs it; returns how many pad. The probe runs with the thread count
-    in force now: a target built with one thread count and run with another is probed for the first (the fast-path
-    benchmarks and the CLI set the count before building).
-
-    Raises:
-        RowVariantKernelError: with ``on``, a linear whose kernel is not row-invariant (none is changed then).
-    """
-    packed = [sub for sub in module.modules() if runs_packed(sub)]
-    probed = len(_PROBED)
-    pads = [on and single_row_padding(packed_linear(sub)) for sub in packed]  # probe all before changing any
-    if len(_PROBED) > probed:
-        return_freed_memory()  # a probe's weight can be as large as the model's lm_head: hand its pages back
-    for sub, pad in zip(packed, pads, strict=True):
-        sub.pad_single_row = pad
-    return sum(pads)
 
 
 def packed_linear(module: nn.Module) -> PackedLinear:

@@ -6,7 +6,7 @@ switched off). The candidates per shape are the kernels a target can run exactly
 sgemm for float32, whatever this torch build runs for bfloat16) and ``packed``
 (:class:`~specdec.backends.kernels.PackedLinear`, where oneDNN can pack the dtype here). Both give a row the same
 values up to the grouping of its sums; the row-invariant numerics probe whichever runs
-(:func:`~specdec.backends.kernels.single_row_padding`).
+(:func:`~specdec.backends.row_probe.single_row_padding`).
 
 How a shape is timed (:func:`time_shape`): in a decoding step every weight comes from memory, not from cache, so each
 candidate runs over enough copies of a weight of that shape to exceed :data:`COLD_BYTES`, one call per copy, for
@@ -46,15 +46,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.backends.kernels import (
-    FastPathWarning,
-    PackedLinear,
-    cpu_flags,
-    cpu_info,
-    packing_error,
-    plain_linear,
-    runs_packed,
-)
+from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
+from specdec.backends.kernels import FastPathWarning, PackedLinear, plain_linear, runs_packed
 from specdec.backends.stacking import stackable_groups
 
 __all__ = [

@@ -94,7 +94,7 @@ class StackedSlice(nn.Module):
 
     @property
     def pad_single_row(self) -> bool:
-        """Row padding of the group's packed linear (:func:`~specdec.backends.kernels.set_row_padding`)."""
+        """Row padding of the group's packed linear (:func:`~specdec.backends.row_probe.set_row_padding`)."""
         return self.stack.linear.pad_single_row
 
     @pad_single_row.setter

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
-from specdec.backends.kernels import cpu_name
+from specdec.backends.cpu import cpu_name
 from specdec.bench.baselines import HFGenerate
 from specdec.bench.plan import (
     DEFAULT_TEMPERATURES,

@@ -49,7 +49,8 @@ from specdec.backends.compiled import BUCKETS, bucket, compile_forward
 from specdec.checkpoints import load_draft_vocab, load_eagle_head
 from specdec.eagle.checks import check_draft_vocab, check_head_target
 from specdec.eagle.fusion import fuse_for_inference
-from specdec.eagle.heads import Eagle1Head, Eagle3Head, KVSlots, scatter_vocab
+from specdec.eagle.heads import Eagle1Head, Eagle3Head, scatter_vocab
+from specdec.eagle.layers import KVSlots
 from specdec.interfaces import Drafter, HiddenRequest, TargetHidden, top_children
 from specdec.tree import PartialTree
 

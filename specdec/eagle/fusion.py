@@ -14,7 +14,7 @@ from torch import nn
 
 from specdec.backends.norms import FusedRMSNorm, fuse_norms
 from specdec.backends.stacking import stacked_linear
-from specdec.eagle.heads import EagleAttention, EagleMLP
+from specdec.eagle.layers import EagleAttention, EagleMLP
 
 __all__ = ["FusedRMSNorm", "fuse_for_inference"]
 

@@ -13,7 +13,8 @@ Typical use for your own :class:`~specdec.verify.plan.PlanVerifier`::
 """
 
 from specdec.testing.cases import VerifyCase, prefix_index
-from specdec.testing.e2e import E2EReport, assert_e2e_lossless, e2e_check, exact_sequence_distribution
+from specdec.testing.e2e import assert_e2e_lossless, e2e_check, exact_sequence_distribution
+from specdec.testing.e2e_report import E2EReport
 from specdec.testing.exact import (
     assert_lossless_exact,
     exact_output_distribution,

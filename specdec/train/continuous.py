@@ -287,123 +287,176 @@ def generate_continuous(
     device = model.get_input_embeddings().weight.device
     if device.type != "cpu":
         raise ValueError("generate_continuous runs on the CPU (its row bookkeeping is host-side)")
-    source = iter(jobs)
-    rows = _Rows(batch_size, max_new_tokens)
     size = capacity if capacity is not None else 2 * 256 + max_new_tokens + compact_at
-    batch = _Batch(model, batch_size, size, capture=capture is not None)
-    tokens = torch.full((batch_size,), pad_token_id, dtype=torch.long)  # [B] pending token of each row
-    exhausted = False
-
-    params: dict[float, SamplingParams] = {}
-
-    def draw(logits: torch.Tensor, which: list[int]) -> list[int]:
-        """Each row's next token from its logits ``[n, V]`` (module docstring: sampling contract)."""
-        out = greedy_tokens(logits).tolist()
-        for i, r in enumerate(which):
-            job = rows.jobs[r]
-            assert job is not None
-            if job.temperature > 0:
-                p = params.setdefault(job.temperature, SamplingParams(temperature=job.temperature, top_p=top_p))
-                out[i] = int(sample(warp(logits[i], p), rows.generators[r]))
-        return out
-
-    def keep_features(which: list[int], hidden: Any, at: list[int], spans: list[slice]) -> None:
-        """Append the features of ``hidden``'s row ``at[j]``, positions ``spans[j]``, to cache row ``which[j]``
-        (copies: a view would keep the whole batch's tensor alive)."""
-        assert capture is not None
-        final, fused = select_hidden(hidden, capture)
-        for j, (i, r) in enumerate(zip(at, which, strict=True)):
-            rows.features[r].append(
-                tuple(None if x is None else x[i, spans[j]].to(capture_dtype, copy=True) for x in (final, fused))
-            )
-
-    def finish(r: int, code: int) -> Finished:
-        job, n = rows.jobs[r], int(rows.lengths[r])
-        assert job is not None
-        final = fused = None
-        if capture is not None:
-            parts = rows.features[r]
-            final = torch.cat([f for f, _ in parts]) if capture.final else None
-            fused = torch.cat([f for _, f in parts]) if capture.layers else None
-            rows.features[r], rows.closing[r] = [], None
-        rows.jobs[r] = None
-        batch.valid[r] = False
-        return Finished(job, rows.history[r, :n].tolist(), code, final, fused)
-
-    def accept(which: list[int], drawn: list[int]) -> Iterator[Finished]:
-        """Append each row's new token; yield and free the rows that are done (with capture: mark them closing,
-        their last token is fed at the next step)."""
-        idx = torch.tensor(which, dtype=torch.long)
-        new = torch.tensor(drawn, dtype=torch.long)
-        rows.history[idx, rows.lengths[idx]] = new
-        rows.lengths[idx] += 1
-        tokens[idx] = new
-        looped = ends_in_loop(rows.history[idx], rows.lengths[idx], loop_window) if loop_window else None
-        for i, r in enumerate(which):
-            n = int(rows.lengths[r])
-            code = None
-            if drawn[i] == eos_token_id:
-                code = EOS_END
-            elif looped is not None and bool(looped[i]):
-                code = LOOP
-            elif n >= max_new_tokens:
-                code = BUDGET
-            if code is not None and capture is not None:
-                rows.closing[r] = code
-            elif code is not None:
-                yield finish(r, code)
-
+    run = _Continuous(
+        _Batch(model, batch_size, size, capture=capture is not None),
+        _Rows(batch_size, max_new_tokens),
+        _Ends(eos_token_id, max_new_tokens, loop_window),
+        top_p,
+        capture,
+        capture_dtype,
+        pad_token_id,
+    )
+    source = iter(jobs)
     while True:
-        free = [r for r, job in enumerate(rows.jobs) if job is None]
-        if free and not exhausted:
-            admitted: list[tuple[int, Job]] = []
-            for r in free:
-                job = next(source, None)
-                if job is None:
-                    exhausted = True
-                    break
-                if len(job.ids) + max_new_tokens > batch.capacity:
-                    raise ValueError(
-                        f"prompt {job.key!r} has {len(job.ids)} tokens: with {max_new_tokens} new tokens it does not "
-                        f"fit a generation cache of {batch.capacity} slots"
-                    )
-                admitted.append((r, job))
-            if admitted:
-                which = [r for r, _ in admitted]
-                for r, job in admitted:
-                    rows.jobs[r] = job
-                    rows.generators[r] = torch.Generator().manual_seed(job.seed) if job.temperature > 0 else None
-                    rows.lengths[r] = 0
-                    rows.pos[r] = len(job.ids)
-                logits, hidden = batch.admit(which, [job.ids for _, job in admitted])
-                if hidden is not None:
-                    width = hidden[0].shape[1]
-                    spans = [slice(width - len(job.ids), width) for _, job in admitted]
-                    keep_features(which, hidden, list(range(len(which))), spans)
-                yield from accept(which, draw(logits, which))
-                continue  # rows freed at their first token are refilled before the step
-        live = rows.live()
-        if not live:
+        admitted = run.admit(source)
+        if admitted:
+            yield from run.first_tokens(admitted)
+            continue  # rows freed at their first token are refilled before the step
+        if not run.rows.live():
             return
-        if exhausted and len(live) <= 3 * len(rows.jobs) // 4:  # no more prompts: drop the idle rows
+        yield from run.step(compact_at)
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """When a response ends: EOS (kept), the token budget, or a repetition loop (``loop_window``; 0: off)."""
+
+    eos_token_id: int
+    max_new_tokens: int
+    loop_window: int
+
+
+class _Continuous:
+    """One :func:`generate_continuous` call: its batch, rows and settings, and the phases of its loop (admit free
+    rows and draw their first tokens; step the live rows and draw the next ones; finish rows)."""
+
+    def __init__(
+        self,
+        batch: _Batch,
+        rows: _Rows,
+        ends: _Ends,
+        top_p: float,
+        capture: FeatureSpec | None,
+        capture_dtype: torch.dtype,
+        pad_token_id: int,
+    ) -> None:
+        self.batch, self.rows, self.ends = batch, rows, ends
+        self.top_p, self.capture, self.capture_dtype = top_p, capture, capture_dtype
+        self.tokens = torch.full((len(rows.jobs),), pad_token_id, dtype=torch.long)  # [B] pending token of each row
+        self.exhausted = False
+        self.params: dict[float, SamplingParams] = {}
+
+    def admit(self, source: Iterator[Job]) -> list[tuple[int, Job]]:
+        """Take the next jobs into the free rows (none once the jobs ran out).
+
+        Raises:
+            ValueError: a prompt that does not fit the cache with its budget.
+        """
+        rows, admitted = self.rows, []
+        for r in [r for r, job in enumerate(rows.jobs) if job is None] if not self.exhausted else []:
+            job = next(source, None)
+            if job is None:
+                self.exhausted = True
+                break
+            if len(job.ids) + self.ends.max_new_tokens > self.batch.capacity:
+                raise ValueError(
+                    f"prompt {job.key!r} has {len(job.ids)} tokens: with {self.ends.max_new_tokens} new tokens it "
+                    f"does not fit a generation cache of {self.batch.capacity} slots"
+                )
+            admitted.append((r, job))
+        for r, job in admitted:
+            rows.jobs[r] = job
+            rows.generators[r] = torch.Generator().manual_seed(job.seed) if job.temperature > 0 else None
+            rows.lengths[r] = 0
+            rows.pos[r] = len(job.ids)
+        return admitted
+
+    def first_tokens(self, admitted: list[tuple[int, Job]]) -> Iterator[Finished]:
+        """Prefill the admitted prompts into their rows and draw each row's first token."""
+        which = [r for r, _ in admitted]
+        logits, hidden = self.batch.admit(which, [job.ids for _, job in admitted])
+        if hidden is not None:
+            width = hidden[0].shape[1]
+            spans = [slice(width - len(job.ids), width) for _, job in admitted]
+            self.keep_features(which, hidden, list(range(len(which))), spans)
+        yield from self.accept(which, self.draw(logits, which))
+
+    def step(self, compact_at: int) -> Iterator[Finished]:
+        """One token for every live row (after dropping idle rows and compacting the cache where due)."""
+        rows, batch = self.rows, self.batch
+        live = rows.live()
+        if self.exhausted and len(live) <= 3 * len(rows.jobs) // 4:  # no more prompts: drop the idle rows
             rows.keep(live)
             batch.keep_rows(live)
-            tokens = tokens[torch.tensor(live, dtype=torch.long)]
+            self.tokens = self.tokens[torch.tensor(live, dtype=torch.long)]
             live = list(range(len(live)))
         if batch.dead_slots() >= compact_at:
             batch.compact()
         alive = torch.zeros(len(rows.jobs), dtype=torch.bool)
         alive[live] = True
-        logits, hidden = batch.step(tokens, rows.pos, alive)
+        logits, hidden = batch.step(self.tokens, rows.pos, alive)
         rows.pos[live] += 1
         if hidden is not None:
-            keep_features(live, hidden, live, [slice(0, 1)] * len(live))
+            self.keep_features(live, hidden, live, [slice(0, 1)] * len(live))
         going = []
         for r in live:
             code = rows.closing[r]
             if code is not None:
-                yield finish(r, code)
+                yield self.finish(r, code)
             else:
                 going.append(r)
         if going:
-            yield from accept(going, draw(logits[torch.tensor(going, dtype=torch.long)], going))
+            yield from self.accept(going, self.draw(logits[torch.tensor(going, dtype=torch.long)], going))
+
+    def draw(self, logits: torch.Tensor, which: list[int]) -> list[int]:
+        """Each row's next token from its logits ``[n, V]`` (module docstring: sampling contract)."""
+        out = greedy_tokens(logits).tolist()
+        for i, r in enumerate(which):
+            job = self.rows.jobs[r]
+            assert job is not None
+            if job.temperature > 0:
+                p = self.params.setdefault(
+                    job.temperature, SamplingParams(temperature=job.temperature, top_p=self.top_p)
+                )
+                out[i] = int(sample(warp(logits[i], p), self.rows.generators[r]))
+        return out
+
+    def keep_features(self, which: list[int], hidden: Any, at: list[int], spans: list[slice]) -> None:
+        """Append the features of ``hidden``'s row ``at[j]``, positions ``spans[j]``, to cache row ``which[j]``
+        (copies: a view would keep the whole batch's tensor alive)."""
+        assert self.capture is not None
+        final, fused = select_hidden(hidden, self.capture)
+        for j, (i, r) in enumerate(zip(at, which, strict=True)):
+            self.rows.features[r].append(
+                tuple(None if x is None else x[i, spans[j]].to(self.capture_dtype, copy=True) for x in (final, fused))
+            )
+
+    def finish(self, r: int, code: int) -> Finished:
+        """Free row ``r`` and give its response."""
+        rows = self.rows
+        job, n = rows.jobs[r], int(rows.lengths[r])
+        assert job is not None
+        final = fused = None
+        if self.capture is not None:
+            parts = rows.features[r]
+            final = torch.cat([f for f, _ in parts]) if self.capture.final else None
+            fused = torch.cat([f for _, f in parts]) if self.capture.layers else None
+            rows.features[r], rows.closing[r] = [], None
+        rows.jobs[r] = None
+        self.batch.valid[r] = False
+        return Finished(job, rows.history[r, :n].tolist(), code, final, fused)
+
+    def accept(self, which: list[int], drawn: list[int]) -> Iterator[Finished]:
+        """Append each row's new token; yield and free the rows that are done (with capture: mark them closing,
+        their last token is fed at the next step)."""
+        rows, ends = self.rows, self.ends
+        idx = torch.tensor(which, dtype=torch.long)
+        new = torch.tensor(drawn, dtype=torch.long)
+        rows.history[idx, rows.lengths[idx]] = new
+        rows.lengths[idx] += 1
+        self.tokens[idx] = new
+        looped = ends_in_loop(rows.history[idx], rows.lengths[idx], ends.loop_window) if ends.loop_window else None
+        for i, r in enumerate(which):
+            n = int(rows.lengths[r])
+            code = None
+            if drawn[i] == ends.eos_token_id:
+                code = EOS_END
+            elif looped is not None and bool(looped[i]):
+                code = LOOP
+            elif n >= ends.max_new_tokens:
+                code = BUDGET
+            if code is not None and self.capture is not None:
+                rows.closing[r] = code
+            elif code is not None:
+                yield self.finish(r, code)

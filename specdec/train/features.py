@@ -179,9 +179,39 @@ def extract_features(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    index = _resumed_index(out, target, dataset, spec, dtype)
+    if isinstance(index, FeatureStore):
+        return index
+    done = sum(s["num_sequences"] for s in index["shards"])
+    device = next(target.parameters()).device
+    total_tokens = sum(int(dataset[i].input_ids.numel()) for i in range(len(dataset)))
+    skipped_tokens = sum(s["num_tokens"] for s in index["shards"])
+    bar = tqdm(total=total_tokens, initial=skipped_tokens, unit="tok", desc=desc, disable=not progress)
+    shards = _ShardWriter(out, index, spec, dtype)
+    for start in range(done, len(dataset), batch_size):
+        batch = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+        found = [None if captured is None else captured.get(e.input_ids) for e in batch]
+        shards.captured += sum(got is not None for got in found)
+        _forward_missing(target, batch, found, spec, device)
+        for e, (final, fused) in zip(batch, found, strict=True):  # type: ignore[misc]
+            shards.add(e, final, fused)
+        bar.update(sum(int(e.input_ids.numel()) for e in batch))
+        if shards.tokens >= shard_tokens:
+            shards.flush()
+    shards.flush()
+    bar.close()
+    index["complete"] = True
+    _write_json(out / "index.json", index)
+    return FeatureStore(out)
+
+
+def _resumed_index(
+    out: Path, target: Any, dataset: Sequence[TokenizedExample] | TokenDataset, spec: FeatureSpec, dtype: torch.dtype
+) -> dict[str, Any] | FeatureStore:
+    """The folder's index to continue (a fresh one where the folder holds other data or another format, whose shards
+    are deleted), or a :class:`FeatureStore` where a complete cache already serves ``spec``."""
     fingerprint = _fingerprint(target, dataset, spec, dtype)
     index_path = out / "index.json"
-    index: dict[str, Any] | None = None
     if index_path.is_file():
         index = json.loads(index_path.read_text())
         stored = _stored_spec(index) if _is_current(index) else None
@@ -193,93 +223,86 @@ def extract_features(
             and index["fingerprint"] == _fingerprint(target, dataset, stored, dtype)
         ):
             return FeatureStore(out, spec)  # e.g. an EAGLE-3 cache (final + layers) serves EAGLE-1 (final only)
-        if stored is None or index["fingerprint"] != fingerprint:  # other data or another format: rebuilt
-            for f in out.glob("shard_*.safetensors"):
-                f.unlink()
-            index = None
-        elif index["complete"]:
-            return FeatureStore(out)
-    if index is None:
-        index = {
-            "version": FORMAT_VERSION,
-            "fingerprint": fingerprint,
-            "spec": {"final": spec.final, "layers": list(spec.layers)},
-            "dtype": str(dtype).removeprefix("torch."),
-            "hidden_size": int(target.config.hidden_size),
-            "num_hidden_layers": int(target.config.num_hidden_layers),
-            "vocab_size": int(target.config.vocab_size),
-            "shards": [],
-            "complete": False,
-            "captured_sequences": 0,
-        }
-    done = sum(s["num_sequences"] for s in index["shards"])
-    device = next(target.parameters()).device
-    total_tokens = sum(int(dataset[i].input_ids.numel()) for i in range(len(dataset)))
-    skipped_tokens = sum(s["num_tokens"] for s in index["shards"])
-    bar = tqdm(total=total_tokens, initial=skipped_tokens, unit="tok", desc=desc, disable=not progress)
-    pending: dict[str, list[torch.Tensor]] = {"input_ids": [], "loss_mask": [], "lengths": [], "final": [], "fused": []}
-    pending_tokens = pending_captured = 0
+        if stored is not None and index["fingerprint"] == fingerprint:
+            return FeatureStore(out) if index["complete"] else index
+        for f in out.glob("shard_*.safetensors"):  # other data or another format: rebuilt
+            f.unlink()
+    return {
+        "version": FORMAT_VERSION,
+        "fingerprint": fingerprint,
+        "spec": {"final": spec.final, "layers": list(spec.layers)},
+        "dtype": str(dtype).removeprefix("torch."),
+        "hidden_size": int(target.config.hidden_size),
+        "num_hidden_layers": int(target.config.num_hidden_layers),
+        "vocab_size": int(target.config.vocab_size),
+        "shards": [],
+        "complete": False,
+        "captured_sequences": 0,
+    }
 
-    def flush() -> None:
-        nonlocal pending_tokens, pending_captured
-        if not pending["lengths"]:
+
+def _forward_missing(target: Any, batch: list[TokenizedExample], found: list, spec: FeatureSpec, device) -> None:
+    """Fill ``found[b]`` (``(final [n, H] | None, fused [n, kH] | None)``) for the sequences of ``batch`` it lacks,
+    with one right-padded target forward over them."""
+    lengths = [int(e.input_ids.numel()) for e in batch]
+    missing = [b for b, got in enumerate(found) if got is None]
+    if not missing:
+        return
+    width = max(lengths[b] for b in missing)
+    ids = torch.zeros(len(missing), width, dtype=torch.long)
+    attn = torch.zeros(len(missing), width, dtype=torch.long)
+    for j, b in enumerate(missing):
+        ids[j, : lengths[b]] = batch[b].input_ids
+        attn[j, : lengths[b]] = 1
+    padded = len(missing) > 1 and min(lengths[b] for b in missing) < width
+    final, fused = target_hidden(target, ids.to(device), spec, attn.to(device) if padded else None)
+    for j, b in enumerate(missing):
+        n = lengths[b]
+        found[b] = (None if final is None else final[j, :n], None if fused is None else fused[j, :n])
+
+
+class _ShardWriter:
+    """Sequences pending for the next shard of a feature folder, written (and the index updated) by :meth:`flush`."""
+
+    def __init__(self, out: Path, index: dict[str, Any], spec: FeatureSpec, dtype: torch.dtype) -> None:
+        self.out, self.index, self.spec, self.dtype = out, index, spec, dtype
+        self.pending: dict[str, list[torch.Tensor]] = {k: [] for k in ("input_ids", "loss_mask", "final", "fused")}
+        self.lengths: list[int] = []
+        self.tokens = 0  # tokens pending
+        self.captured = 0  # pending sequences whose features came from captured ones
+
+    def add(self, e: TokenizedExample, final: torch.Tensor | None, fused: torch.Tensor | None) -> None:
+        self.pending["input_ids"].append(e.input_ids.to(torch.int64))
+        self.pending["loss_mask"].append(e.loss_mask.bool())
+        if self.spec.final:
+            self.pending["final"].append(final.to("cpu", self.dtype))
+        if self.spec.layers:
+            self.pending["fused"].append(fused.to("cpu", self.dtype))
+        self.lengths.append(int(e.input_ids.numel()))
+        self.tokens += self.lengths[-1]
+
+    def flush(self) -> None:
+        """Write the pending sequences as the next shard (atomically: a temporary file renamed) and the index."""
+        if not self.lengths:
             return
-        name = f"shard_{len(index['shards']):05d}.safetensors"
+        name = f"shard_{len(self.index['shards']):05d}.safetensors"
         tensors = {
-            "input_ids": torch.cat(pending["input_ids"]),
-            "loss_mask": torch.cat(pending["loss_mask"]).to(torch.uint8),
-            "lengths": torch.tensor(pending["lengths"], dtype=torch.int64),
+            "input_ids": torch.cat(self.pending["input_ids"]),
+            "loss_mask": torch.cat(self.pending["loss_mask"]).to(torch.uint8),
+            "lengths": torch.tensor(self.lengths, dtype=torch.int64),
         }
-        if spec.final:
-            tensors["final"] = torch.cat(pending["final"]).contiguous()
-        if spec.layers:
-            tensors["fused"] = torch.cat(pending["fused"]).contiguous()
-        save_file(tensors, str(out / (name + ".tmp")))
-        (out / (name + ".tmp")).rename(out / name)
-        index["shards"].append({"file": name, "num_sequences": len(pending["lengths"]), "num_tokens": pending_tokens})
-        index["captured_sequences"] += pending_captured
-        _write_json(index_path, index)
-        for v in pending.values():
+        if self.spec.final:
+            tensors["final"] = torch.cat(self.pending["final"]).contiguous()
+        if self.spec.layers:
+            tensors["fused"] = torch.cat(self.pending["fused"]).contiguous()
+        save_file(tensors, str(self.out / (name + ".tmp")))
+        (self.out / (name + ".tmp")).rename(self.out / name)
+        self.index["shards"].append({"file": name, "num_sequences": len(self.lengths), "num_tokens": self.tokens})
+        self.index["captured_sequences"] += self.captured
+        _write_json(self.out / "index.json", self.index)
+        for v in self.pending.values():
             v.clear()
-        pending_tokens = pending_captured = 0
-
-    for start in range(done, len(dataset), batch_size):
-        batch = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
-        lengths = [int(e.input_ids.numel()) for e in batch]
-        found = [None if captured is None else captured.get(e.input_ids) for e in batch]
-        missing = [b for b, got in enumerate(found) if got is None]
-        pending_captured += len(batch) - len(missing)
-        if missing:
-            width = max(lengths[b] for b in missing)
-            ids = torch.zeros(len(missing), width, dtype=torch.long)
-            attn = torch.zeros(len(missing), width, dtype=torch.long)
-            for j, b in enumerate(missing):
-                ids[j, : lengths[b]] = batch[b].input_ids
-                attn[j, : lengths[b]] = 1
-            padded = len(missing) > 1 and min(lengths[b] for b in missing) < width
-            final, fused = target_hidden(target, ids.to(device), spec, attn.to(device) if padded else None)
-            for j, b in enumerate(missing):
-                n = lengths[b]
-                found[b] = (None if final is None else final[j, :n], None if fused is None else fused[j, :n])
-        for b, e in enumerate(batch):
-            n = lengths[b]
-            pending["input_ids"].append(e.input_ids.to(torch.int64))
-            pending["loss_mask"].append(e.loss_mask.bool())
-            pending["lengths"].append(n)
-            final_b, fused_b = found[b]  # type: ignore[misc]
-            if spec.final:
-                pending["final"].append(final_b.to("cpu", dtype))
-            if spec.layers:
-                pending["fused"].append(fused_b.to("cpu", dtype))
-            pending_tokens += n
-        bar.update(sum(lengths))
-        if pending_tokens >= shard_tokens:
-            flush()
-    flush()
-    bar.close()
-    index["complete"] = True
-    _write_json(index_path, index)
-    return FeatureStore(out)
+        self.lengths, self.tokens, self.captured = [], 0, 0
 
 
 _INDEX_KEYS = (
