@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -41,6 +42,11 @@ __all__ = [
 
 class VocabMismatchError(SpecdecError, ValueError):
     """Drafter and target disagree on the vocabulary size."""
+
+
+class UnservableDrafterError(SpecdecError, ValueError):
+    """A drafter cannot serve where it is used: a part of a composite drafter (its vocabulary, hidden states the
+    target lacks, a proposer without ``propose``), or a drafter without proposals under a policy of proposals only."""
 
 
 class IncompatibleVerifierError(SpecdecError, ValueError):
@@ -162,6 +168,29 @@ def top_children(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     return torch.topk(torch.log_softmax(logits, dim=-1), min(k, logits.shape[-1]), dim=-1)
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """One proposed draft: the tokens that followed an earlier occurrence of a suffix of the context.
+
+    Attributes:
+        tokens: ``1..max_draft`` token ids (from a corpus: cut where its sequence ends).
+        match_length: length of the matched suffix (at least the proposer's minimum match).
+    """
+
+    tokens: tuple[int, ...]
+    match_length: int
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A drafter that proposes whole continuations of the context (retrieval), each a deterministic function of the
+    context ``history + [root]`` (a point mass for the verifier): the parts :meth:`Drafter.proposals` gathers."""
+
+    vocab_size: int
+
+    def propose(self, root: int) -> list[Continuation]: ...
+
+
 class Drafter(ABC):
     """Proposes draft distributions q for the children of tree nodes.
 
@@ -171,8 +200,11 @@ class Drafter(ABC):
     * :meth:`expand_topk`: the top-k children of each node (the top-k tree policies; greedy children are k = 1);
     * :meth:`expand_draft`: the distribution sampled children are drawn from (sampled trees);
     * :meth:`reset` / :meth:`prefill` / :meth:`commit`: keep :attr:`history`, the committed token ids, which
-      :meth:`contexts` extends with each node's root path. A drafter with its own state (a KV cache, target
-      features) overrides them.
+      :meth:`contexts` extends with each node's root path, and :attr:`generation`. A drafter with its own state (a
+      KV cache, target features) overrides them.
+    * :meth:`proposals`: whole continuations beside the tree's expansions (none by default; a composite with
+      retrieval has them), read by a policy that grows trees from them
+      (:class:`~specdec.trees.composite.CompositeTreePolicy`).
 
     Lifecycle for one generation::
 
@@ -191,10 +223,20 @@ class Drafter(ABC):
     #: ``[n]`` long (CPU): the token ids in the target's cache (prompt, then each cycle's root and accepted tokens),
     #: kept by the default :meth:`reset` / :meth:`prefill` / :meth:`commit`.
     history: torch.Tensor
+    #: Generations started (the default :meth:`reset` counts them), so a policy that learns from one cycle to the
+    #: next can tell a new generation from the next cycle.
+    generation: int = 0
 
     def reset(self) -> None:
-        """Forget all context (new generation). Default: an empty :attr:`history`."""
+        """Forget all context (new generation). Default: an empty :attr:`history`, :attr:`generation` counted."""
         self.history = torch.zeros(0, dtype=torch.long)
+        self.generation += 1
+
+    def proposals(self, root: int) -> list[Continuation]:
+        """Whole continuations this drafter proposes after the context ``history + [root]``, beside the children
+        :meth:`expand` gives: each a deterministic function of that context (a point mass for the verifier).
+        Default: none."""
+        return []
 
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
         """Take the prompt. Default: :attr:`history` starts with it.

@@ -25,7 +25,7 @@ from specdec import (
     VanillaGenerator,
     VocabMismatchError,
 )
-from specdec.drafters.composite import UnservableDrafterError
+from specdec.interfaces import UnservableDrafterError
 from specdec.models import tiny_llama
 from specdec.verify import MixedMultiRoundVerifier
 from tests.factories import make_drafter
@@ -98,8 +98,19 @@ def test_parts_that_cannot_serve_the_target_are_refused_by_name(model):
         CompositeDrafter.for_target(HFTarget(small, max_len=96), eagle, [RetrievalDrafter(VOCAB)])
     with pytest.raises(UnservableDrafterError, match="no propose"):
         CompositeDrafter(eagle, [make_drafter("ngram", model, 96)])
-    with pytest.raises(UnservableDrafterError, match="CompositeDrafter"):
-        SpeculativeGenerator(target, RetrievalDrafter(VOCAB), CompositeTreePolicy(None)).generate(PROMPT, stop=STOP)
+    with pytest.raises(UnservableDrafterError, match="NGramDrafter proposes none"):
+        SpeculativeGenerator(target, make_drafter("ngram", model, 96), CompositeTreePolicy(None)).generate(
+            PROMPT, stop=STOP
+        )
+
+
+def test_a_retrieval_drafter_alone_fills_a_tree_of_proposals(model):
+    """The composite policy reads proposals through the Drafter interface: a retrieval drafter needs no composite
+    around it, and its greedy output is vanilla's."""
+    target = HFTarget(model, max_len=96)
+    alone = SpeculativeGenerator(target, RetrievalDrafter(VOCAB), CompositeTreePolicy(None)).generate(PROMPT, stop=STOP)
+    assert alone.tokens == VanillaGenerator(target).generate(PROMPT, stop=STOP).tokens
+    assert alone.metrics.tau > 1.0  # the repetitive prompt's continuations were accepted
 
 
 def test_max_total_bounds_the_whole_tree(model):

@@ -14,8 +14,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from specdec.drafters import RetrievalDrafter
-from specdec.drafters.retrieval import Continuation, CorpusError, RetrievalCorpus, SuffixAutomaton, TokenIdError
-from specdec.interfaces import TargetHidden
+from specdec.drafters.retrieval import CorpusError, RetrievalCorpus, SuffixAutomaton, TokenIdError
+from specdec.interfaces import Continuation, TargetHidden
 from specdec.sampling import SamplingParams
 from specdec.tree import PartialTree
 from specdec.trees import StaticTreePolicy

@@ -10,7 +10,21 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["NEAR_TIE", "NEAR_TIE_ULPS", "ResultsFile", "first_difference", "near_tie_threshold", "row_key"]
+from specdec.assets import Prompt
+from specdec.bench.variants import HF_METHODS, Variant, tree_label
+from specdec.calls import GenerationMetrics, StopCondition
+from specdec.sampling import SamplingParams
+
+__all__ = [
+    "NEAR_TIE",
+    "NEAR_TIE_ULPS",
+    "ResultsFile",
+    "first_difference",
+    "near_tie_threshold",
+    "result_row",
+    "row_key",
+    "status_row",
+]
 
 #: Top-2 logit margin under which a greedy divergence is attributed to floating-point rounding (float32 logits).
 NEAR_TIE = 1e-2
@@ -98,3 +112,62 @@ def first_difference(model, prompt: torch.Tensor, reference: list[int], tokens: 
         near_tie=margin < near_tie_threshold(float(top2[0]), raw.dtype),
     )
     return out
+
+
+def result_row(
+    variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
+) -> dict:
+    """The ``results.jsonl`` row of one timed generation (``result``: its :class:`~specdec.calls.GenerationResult`)."""
+    m: GenerationMetrics = result.metrics
+    speculative = variant.method not in HF_METHODS
+    phases = {
+        "prefill": m.time_prefill,
+        "draft": m.time_draft,
+        "target": m.time_target,
+        "verify": m.time_verify,
+        "bookkeeping": m.time_bookkeeping,
+    }
+    return {
+        "status": "ok",
+        "prompt_id": prompt.id,
+        "family": prompt.family,
+        "method": variant.name,
+        "base_method": variant.method,
+        "tree_size": tree_label(variant, sampling),
+        "temperature": float(sampling.temperature),
+        "max_new_tokens": stop.max_new_tokens,
+        "seed": sampling.seed,
+        "top_p": float(sampling.top_p),
+        "top_k": int(sampling.top_k or 0),
+        "prompt_tokens": int(ids.shape[0]),
+        "new_tokens": m.new_tokens,
+        "tokens": list(result.tokens),
+        "finish_reason": result.finish_reason,
+        "time_total": m.time_total,
+        "time_prefill": m.time_prefill,
+        "tokens_per_second": m.tokens_per_second,
+        "tau": m.tau if speculative and m.cycles else None,
+        "cycles": m.cycles if speculative else None,
+        "accept_lengths": m.accept_lengths if speculative else None,
+        "tree_depths": m.tree_depths if speculative else None,
+        "tree_sizes": m.tree_sizes if speculative else None,
+        "acceptance_per_depth": m.acceptance_per_depth() if speculative else None,
+        "time_phases": phases if speculative else None,
+        "time_split": m.time_split() if speculative else None,
+        "greedy_equal": None,
+        "first_diff": None,
+    }
+
+
+def status_row(variant: Variant, temperature: float, max_new_tokens: int, status: str, reason: str) -> dict:
+    """The row of a variant not measured at ``temperature``: ``status`` ``"skipped"`` or ``"error"``, and why."""
+    return {
+        "status": status,
+        "prompt_id": None,
+        "method": variant.name,
+        "base_method": variant.method,
+        "tree_size": tree_label(variant, SamplingParams(temperature=temperature)),
+        "temperature": float(temperature),
+        "max_new_tokens": max_new_tokens,
+        "reason": reason,
+    }

@@ -58,10 +58,11 @@ from specdec.bench.plan import (
     probe_vanilla,
     progress_bar,
 )
-from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, row_key
+from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, result_row, row_key, status_row
 from specdec.bench.resume import ResumeMismatchError, check_resumed_filters, check_resumed_target, check_resumed_trees
-from specdec.bench.variants import HF_METHODS, Variant, all_method_names, max_tree, plan_variants, tree_label
-from specdec.generate import GenerationMetrics, StopCondition
+from specdec.bench.variants import HF_METHODS, Variant, all_method_names, max_tree, plan_variants
+from specdec.errors import SpecdecError
+from specdec.generate import StopCondition
 from specdec.kvcache import CacheFullError
 from specdec.methods import MethodOptions, build_method, method
 from specdec.models import MissingAssetError
@@ -100,64 +101,6 @@ def hardware_info(device: torch.device | str = "cpu") -> dict:
         "python": platform.python_version(),
         "device": name,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-    }
-
-
-# ----------------------------------------------------------------------------------------------- rows
-def result_row(
-    variant: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop: StopCondition, result
-) -> dict:
-    m: GenerationMetrics = result.metrics
-    speculative = variant.method not in HF_METHODS
-    phases = {
-        "prefill": m.time_prefill,
-        "draft": m.time_draft,
-        "target": m.time_target,
-        "verify": m.time_verify,
-        "bookkeeping": m.time_bookkeeping,
-    }
-    return {
-        "status": "ok",
-        "prompt_id": prompt.id,
-        "family": prompt.family,
-        "method": variant.name,
-        "base_method": variant.method,
-        "tree_size": tree_label(variant, sampling),
-        "temperature": float(sampling.temperature),
-        "max_new_tokens": stop.max_new_tokens,
-        "seed": sampling.seed,
-        "top_p": float(sampling.top_p),
-        "top_k": int(sampling.top_k or 0),
-        "prompt_tokens": int(ids.shape[0]),
-        "new_tokens": m.new_tokens,
-        "tokens": list(result.tokens),
-        "finish_reason": result.finish_reason,
-        "time_total": m.time_total,
-        "time_prefill": m.time_prefill,
-        "tokens_per_second": m.tokens_per_second,
-        "tau": m.tau if speculative and m.cycles else None,
-        "cycles": m.cycles if speculative else None,
-        "accept_lengths": m.accept_lengths if speculative else None,
-        "tree_depths": m.tree_depths if speculative else None,
-        "tree_sizes": m.tree_sizes if speculative else None,
-        "acceptance_per_depth": m.acceptance_per_depth() if speculative else None,
-        "time_phases": phases if speculative else None,
-        "time_split": m.time_split() if speculative else None,
-        "greedy_equal": None,
-        "first_diff": None,
-    }
-
-
-def _status_row(variant: Variant, temperature: float, max_new_tokens: int, status: str, reason: str) -> dict:
-    return {
-        "status": status,
-        "prompt_id": None,
-        "method": variant.name,
-        "base_method": variant.method,
-        "tree_size": tree_label(variant, SamplingParams(temperature=temperature)),
-        "temperature": float(temperature),
-        "max_new_tokens": max_new_tokens,
-        "reason": reason,
     }
 
 
@@ -354,6 +297,13 @@ def _cache_size(model, encoded: Sequence[torch.Tensor], max_new_tokens: int, tre
     return min(needed, limit) if max_len is None else max_len
 
 
+#: What a row's build or generation may raise and the bench records as that row's result (skipped or error) while
+#: the other rows go on: the library's own refusals (a missing asset, a head that does not fit, NaN logits, a full
+#: cache), torch's runtime failures (out of memory, a kernel or compile error) and bad values or files. Anything else
+#: (a TypeError, an AttributeError: a bug) stops the run; the rows measured so far stay in results.jsonl.
+MEASURED_FAILURES: tuple[type[BaseException], ...] = (SpecdecError, RuntimeError, ValueError, OSError)
+
+
 @dataclass
 class _Run:
     """One invocation's state between its phases: build the rows of a temperature, then measure them prompt by
@@ -399,10 +349,10 @@ class _Run:
                 continue
             try:
                 built[v.name] = _build(v, self.model, self.tokenizer, self.target, base)
-            except Exception as e:  # missing assets are expected; anything else is reported, not fatal
+            except MEASURED_FAILURES as e:  # a missing asset is expected; the others are reported, not fatal
                 status = "skipped" if isinstance(e, MissingAssetError) else "error"
                 reason = str(e) if status == "skipped" else f"{type(e).__name__}: {e}"
-                self.results.append(_status_row(v, temperature, self.max_new_tokens, status, reason))
+                self.results.append(status_row(v, temperature, self.max_new_tokens, status, reason))
                 self.bar.write(f"{status} {v.name}: {reason}")
                 self.bar.total -= sum(self.owed(p, v, temperature) for p in self.prompts)
                 self.bar.refresh()  # not run: off the total, so it does not pass for fast work in the rate
@@ -446,9 +396,9 @@ class _Run:
         self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
         try:
             result = gen.generate(ids, sampling, stop)
-        except Exception as e:  # a failing method must not lose the others' measurements
+        except MEASURED_FAILURES as e:  # a failing method must not lose the others' measurements
             self.results.append(
-                _status_row(v, sampling.temperature, self.max_new_tokens, "error", f"{type(e).__name__}: {e}")
+                status_row(v, sampling.temperature, self.max_new_tokens, "error", f"{type(e).__name__}: {e}")
             )
             self.bar.write(f"error in {v.name} on {prompt.id}: {type(e).__name__}: {e}")
             self.bar.update(1)

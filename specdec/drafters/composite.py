@@ -13,29 +13,22 @@ context (a point mass for the verifier).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import torch
 
-from specdec.drafters.retrieval import Continuation
-from specdec.errors import SpecdecError
-from specdec.interfaces import Drafter, HiddenRequest, Target, TargetHidden, VocabMismatchError
+from specdec.interfaces import (
+    Continuation,
+    Drafter,
+    HiddenRequest,
+    Proposer,
+    Target,
+    TargetHidden,
+    UnservableDrafterError,
+    VocabMismatchError,
+)
 from specdec.tree import PartialTree
 
-__all__ = ["CompositeDrafter", "Proposer", "UnservableDrafterError"]
-
-
-class UnservableDrafterError(SpecdecError, ValueError):
-    """A part of a composite drafter cannot serve the target (its vocabulary, or hidden states the target lacks)."""
-
-
-@runtime_checkable
-class Proposer(Protocol):
-    """A drafter that proposes whole continuations of the context (see the module docstring)."""
-
-    vocab_size: int
-
-    def propose(self, root: int) -> list[Continuation]: ...
+__all__ = ["CompositeDrafter", "UnservableDrafterError"]
 
 
 class CompositeDrafter(Drafter):
@@ -95,14 +88,14 @@ class CompositeDrafter(Drafter):
                 )
         return cls(tree_drafter, proposers)
 
-    #: Generations started (:meth:`reset` calls), so a policy can tell a new generation from the next cycle.
-    generation: int = 0
-
     def reset(self) -> None:
         super().reset()
-        self.generation += 1
         for part in getattr(self, "parts", []):
             part.reset()
+
+    def proposals(self, root: int) -> list[Continuation]:
+        """Every proposer's continuations after ``history + [root]`` (empty ones dropped), in the proposers' order."""
+        return [c for p in self.proposers for c in p.propose(root) if c.tokens]
 
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
         super().prefill(input_ids, hidden)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,7 @@ from safetensors.torch import save_file
 
 from specdec.drafters.suffix_automaton import ROOT, SuffixAutomaton
 from specdec.errors import SpecdecError
-from specdec.interfaces import Drafter, Target, TargetHidden
+from specdec.interfaces import Continuation, Drafter, Target, TargetHidden
 from specdec.tree import PartialTree
 
 __all__ = ["Continuation", "CorpusError", "RetrievalCorpus", "RetrievalDrafter", "SuffixAutomaton", "TokenIdError"]
@@ -66,19 +65,6 @@ __all__ = ["Continuation", "CorpusError", "RetrievalCorpus", "RetrievalDrafter",
 
 class TokenIdError(SpecdecError, ValueError):
     """A token id outside the drafter's vocabulary."""
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """One proposed draft: the tokens that followed an earlier occurrence of a suffix of the context.
-
-    Attributes:
-        tokens: ``1..max_draft`` token ids (from a corpus: cut where its sequence ends).
-        match_length: length of the matched suffix (at least the drafter's ``min_match``).
-    """
-
-    tokens: tuple[int, ...]
-    match_length: int
 
 
 class CorpusError(SpecdecError, ValueError):
@@ -261,6 +247,11 @@ class RetrievalDrafter(Drafter):
         return ids.tolist()
 
     # -- drafting ------------------------------------------------------------------------------------------
+
+    def proposals(self, root: int) -> list[Continuation]:
+        """:meth:`propose`'s continuations (empty ones dropped): a retrieval drafter alone fills a tree of proposals
+        under :class:`~specdec.trees.composite.CompositeTreePolicy` ``(None)``."""
+        return [c for c in self.propose(root) if c.tokens]
 
     def propose(self, root: int) -> list[Continuation]:
         """Draft continuations for the context ``history + [root]`` (the root is not committed; nothing changes).

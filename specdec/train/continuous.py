@@ -291,7 +291,7 @@ def generate_continuous(
     run = _Continuous(
         _Batch(model, batch_size, size, capture=capture is not None),
         _Rows(batch_size, max_new_tokens),
-        _Ends(eos_token_id, max_new_tokens, loop_window),
+        (eos_token_id, max_new_tokens, loop_window),
         top_p,
         capture,
         capture_dtype,
@@ -308,15 +308,6 @@ def generate_continuous(
         yield from run.step(compact_at)
 
 
-@dataclass(frozen=True)
-class _Ends:
-    """When a response ends: EOS (kept), the token budget, or a repetition loop (``loop_window``; 0: off)."""
-
-    eos_token_id: int
-    max_new_tokens: int
-    loop_window: int
-
-
 class _Continuous:
     """One :func:`generate_continuous` call: its batch, rows and settings, and the phases of its loop (admit free
     rows and draw their first tokens; step the live rows and draw the next ones; finish rows)."""
@@ -325,13 +316,15 @@ class _Continuous:
         self,
         batch: _Batch,
         rows: _Rows,
-        ends: _Ends,
+        ends: tuple[int, int, int],
         top_p: float,
         capture: FeatureSpec | None,
         capture_dtype: torch.dtype,
         pad_token_id: int,
     ) -> None:
-        self.batch, self.rows, self.ends = batch, rows, ends
+        self.batch, self.rows = batch, rows
+        # when a response ends: EOS (kept), the token budget, or a repetition loop of this window (0: off)
+        self.eos_token_id, self.max_new_tokens, self.loop_window = ends
         self.top_p, self.capture, self.capture_dtype = top_p, capture, capture_dtype
         self.tokens = torch.full((len(rows.jobs),), pad_token_id, dtype=torch.long)  # [B] pending token of each row
         self.exhausted = False
@@ -349,9 +342,9 @@ class _Continuous:
             if job is None:
                 self.exhausted = True
                 break
-            if len(job.ids) + self.ends.max_new_tokens > self.batch.capacity:
+            if len(job.ids) + self.max_new_tokens > self.batch.capacity:
                 raise ValueError(
-                    f"prompt {job.key!r} has {len(job.ids)} tokens: with {self.ends.max_new_tokens} new tokens it "
+                    f"prompt {job.key!r} has {len(job.ids)} tokens: with {self.max_new_tokens} new tokens it "
                     f"does not fit a generation cache of {self.batch.capacity} slots"
                 )
             admitted.append((r, job))
@@ -440,21 +433,21 @@ class _Continuous:
     def accept(self, which: list[int], drawn: list[int]) -> Iterator[Finished]:
         """Append each row's new token; yield and free the rows that are done (with capture: mark them closing,
         their last token is fed at the next step)."""
-        rows, ends = self.rows, self.ends
+        rows = self.rows
         idx = torch.tensor(which, dtype=torch.long)
         new = torch.tensor(drawn, dtype=torch.long)
         rows.history[idx, rows.lengths[idx]] = new
         rows.lengths[idx] += 1
         self.tokens[idx] = new
-        looped = ends_in_loop(rows.history[idx], rows.lengths[idx], ends.loop_window) if ends.loop_window else None
+        looped = ends_in_loop(rows.history[idx], rows.lengths[idx], self.loop_window) if self.loop_window else None
         for i, r in enumerate(which):
             n = int(rows.lengths[r])
             code = None
-            if drawn[i] == ends.eos_token_id:
+            if drawn[i] == self.eos_token_id:
                 code = EOS_END
             elif looped is not None and bool(looped[i]):
                 code = LOOP
-            elif n >= ends.max_new_tokens:
+            elif n >= self.max_new_tokens:
                 code = BUDGET
             if code is not None and self.capture is not None:
                 rows.closing[r] = code

@@ -2,9 +2,10 @@
 
 Each cycle, :class:`CompositeTreePolicy`
 
-1. asks every proposer of the :class:`~specdec.drafters.CompositeDrafter` (retrieval) for its continuations of
-   ``history + [root]``;
-2. grows the base policy's tree with the tree drafter (EAGLE's dynamic tree at T = 0, its sampled tree at T > 0);
+1. asks the drafter for its continuations of ``history + [root]`` (:meth:`~specdec.interfaces.Drafter.proposals`:
+   a :class:`~specdec.drafters.CompositeDrafter`'s proposers, retrieval);
+2. grows the base policy's tree with the same drafter (a composite answers ``expand`` with its tree drafter: EAGLE's
+   dynamic tree at T = 0, its sampled tree at T > 0);
 3. adds each continuation's tokens along the tree: a token some node already carries costs nothing (the walk
    follows it), a new node is added while it pays, i.e. while its estimated path probability ``pi`` beats the
    marginal price of one more tree token: ``pi / E > (cost(n + 1) - cost(n)) / cost(n)``, with ``E`` the tokens a
@@ -38,9 +39,7 @@ import numpy as np
 import torch
 
 from specdec.budget import CostCurve
-from specdec.drafters.composite import CompositeDrafter, UnservableDrafterError
-from specdec.drafters.retrieval import Continuation
-from specdec.interfaces import Drafter, TreeKind, TreePolicy
+from specdec.interfaces import Continuation, Drafter, TreeKind, TreePolicy, UnservableDrafterError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
@@ -160,24 +159,28 @@ class CompositeTreePolicy(TreePolicy):
     def grow(
         self, drafter: Drafter, root: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
     ) -> DraftTree:
-        """The base tree with the continuations added where they pay (module docstring)."""
-        if not isinstance(drafter, CompositeDrafter):
-            raise UnservableDrafterError(f"CompositeTreePolicy grows trees for a CompositeDrafter, not {drafter!r}")
+        """The base tree with the continuations added where they pay (module docstring). ``drafter`` gives both:
+        :meth:`~specdec.interfaces.Drafter.proposals` and the base tree's expansions (a drafter with no proposals
+        gets the base tree alone)."""
+        if self.base is None and type(drafter).proposals is Drafter.proposals:
+            raise UnservableDrafterError(
+                f"CompositeTreePolicy(None) grows trees of proposals only, and {type(drafter).__name__} proposes none "
+                "(Drafter.proposals): give it a drafter that proposes continuations (RetrievalDrafter, or a "
+                "CompositeDrafter with proposers), or a base policy"
+            )
         history = drafter.history
         self._learn(drafter.generation, history, int(root))
-        proposals = sorted(
-            (c for p in drafter.proposers for c in p.propose(int(root)) if c.tokens),
-            key=lambda c: -c.match_length,
-        )[: self.branches]
+        proposals = sorted((c for c in drafter.proposals(int(root)) if c.tokens), key=lambda c: -c.match_length)
+        proposals = proposals[: self.branches]
         base = None if self.base is None else self.base.for_sampling(sampling)
         sampled = base is not None and base.kind(sampling).sampled
         if base is None:
             tree = DraftTree.single(root)
         elif sampled and proposals:  # the draws skip the point masses' first tokens (TreePolicy.grow's contract)
             avoid = torch.tensor(sorted({c.tokens[0] for c in proposals}), dtype=torch.long, device=root.device)
-            tree = base.grow(drafter.tree_drafter, root, sampling, generator, avoid=avoid)
+            tree = base.grow(drafter, root, sampling, generator, avoid=avoid)
         else:
-            tree = base.grow(drafter.tree_drafter, root, sampling, generator)
+            tree = base.grow(drafter, root, sampling, generator)
         tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
         self._last = _Last(drafter.generation, history.shape[0], proposals, base, list(tokens), list(parents))
         return self._merged(tree, tokens, parents, proposals, point_masses=sampled)
