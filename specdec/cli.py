@@ -167,15 +167,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     head = check_head(args, methods, "--methods")
-    backend = target_backend(args)
+    config = _bench_config(args, options, **target_backend(args))
     model, tokenizer = load_target_model(args)
     check_head_fits(args, head, model)
     check_max_len(args, model)
-    command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
-        run_bench(
-            args.methods,
-            args.dataset,
+        run_bench(config, model=model, tokenizer=tokenizer, progress=not args.no_progress)
+    except ResumeMismatchError as e:
+        raise UsageError(str(e)) from None
+    report = write_report(args.out)
+    print(report.read_text())
+    print(f"wrote {report} and plots in {args.out}/", file=sys.stderr)
+    return 0
+
+
+def _bench_config(args: argparse.Namespace, options: Any, **backend: Any) -> Any:
+    """The :class:`~specdec.bench.config.BenchConfig` of ``specdec bench``'s flags (a refusal names the flag)."""
+    from pydantic import ValidationError
+
+    from specdec.bench import BenchConfig
+
+    try:
+        return BenchConfig(
+            methods=args.methods,
+            dataset=args.dataset,
             temperatures=args.temperatures,
             **sampling_filters(args),
             max_new_tokens=args.max_new_tokens,
@@ -187,21 +202,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
             tree_sizes=args.tree_sizes or (),
             sweep_method=args.sweep_method,
             seed=args.seed,
-            command=command,
-            progress=not args.no_progress,
+            command="specdec " + " ".join(shlex.quote(a) for a in args.argv),
             options=options,
-            model=model,
-            tokenizer=tokenizer,
             **backend,
             deferred_rows=args.deferred_rows,
             dynamic_rows=args.dynamic_rows,
         )
-    except ResumeMismatchError as e:
-        raise UsageError(str(e)) from None
-    report = write_report(args.out)
-    print(report.read_text())
-    print(f"wrote {report} and plots in {args.out}/", file=sys.stderr)
-    return 0
+    except ValidationError as e:  # a backstop: the parser's types refuse these first
+        error = e.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "the options"
+        flag = {"out_dir": "--out", "resume": "--fresh"}.get(field, "--" + field.replace("_", "-"))
+        raise UsageError(f"{flag}: {str(error['msg']).removeprefix('Value error, ')}; change it") from None
 
 
 # ----------------------------------------------------------------------------------------------- data

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.assets import Prompt
-from specdec.bench import aggregate, load_rows, run_bench, write_report
+from specdec.bench import BenchConfig, aggregate, load_rows, run_bench, write_report
 from specdec.bench.report import markdown, pooled_acceptance, sweep_table
 from specdec.bench.runner import NEAR_TIE, ResumeMismatchError, first_difference, plan_variants, row_key
 from specdec.methods import MethodOptions
@@ -49,8 +49,8 @@ def bench(tiny, out, methods=("ngram", "hf-generate"), **kw):
     kw.setdefault("temperatures", [0.0])
     kw.setdefault("max_new_tokens", 12)
     kw.setdefault("options", MethodOptions(small_lm_layers=1, topk=3, depth=3, max_total_tokens=16))
-    methods = None if methods is None else list(methods)  # None: the default run
-    return run_bench(methods, PROMPTS, out_dir=out, progress=False, model=tiny, tokenizer=FakeTokenizer(), **kw)
+    config = BenchConfig(methods=methods, dataset=tuple(PROMPTS), out_dir=out, **kw)  # methods None: the default run
+    return run_bench(config, model=tiny, tokenizer=FakeTokenizer(), progress=False)
 
 
 # ----------------------------------------------------------------------------------------------- planning
@@ -373,3 +373,18 @@ def test_row_labels_say_the_level_gate():
     assert tree_label(gated, SamplingParams(temperature=0.0)) == "adaptive"
     plain = Variant("eagle3", "eagle3", "adaptive", MethodOptions())
     assert tree_label(plain, SamplingParams(temperature=1.0)) == "sampled r3d at 0.7T"
+
+
+def test_a_bench_config_is_validated_when_made():
+    """One validated config object (issue 48): a misspelt field, an unknown method, a value out of range are refused
+    when the config is made, before any model loads; a temperature given twice runs once."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown methods \\['eagle4'\\]"):
+        BenchConfig(methods=("eagle4",))
+    with pytest.raises(ValidationError, match="extra"):
+        BenchConfig(max_new_token=12)  # misspelt
+    for bad in ({"temperatures": (-1.0,)}, {"max_new_tokens": 0}, {"top_p": 0.0}, {"tree_sizes": (1,)}):
+        with pytest.raises(ValidationError):
+            BenchConfig(**bad)
+    assert BenchConfig(temperatures=(0.0, 1.0, 0.0)).temperatures == (0.0, 1.0)

@@ -174,11 +174,11 @@ def test_generate_top_k_and_top_p_reach_the_sampler(tiny_llama_dir, tmp_path, mo
 
 
 def test_bench_passes_sampling_filters_and_max_len(tiny_llama_dir, tmp_path, monkeypatch, capsys):
-    """``--top-p``, ``--top-k`` and ``--max-len`` reach ``run_bench`` (their defaults where not given)."""
+    """``--top-p``, ``--top-k`` and ``--max-len`` reach ``run_bench``'s config (their defaults where not given)."""
     import specdec.bench
 
     calls = []
-    monkeypatch.setattr(specdec.bench, "run_bench", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(specdec.bench, "run_bench", lambda config, **kwargs: calls.append(config))
     report = tmp_path / "results.md"
     report.write_text("report")
     monkeypatch.setattr(specdec.bench, "write_report", lambda out: report)
@@ -186,8 +186,8 @@ def test_bench_passes_sampling_filters_and_max_len(tiny_llama_dir, tmp_path, mon
     assert main([*argv, "--temperatures", "1", "--top-p", "0.5", "--top-k", "7", "--max-len", "300"]) == 0
     assert main(argv) == 0
     given, defaults = calls
-    assert (given["top_p"], given["top_k"], given["max_len"]) == (0.5, 7, 300)
-    assert (defaults["top_p"], defaults["top_k"], defaults["max_len"]) == (1.0, 0, None)
+    assert (given.top_p, given.top_k, given.max_len) == (0.5, 7, 300)
+    assert (defaults.top_p, defaults.top_k, defaults.max_len) == (1.0, 0, None)
     capsys.readouterr()
     assert main([*argv, "--max-len", "100000"]) == 2  # beyond the tiny model's 512 positions
     assert "--max-len 100000 exceeds the model's context of 512 positions" in one_line_error(capsys)

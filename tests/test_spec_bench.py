@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from specdec.assets import SPEC_BENCH_FAMILIES, SPEC_BENCH_FILE, Prompt, load_prompts, select_prompts
-from specdec.bench import run_bench, write_report
+from specdec.bench import BenchConfig, run_bench, write_report
 from specdec.bench.report import OVERALL, _hardware_label, family_summaries, markdown
 from specdec.methods import MethodOptions
 from specdec.models import tiny_llama
@@ -114,8 +114,11 @@ def test_bench_spec_bench_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     model = tiny_llama(vocab_size=VOCAB, hidden_size=16, num_layers=1, seed=1, max_position_embeddings=4096)
     options = MethodOptions(topk=2, depth=2, max_total_tokens=8)
-    run_bench(["ngram", "hf-generate"], "spec-bench", max_new_tokens=4, limit=1, out_dir=tmp_path, progress=False,
-              model=model, tokenizer=FakeTokenizer(), options=options)  # fmt: skip
+    config = BenchConfig(
+        methods=("ngram", "hf-generate"), dataset="spec-bench", max_new_tokens=4, limit=1, out_dir=tmp_path,
+        options=options,
+    )  # fmt: skip
+    run_bench(config, model=model, tokenizer=FakeTokenizer(), progress=False)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 18 and all(r["status"] == "ok" for r in rows)
     assert [r["family"] for r in rows if r["method"] == "vanilla"] == FAMILIES

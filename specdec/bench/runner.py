@@ -47,8 +47,8 @@ import torch
 from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
 from specdec.backends.cpu import cpu_name
 from specdec.bench.baselines import HFGenerate
+from specdec.bench.config import BenchConfig
 from specdec.bench.plan import (
-    DEFAULT_TEMPERATURES,
     WARMUP_TOKENS,
     Generation,
     default_methods,
@@ -64,7 +64,7 @@ from specdec.bench.variants import HF_METHODS, Variant, all_method_names, max_tr
 from specdec.errors import SpecdecError
 from specdec.generate import StopCondition
 from specdec.kvcache import CacheFullError
-from specdec.methods import MethodOptions, build_method, method
+from specdec.methods import build_method, method
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -134,100 +134,55 @@ def _announce(
 
 
 # ----------------------------------------------------------------------------------------------- the run
-def run_bench(
-    methods: Sequence[str] | None,
-    dataset: str | Sequence[Prompt],
-    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
-    max_new_tokens: int = 128,
-    limit: int | None = None,
-    out_dir: str | Path = "bench",
-    resume: bool = True,
-    threads: int | None = None,
-    tree_sizes: Sequence[int] = (),
-    sweep_method: str | None = None,
-    seed: int = 0,
-    command: str | None = None,
-    progress: bool = True,
-    options: MethodOptions | None = None,
-    model=None,
-    tokenizer=None,
-    weights: str = "auto",
-    static_shapes: bool | str = "auto",
-    invariant: bool | str = "auto",
-    deferred_rows: bool = False,
-    dynamic_rows: bool = False,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    max_len: int | None = None,
-) -> Path:
-    """Measure ``methods`` (vanilla always included) on ``dataset`` at each temperature; returns the results file.
+def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = True) -> Path:
+    """Measure ``config.methods`` (vanilla always included) on ``config.dataset`` at each temperature, in phases:
+    plan the rows, build the target, then per temperature build and warm each row's generator and measure it prompt
+    by prompt (the rows rotated); returns the results file (:func:`~specdec.bench.output.write_report` reports it).
 
     Args:
-        methods: named methods (:func:`specdec.methods.method_names`) and/or ``hf-generate``,
-            ``hf-prompt-lookup``; None: :func:`~specdec.bench.plan.default_methods` (the best method, vanilla and
-            HF ``generate``).
-        dataset: ``mtbench``, ``humaneval``, ``spec-bench``, a jsonl path, or a list of
-            :class:`~specdec.assets.Prompt`.
-        temperatures: 0 is greedy (with the token-for-token check against vanilla); default T = 0 only.
-        max_new_tokens: generation budget per prompt (EOS stops earlier).
-        limit: first ``limit`` prompts only; where the prompts carry families (Spec-Bench), the first ``limit`` of
-            each family, interleaved across families (:func:`specdec.assets.select_prompts`).
-        out_dir: folder of ``results.jsonl`` and ``runs.jsonl`` (one line per invocation: command, hardware).
-        resume: skip measurements already in ``results.jsonl`` (else the file is started afresh).
-        threads: ``torch.set_num_threads`` for the run (default: leave as is).
-        tree_sizes: fixed tree sizes of the sweep (rows ``METHOD@m``) next to the adaptive default.
-        sweep_method: the dynamic-tree method to sweep (default: the first one in ``methods``).
-        seed: prompt ``i`` samples with seed ``seed + i`` (every method alike).
-        command: the command line to record (default: none).
-        progress: show a tqdm bar (its remaining time from this run's rate; resumed rows count as done).
-        options: tree and drafter settings of the named methods (default :class:`MethodOptions`).
+        config: what to measure (:class:`~specdec.bench.config.BenchConfig`, validated when made).
         model, tokenizer: the target (default: SmolLM2-135M-Instruct).
-        weights, static_shapes, invariant: the backend choices of our target (:mod:`specdec.backends`). Our target
-            runs a transformed copy; the HF baselines run ``model`` as passed (stock), as a user of ``generate`` would:
-            the fast path is ours to be measured against it.
-        deferred_rows: also run each adaptive method with the deferred tree budget (rows ``M+deferred``).
-        dynamic_rows: also run each method that samples its tree at T > 0 with its dynamic tree (rows
-            ``M+dynamic``, at T > 0 only).
-        top_p, top_k: the sampling filters of every method at T > 0 (HF ``generate`` gets the same ones); recorded
-            in each row, and a folder measured with other filters is refused rather than pooled.
-        max_len: the target's cache (default: the longest prompt + ``max_new_tokens`` + the largest tree).
+        progress: show a tqdm bar (its remaining time from this run's rate; resumed rows count as done).
 
     Raises:
-        CacheFullError: ``max_len`` cannot hold the longest prompt, ``max_new_tokens`` and the largest tree.
-        ResumeMismatchError: ``out_dir`` holds rows measured with another tree or other sampling filters.
+        CacheFullError: ``config.max_len`` cannot hold the longest prompt, ``max_new_tokens`` and the largest tree.
+        ResumeMismatchError: ``config.out_dir`` holds rows measured with another tree or other sampling filters.
     """
-    if methods is None:
-        methods = default_methods()
-    temperatures = list(dict.fromkeys(float(t) for t in temperatures))  # a temperature given twice runs once
-    variants = plan_variants(methods, tree_sizes, sweep_method, options, deferred_rows, dynamic_rows)
-    prompts = select_prompts(load_prompts(dataset) if isinstance(dataset, str) else list(dataset), limit)
+    c = config
+    methods = c.methods if c.methods is not None else default_methods()
+    temperatures = list(c.temperatures)
+    max_new_tokens, top_p, top_k = c.max_new_tokens, c.top_p, c.top_k
+    variants = plan_variants(methods, c.tree_sizes, c.sweep_method, c.options, c.deferred_rows, c.dynamic_rows)
+    prompts = select_prompts(load_prompts(c.dataset) if isinstance(c.dataset, str) else list(c.dataset), c.limit)
     if not prompts:
         raise ValueError("no prompts to run")
-    if threads:
-        torch.set_num_threads(threads)
+    if c.threads:
+        torch.set_num_threads(c.threads)
     if model is None:
         from specdec.models import load_smollm2
 
         model, tokenizer = load_smollm2()
-    out = Path(out_dir)
+    out = c.out_dir
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
-    if not resume and results.path.exists():
+    if not c.resume and results.path.exists():
         results.path.unlink()
     check_resumed_trees(results.rows(), variants, out)
     check_resumed_filters(results.rows(), temperatures, top_p, top_k, out)
     device = model.get_output_embeddings().weight.device
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
-    max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), max_len)
+    max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), c.max_len)
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
-    target = HFTarget(model, max_len=max_len, weights=weights, static_shapes=static_shapes, invariant=invariant)
+    target = HFTarget(model, max_len=max_len, weights=c.weights, static_shapes=c.static_shapes, invariant=c.invariant)
     dtype = str(target.dtype).removeprefix("torch.")
     check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
-    run_info = dict(command=command, dataset=dataset if isinstance(dataset, str) else "custom", limit=limit)
+    run_info = dict(command=c.command, dataset=c.dataset_name, limit=c.limit)
     _record_run(
-        out, target, dtype, variants, temperatures, len(prompts), max_new_tokens, tree_sizes, top_p, top_k, run_info
+        out, target, dtype, variants, temperatures, len(prompts), max_new_tokens, c.tree_sizes, top_p, top_k, run_info
     )
-    run = _Run(model, tokenizer, target, prompts, encoded, results, results.done(), max_new_tokens, seed, top_p, top_k)
+    run = _Run(
+        model, tokenizer, target, prompts, encoded, results, results.done(), max_new_tokens, c.seed, top_p, top_k
+    )
     rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
     todo = [
         Generation(v.name, v.method, t, int(ids.shape[0]))
