@@ -348,6 +348,7 @@ class SpeculativeGenerator(_Loop):
         g = make_generator(sampling, target.device, generator)
         t0 = time.perf_counter()
         drafter.reset()
+        drafter.generation += 1  # the loop counts the generations it starts (Drafter.generation)
         step, root = _first_token(target, input_ids, sampling, g)
         drafter.prefill(input_ids, step.hidden)
         mine = claim(target)

@@ -223,14 +223,14 @@ class Drafter(ABC):
     #: ``[n]`` long (CPU): the token ids in the target's cache (prompt, then each cycle's root and accepted tokens),
     #: kept by the default :meth:`reset` / :meth:`prefill` / :meth:`commit`.
     history: torch.Tensor
-    #: Generations started (the default :meth:`reset` counts them), so a policy that learns from one cycle to the
-    #: next can tell a new generation from the next cycle.
+    #: Generations started on this drafter, counted by the decoding loop when it resets the drafter for one (so a
+    #: drafter's own :meth:`reset` need not count them): a policy that learns from one cycle to the next tells a new
+    #: generation from the next cycle by it.
     generation: int = 0
 
     def reset(self) -> None:
-        """Forget all context (new generation). Default: an empty :attr:`history`, :attr:`generation` counted."""
+        """Forget all context (new generation). Default: an empty :attr:`history`."""
         self.history = torch.zeros(0, dtype=torch.long)
-        self.generation += 1
 
     def proposals(self, root: int) -> list[Continuation]:
         """Whole continuations this drafter proposes after the context ``history + [root]``, beside the children

@@ -136,3 +136,18 @@ def _recording(grow, sizes):
         return tree
 
     return recorded
+
+
+def test_the_loop_counts_generations_and_a_drafter_without_history_is_refused(model):
+    """Drafter.generation is counted by the decoding loop (a drafter's own reset need not call the base's), and
+    CompositeTreePolicy refuses by name a drafter that keeps no history (an EAGLE drafter outside a composite)."""
+    target = HFTarget(model, max_len=96)
+    policy = CompositeTreePolicy(DynamicTreePolicy(topk=2, depth=2, total_tokens=6))
+    with pytest.raises(UnservableDrafterError, match="Eagle3Drafter keeps none"):
+        SpeculativeGenerator(target, make_drafter("eagle3", model, 96), policy).generate(PROMPT, stop=STOP)
+    eagle = make_drafter("eagle3", model, 96)  # its reset does not call Drafter.reset
+    composite = CompositeDrafter(eagle, [RetrievalDrafter(VOCAB)])
+    gen = SpeculativeGenerator(target, composite, policy)
+    for n in (1, 2):
+        gen.generate(PROMPT, stop=STOP)
+        assert composite.generation == n

@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from specdec.backends import FastPathWarning, cpu, execution_label, kernels, measured
+from specdec.backends import FastPathWarning, choice, cpu, execution_label, kernels, measured
 from specdec.drafters import NGramDrafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
@@ -176,7 +176,7 @@ def test_a_failed_or_tied_measurement_leaves_the_shape_to_the_rule(measuring, mo
         return {k: {n: [1e-3 if k == "stock" else 1.02e-3] * repeats for n in rows} for k in mods}  # a tie
 
     monkeypatch.setattr(measured, "time_shape", broken)
-    monkeypatch.setattr(cpu, "cpu_gemm_profile", lambda: "onednn")
+    monkeypatch.setattr(choice, "cpu_gemm_profile", lambda: "onednn")  # the rule's profile, where choice reads it
     target, said = caught(lambda: HFTarget(model_fp32(), max_len=32))
     assert target.execution.weights == "packed"  # every shape went to the rule, which packs on this profile
     assert sorted(s.split(" linear failed")[0].split()[-1] for s in said) == ["32x64", "32x96", "64x32"], said

@@ -127,6 +127,8 @@ def test_a_failing_pipeline_claims_no_caught_bug() -> None:
     assert report.power.controls == [] and report.power.not_planted == "this pipeline fails the check itself"
     assert "caught" not in report.summary() and "no bug planted: this pipeline fails" in report.summary()
     assert report.checks[1].startswith("the pipeline's exact law")
+    off = e2e_check(_pipeline(model, ResidualNotRenormalisedVerifier()), model, PROMPT, HOT, N, controls=None)
+    assert off.verdict == "FAIL" and off.power.controls == []  # None switches the planted bugs off, as False does
 
 
 @pytest.fixture

@@ -69,11 +69,11 @@ class PackedLinear(nn.Module):
     accumulates in float32 and rounds its output to bfloat16, as the stock bfloat16 GEMM does). Inference only: the
     packed weight is not a parameter and gets no gradient.
 
-    Row invariance (``pad_single_row``, :func:`set_row_padding`): for some shapes oneDNN runs one row through a GEMV
-    kernel whose float32 sums are grouped differently from its GEMM kernel for 2 or more rows, so a row's output can
-    differ in the last bit between a 1-token step and a tree forward (in bfloat16 that is a whole bfloat16 ulp,
-    often enough to change a greedy token). Padded to two rows, a single row runs the GEMM kernel too. Which shapes
-    need it is probed on the running CPU (:func:`~specdec.backends.row_probe.single_row_padding`).
+    Row invariance (``pad_single_row``, :func:`~specdec.backends.row_probe.set_row_padding`): for some shapes oneDNN
+    runs one row through a GEMV kernel whose float32 sums are grouped differently from its GEMM kernel for 2 or more
+    rows, so a row's output can differ in the last bit between a 1-token step and a tree forward (in bfloat16 that is a
+    whole bfloat16 ulp, often enough to change a greedy token). Padded to two rows, a single row runs the GEMM kernel
+    too. Which shapes need it is probed on the running CPU (:func:`~specdec.backends.row_probe.single_row_padding`).
 
     Args:
         linear: the ``nn.Linear`` to replace.

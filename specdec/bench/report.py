@@ -13,7 +13,8 @@ Per row label and temperature, over the prompts it ran on:
 * the spread over prompts: each prompt's own ratio to the baseline (median, min–max), the baseline being vanilla,
   and for vanilla itself HF ``generate`` where it ran. A generation whose ratio is more than :data:`OUTLIER_FACTOR`
   times away from its row's median is flagged in the report (a stall in one of the two runs: one such prompt once
-  made HF ``generate`` read 2.39× our vanilla on the pooled ratio).
+  made HF ``generate`` read 2.39× our vanilla on the pooled ratio). It takes 3 prompts or more (with two, the median
+  is their mean, within 2× of both); a stall of a baseline's run is flagged in every row measured against it.
 
 Where rows carry a task ``family`` (Spec-Bench), a per-family table in the leaderboard's layout follows: per row label
 and temperature, one column per family and ``overall``, each cell the same ``x vanilla`` ratio (and ``x hf-generate``)

@@ -118,7 +118,10 @@ class CompositeDrafter(Drafter):
 
     def _tree_part(self) -> Drafter:
         if self.tree_drafter is None:
-            raise UnservableDrafterError("this composite has no tree drafter: grow it with CompositeTreePolicy")
+            raise UnservableDrafterError(
+                "this composite has no tree drafter to expand a tree with: grow it with CompositeTreePolicy(None) "
+                "(a tree of proposals only), or give the composite a tree drafter"
+            )
         return self.tree_drafter
 
     def __repr__(self) -> str:

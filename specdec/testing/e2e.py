@@ -294,15 +294,7 @@ def e2e_check(
         frozen = SpeculativeGenerator(decoder.target, decoder.drafter, policy_copy(decoder), decoder.verifier)
     _, report = run(decoder)
     if judged:
-        names = (
-            None
-            if controls is True
-            else []
-            if controls is False
-            else [controls]
-            if isinstance(controls, str)
-            else list(controls)
-        )
+        names = _control_names(controls)
 
         def sampled_check(dec: SpeculativeGenerator) -> tuple[float, Coverage]:
             p_value, r = run(dec)
@@ -341,11 +333,22 @@ def assert_e2e_lossless(
     """:func:`e2e_check`, raising ``AssertionError`` (with :meth:`E2EReport.summary`) unless its verdict is
     ``"pass"``: the samples fit, the exact law where it was computed, and every applicable planted bug would have
     been caught. ``require_power=False`` accepts a fit without measured power (``NO POWER``, or ``controls=False``
-    with a suite's own negative controls); the returned report's :attr:`~E2EReport.verdict` still says which."""
+    with a suite's own negative controls); the returned report's :attr:`~E2EReport.verdict` still says which. A
+    decoder the kit cannot plant bugs in (one that is not a ``SpeculativeGenerator``, e.g. ``VanillaGenerator``) has
+    no measured power, so it passes only with ``require_power=False``."""
     report = e2e_check(decoder, model, prompt, sampling, n_samples, n_tokens, seed, alpha, n_tests, exact, controls)
     if not report.passed or (require_power and report.verdict != "pass"):
         raise AssertionError(f"{_describe(decoder)} with {sampling}: {report.summary()}")
     return report
+
+
+def _control_names(controls: bool | str | Sequence[str] | None) -> list[str] | None:
+    """``e2e_check``'s ``controls`` as names (None: every applicable control; ``False`` or None: none)."""
+    if controls is True:
+        return None
+    if controls is False or controls is None:
+        return []
+    return [controls] if isinstance(controls, str) else list(controls)
 
 
 def _describe(decoder: Decoder) -> str:

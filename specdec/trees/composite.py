@@ -160,15 +160,25 @@ class CompositeTreePolicy(TreePolicy):
         self, drafter: Drafter, root: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
     ) -> DraftTree:
         """The base tree with the continuations added where they pay (module docstring). ``drafter`` gives both:
-        :meth:`~specdec.interfaces.Drafter.proposals` and the base tree's expansions (a drafter with no proposals
-        gets the base tree alone)."""
+        :meth:`~specdec.interfaces.Drafter.proposals` and the base tree's expansions, and must keep
+        :attr:`~specdec.interfaces.Drafter.history` (the policy learns its rates from what the target emitted).
+
+        Raises:
+            UnservableDrafterError: a drafter that keeps no history, or proposes nothing under a policy of
+                proposals only.
+        """
         if self.base is None and type(drafter).proposals is Drafter.proposals:
             raise UnservableDrafterError(
                 f"CompositeTreePolicy(None) grows trees of proposals only, and {type(drafter).__name__} proposes none "
                 "(Drafter.proposals): give it a drafter that proposes continuations (RetrievalDrafter, or a "
                 "CompositeDrafter with proposers), or a base policy"
             )
-        history = drafter.history
+        history = getattr(drafter, "history", None)
+        if history is None:
+            raise UnservableDrafterError(
+                f"CompositeTreePolicy learns from the committed tokens (Drafter.history) and {type(drafter).__name__} "
+                "keeps none: wrap it in a CompositeDrafter (which keeps them for its parts)"
+            )
         self._learn(drafter.generation, history, int(root))
         proposals = sorted((c for c in drafter.proposals(int(root)) if c.tokens), key=lambda c: -c.match_length)
         proposals = proposals[: self.branches]

@@ -30,8 +30,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
+from specdec.backends.cpu import cpu_name
 from specdec.backends.gqa import set_attention
-from specdec.backends.kernels import cpu_name
 from specdec.kvcache import PositionCache
 from specdec.models import load_smollm2
 from specdec.target import HFTarget

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from specdec.backends import kernels
+from specdec.backends import cpu, kernels, row_probe
 from specdec.models import load_smollm2
 from specdec.target import HFTarget
 
@@ -38,7 +38,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, _ = load_smollm2(dtype=torch.bfloat16)
-    print(f"cpu={kernels.cpu_name()} threads={args.threads} torch={torch.__version__} dtype=bfloat16")
+    print(f"cpu={cpu.cpu_name()} threads={args.threads} torch={torch.__version__} dtype=bfloat16")
     for context in args.contexts:
         sides = {
             "all-padded": HFTarget(model, max_len=context + 8),
@@ -49,7 +49,7 @@ def main() -> int:
             if kernels.runs_packed(module):
                 module.pad_single_row = True
         if context == args.contexts[0]:
-            print("probe (in, out, dtype, bias, threads) -> pads single rows:", kernels._PROBED)
+            print("probe (in, out, dtype, bias, threads) -> pads single rows:", row_probe._PROBED)
             print("probed:", sides["probed"].execution.describe())
         prompt = torch.randint(0, 49152, (context,), generator=torch.Generator().manual_seed(1))
         times = {k: [] for k in sides}

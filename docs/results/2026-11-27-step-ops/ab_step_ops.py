@@ -27,7 +27,8 @@ import torch
 
 from specdec import kvcache
 from specdec.backends import kernels
-from specdec.backends.kernels import cpu_name, pack_linears
+from specdec.backends.cpu import cpu_name
+from specdec.backends.kernels import pack_linears
 from specdec.backends.norms import unfuse_norms
 from specdec.backends.stacking import unstack_projections
 from specdec.models import load_smollm2
