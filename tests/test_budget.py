@@ -63,7 +63,10 @@ def test_curve_rejects_bad_input(sizes, seconds):
         CostCurve(sizes, seconds)
 
 
-def test_measure_and_cache(tiny):
+def test_measure_and_cache(tiny, monkeypatch):
+    import specdec.budget as budget
+
+    monkeypatch.setattr(budget, "_dip", lambda seconds: None)  # a noisy probe's handling has its own test below
     target = HFTarget(tiny, max_len=128)
     curve = measure_forward_cost(target, sizes=(1, 2, 4, 8), repeats=2, context=16)
     assert curve.sizes == (1, 2, 4, 8)
@@ -404,3 +407,37 @@ def test_choice_equals_the_loop_over_depth_cuts(seed: int) -> None:
             curve, values, max_total=max_total, min_total=min_total, fixed_seconds=fixed + max(depths) * step
         )
         assert (per_depth[-1].total_tokens, per_depth[-1].expected_tau) == (whole.total_tokens, whole.expected_tau)
+
+
+def test_a_noisy_probe_is_measured_again_and_never_trusted(tiny, monkeypatch):
+    """A probe whose times dip with more tokens (a busy machine; once it sized every adaptive tree of a Zen 3 for a
+    forward twice as cheap as it was) runs again; one that keeps dipping is kept flattened, marked noisy, with a
+    warning, and measured again when next used instead of being read back."""
+    import specdec.budget as budget
+
+    target = HFTarget(tiny, max_len=128)
+    dipping, steady = [0.010, 0.012, 0.009, 0.020], [0.010, 0.011, 0.012, 0.020]  # 4 tokens 25 % faster than 2
+    calls = []
+
+    def probe(answers):
+        def run(target, sizes, trees, repeats):
+            calls.append(1)
+            return list(answers[min(len(calls), len(answers)) - 1])
+
+        return run
+
+    monkeypatch.setattr(budget, "_probe", probe([dipping, steady]))
+    curve = measure_forward_cost(target, sizes=(1, 2, 4, 8), repeats=1, context=16)
+    assert len(calls) == 2 and curve.seconds == tuple(steady) and not curve.meta["noisy"]
+    calls.clear()
+    monkeypatch.setattr(budget, "_probe", probe([dipping]))
+    with pytest.warns(UserWarning, match="the forward-cost probe is noisy on this machine: a tree of 4 tokens"):
+        curve = measure_forward_cost(target, sizes=(1, 2, 4, 8), repeats=1, context=16)
+    assert len(calls) == budget.PROBE_ATTEMPTS and curve.meta["noisy"]
+    assert curve.seconds == (0.010, 0.012, 0.012, 0.020)  # flattened
+    calls.clear()
+    monkeypatch.setattr(budget, "_probe", probe([steady]))
+    again = forward_cost_curve(target, sizes=(1, 2, 4, 8), repeats=1, context=16)
+    assert calls and again.seconds == tuple(steady) and not again.meta["noisy"]  # measured again, not read back
+    calls.clear()
+    assert forward_cost_curve(target) == again and not calls  # a steady curve is read back
