@@ -16,6 +16,7 @@ and then the bonus token, which becomes the next root. τ counts the bonus token
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -79,16 +80,17 @@ def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingPara
     return step, sample(warp(step.logits[0], sampling), g)
 
 
-class _Loop:
+class _Loop(ABC):
     """What both decoding loops share: a call's settings checked and its prompt prepared once, ``stream`` and
     ``generate`` over one token iterator (:meth:`_tokens`, each loop's own)."""
 
     target: Target
 
+    @abstractmethod
     def _parts(self, sampling: SamplingParams) -> tuple[int, tuple]:
         """The cache room a cycle needs beyond the emitted tokens (tree nodes), and the parts serving this call."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _tokens(
         self,
         input_ids: torch.Tensor,
@@ -98,7 +100,7 @@ class _Loop:
         generator: torch.Generator | None,
         metrics: GenerationMetrics,
     ) -> Iterator[int]:
-        raise NotImplementedError
+        """The generated token ids of one prepared call, as they are decided (``parts``: :meth:`_parts`')."""
 
     def _prepared(
         self, input_ids, sampling, stop, tokenizer
