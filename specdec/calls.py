@@ -108,14 +108,18 @@ class GenerationMetrics:
                 rates.append(sum(a >= n for a in reached) / len(reached))
         return rates
 
-    def time_split(self) -> dict[str, float]:
-        """Fractions of the decode time (prefill excluded) spent in each phase."""
-        phases = {
+    def phase_seconds(self) -> dict[str, float]:
+        """Seconds of the decode (prefill excluded) in each phase: draft, target, verify, bookkeeping."""
+        return {
             "draft": self.time_draft,
             "target": self.time_target,
             "verify": self.time_verify,
             "bookkeeping": self.time_bookkeeping,
         }
+
+    def time_split(self) -> dict[str, float]:
+        """Fractions of the decode time (prefill excluded) spent in each phase."""
+        phases = self.phase_seconds()
         total = sum(phases.values()) or 1.0
         return {k: v / total for k, v in phases.items()}
 
@@ -123,13 +127,7 @@ class GenerationMetrics:
         """Milliseconds per cycle spent in each phase (draft, target, verify, bookkeeping): the cost of a cycle, to
         compare tree policies by (zeros before the first cycle)."""
         n = max(1, self.cycles)
-        phases = {
-            "draft": self.time_draft,
-            "target": self.time_target,
-            "verify": self.time_verify,
-            "bookkeeping": self.time_bookkeeping,
-        }
-        return {k: 1e3 * v / n for k, v in phases.items()}
+        return {k: 1e3 * v / n for k, v in self.phase_seconds().items()}
 
     def summary(self) -> str:
         split = " ".join(f"{k}={v:.0%}" for k, v in self.time_split().items())

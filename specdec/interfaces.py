@@ -234,8 +234,8 @@ class Drafter(ABC):
 
     def proposals(self, root: int) -> list[Continuation]:
         """Whole continuations this drafter proposes after the context ``history + [root]``, beside the children
-        :meth:`expand` gives: each a deterministic function of that context (a point mass for the verifier).
-        Default: none."""
+        :meth:`expand` gives: each a deterministic function of that context (a point mass for the verifier); a
+        reader drops empty ones. Default: none."""
         return []
 
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:

@@ -120,13 +120,7 @@ def result_row(
     """The ``results.jsonl`` row of one timed generation (``result``: its :class:`~specdec.calls.GenerationResult`)."""
     m: GenerationMetrics = result.metrics
     speculative = variant.method not in HF_METHODS
-    phases = {
-        "prefill": m.time_prefill,
-        "draft": m.time_draft,
-        "target": m.time_target,
-        "verify": m.time_verify,
-        "bookkeeping": m.time_bookkeeping,
-    }
+    phases = {"prefill": m.time_prefill, **m.phase_seconds()}
     return {
         "status": "ok",
         "prompt_id": prompt.id,

@@ -94,8 +94,8 @@ class CompositeDrafter(Drafter):
             part.reset()
 
     def proposals(self, root: int) -> list[Continuation]:
-        """Every proposer's continuations after ``history + [root]`` (empty ones dropped), in the proposers' order."""
-        return [c for p in self.proposers for c in p.propose(root) if c.tokens]
+        """Every proposer's continuations after ``history + [root]``, in the proposers' order."""
+        return [c for p in self.proposers for c in p.propose(root)]
 
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:
         super().prefill(input_ids, hidden)

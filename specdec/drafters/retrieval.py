@@ -249,9 +249,9 @@ class RetrievalDrafter(Drafter):
     # -- drafting ------------------------------------------------------------------------------------------
 
     def proposals(self, root: int) -> list[Continuation]:
-        """:meth:`propose`'s continuations (empty ones dropped): a retrieval drafter alone fills a tree of proposals
-        under :class:`~specdec.trees.composite.CompositeTreePolicy` ``(None)``."""
-        return [c for c in self.propose(root) if c.tokens]
+        """:meth:`propose`'s continuations: a retrieval drafter alone fills a tree of proposals under
+        :class:`~specdec.trees.composite.CompositeTreePolicy` ``(None)``."""
+        return self.propose(root)
 
     def propose(self, root: int) -> list[Continuation]:
         """Draft continuations for the context ``history + [root]`` (the root is not committed; nothing changes).
