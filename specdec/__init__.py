@@ -43,6 +43,8 @@ _LAZY = {
     "VanillaGenerator": "specdec.generate",
     "StopCondition": "specdec.generate",
     "GenerationResult": "specdec.generate",
+    "BatchRowError": "specdec.batched",
+    "RowEvent": "specdec.batched",
     "build_method": "specdec.methods",
     "MethodOptions": "specdec.methods",
     "method_names": "specdec.methods",

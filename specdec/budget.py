@@ -24,6 +24,7 @@ correctly falls back to the smallest tree).
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import hashlib
 import json
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 
 from specdec.backends import GQA_INVARIANT, execution_label
+from specdec.interfaces import TreePolicy
 from specdec.models import cache_dir
 from specdec.target import HFTarget
 from specdec.tree import DraftTree
@@ -104,6 +106,15 @@ class CostCurve:
         table = np.array([self.cost(m) for m in range(1, up_to + 1)], dtype=np.float64)
         table.setflags(write=False)
         return table
+
+    def per_row(self, rows: int) -> CostCurve:
+        """A row's share of a batched forward: ``cost(rows * m) / rows`` at each measured size ``m`` (``rows`` trees
+        of ``m`` tokens run as one forward of ``rows * m``; the linear layers dominate, which see just that many
+        rows). A policy holding this curve sizes a batch row's tree for what it costs the batch."""
+        if rows == 1:
+            return self
+        seconds = tuple(self.cost(rows * m) / rows for m in self.sizes)
+        return CostCurve(self.sizes, seconds, {**self.meta, "rows": rows})
 
     def to_json(self) -> dict:
         return {"version": CURVE_VERSION, "sizes": list(self.sizes), "seconds": list(self.seconds), "meta": self.meta}
@@ -406,3 +417,27 @@ def budgets_by_depth(
         else:
             out.append(None)  # fewer than lo - 1 nodes this shallow
     return out
+
+
+def _curves(obj: object, seen: set[int], found: dict[int, CostCurve]) -> None:
+    """Every :class:`CostCurve` reachable through ``obj``'s attributes, lists, tuples and dicts."""
+    if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None), torch.Tensor, np.ndarray)):
+        return
+    seen.add(id(obj))
+    if isinstance(obj, CostCurve):
+        found[id(obj)] = obj
+        return
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else None
+    if items is None:
+        items = vars(obj).values() if hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module) else ()
+    for item in items:
+        _curves(item, seen, found)
+
+
+def policy_for_rows(policy: TreePolicy, rows: int) -> TreePolicy:
+    """A batch row's own policy (:meth:`~specdec.interfaces.TreePolicy.fork`) whose cost curves are the row's share
+    of a batch of ``rows`` (:meth:`CostCurve.per_row`), so its trees are sized for the batch."""
+    found: dict[int, CostCurve] = {}
+    _curves(policy, set(), found)
+    memo = {key: curve.per_row(rows) for key, curve in found.items()}
+    return copy.deepcopy(policy, memo)

@@ -145,15 +145,18 @@ class GenerationResult:
 
     Attributes:
         tokens: the generated ids (EOS or the stop string's tokens included).
-        finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (the budget).
+        finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (the budget); ``"error"`` for a row of a
+            batched call that failed alone (:class:`~specdec.batched.BatchRowError`).
         metrics: counters and timings.
         prompt: the prompt's ids, as the target saw them.
+        error: the exception that ended a failed row (None otherwise).
     """
 
     tokens: list[int]
     finish_reason: str
     metrics: GenerationMetrics
     prompt: list[int] = field(default_factory=list)
+    error: BaseException | None = field(default=None, compare=False)
 
     @property
     def sequences(self) -> torch.Tensor:

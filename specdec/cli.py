@@ -29,9 +29,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specdec.cli_generate import add_generate
 from specdec.cli_measure import add_measuring
 from specdec.cli_model import add_model_options, check_head, check_head_fits, load_target_model
 from specdec.cli_options import (
+    SEED_HELP,
     TEMPERATURE,
     MethodsHelp,
     Parser,
@@ -41,7 +43,6 @@ from specdec.cli_options import (
     add_sampled_tree_option,
     add_sampling_options,
     at_least,
-    cache_size,
     check_applicable,
     check_max_len,
     method_options,
@@ -52,78 +53,13 @@ from specdec.errors import SpecdecError, error_exit, print_error
 
 __all__ = ["main", "build_parser"]
 
-DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 COMMANDS = ("generate", "bench", "train", "data", "budget", "doctor")
-#: ``--seed``'s help: what a seed does and does not make reproducible.
-SEED_HELP = (
-    "seed of the sampling generator at T > 0 (default 0). A run repeats token for token where the tree's shape does "
-    "not depend on timings (the sampled trees of the EAGLE and small-lm methods, the default); adaptive trees (ngram, "
-    "--sampled-tree off or menu) size themselves from measured costs, so their tokens vary from run to run (each "
-    "run still samples the target's distribution)"
-)
 
 
 def _method_names() -> list[str]:
     from specdec.bench.runner import all_method_names
 
     return all_method_names()
-
-
-# ----------------------------------------------------------------------------------------------- generate
-def cmd_generate(args: argparse.Namespace) -> int:
-    import time
-
-    import torch
-
-    from specdec.assets import Prompt, chat_ids
-    from specdec.generate import GenerationMetrics, StopCondition
-    from specdec.methods import build_method, default_method, method_names
-    from specdec.sampling import SamplingParams
-    from specdec.target import HFTarget
-
-    method = args.method
-    if method is None:  # the best method whose assets are present; with --model, one that needs no head
-        method = default_method() if args.model is None else "ngram"
-    if method not in method_names():
-        raise UsageError(f"unknown method {method!r}; choose --method from {', '.join(method_names())}")
-    if not args.prompt.strip():
-        raise UsageError('the prompt is empty; pass the text to start from as PROMPT (specdec generate "...")')
-    check_applicable(args, [method], [args.temperature])
-    options = method_options(args)
-    head = check_head(args, [method])
-    backend = target_backend(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, tokenizer = load_target_model(args)
-    check_head_fits(args, head, model)
-    chat = args.chat if args.chat is not None else tokenizer.chat_template is not None
-    if chat and tokenizer.chat_template is None:
-        raise UsageError("the tokenizer has no chat template; pass --no-chat to continue raw text")
-    ids = chat_ids(tokenizer, Prompt("-", args.prompt, chat=chat))
-    target = HFTarget(model, max_len=cache_size(args, ids.shape[0], model), **backend, in_place=True)
-    sampling = SamplingParams(temperature=args.temperature, seed=args.seed, **sampling_filters(args))
-    generator = build_method(method, target, options)
-    eos = sorted({*target.eos_token_ids, tokenizer.eos_token_id} - {None})
-    stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
-    metrics = GenerationMetrics()
-    tokens: list[int] = []
-    shown = ""
-    t0 = time.perf_counter()
-    for token in generator.stream(ids, sampling, stop, metrics=metrics):
-        tokens.append(token)
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-            sys.stdout.write(text[len(shown) :] if text.startswith(shown) else "\n" + text)
-            sys.stdout.flush()
-            shown = text
-    wall = time.perf_counter() - t0
-    sys.stdout.write("\n")
-    print(
-        f"[{method}, T={args.temperature:g}, {torch.get_num_threads()} threads, {target.execution.label}] "
-        f"{metrics.summary()}; wall {wall:.2f}s incl. streaming",
-        file=sys.stderr,  # the text alone goes to stdout (pipe-friendly)
-    )
-    return 0
 
 
 # ----------------------------------------------------------------------------------------------- bench
@@ -161,6 +97,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from specdec.bench.runner import ResumeMismatchError, plan_variants
 
     check_applicable(args, methods, args.temperatures, flags=("--methods", "--temperatures"))
+    if args.batch_sizes and ("hf-prompt-lookup" in methods or args.tree_sizes or args.deferred_rows):
+        raise UsageError(
+            "--batch-sizes measures the named methods, vanilla and hf-generate: leave out hf-prompt-lookup, "
+            "--tree-sizes and --deferred-rows (they run one prompt at a time)"
+        )
     options = method_options(args)
     try:
         plan_variants(args.methods, args.tree_sizes or (), args.sweep_method)
@@ -175,6 +116,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_bench(config, model=model, tokenizer=tokenizer, progress=not args.no_progress)
     except ResumeMismatchError as e:
         raise UsageError(str(e)) from None
+    if args.batch_sizes:
+        print((Path(args.out) / "batch.md").read_text())
+        print(f"wrote {Path(args.out) / 'batch.md'} and batch.jsonl", file=sys.stderr)
+        return 0
     report = write_report(args.out)
     print(report.read_text())
     print(f"wrote {report} and plots in {args.out}/", file=sys.stderr)
@@ -207,6 +152,7 @@ def _bench_config(args: argparse.Namespace, options: Any, **backend: Any) -> Any
             **backend,
             deferred_rows=args.deferred_rows,
             dynamic_rows=args.dynamic_rows,
+            batch_sizes=tuple(args.batch_sizes or ()),
         )
     except ValidationError as e:  # a backstop: the parser's types refuse these first
         error = e.errors()[0]
@@ -281,7 +227,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = Parser(prog="specdec", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
-    _add_generate(sub)
+    add_generate(sub)
     _add_bench(sub)
     if with_train:
         from specdec.train.cli import add_train_parser
@@ -293,32 +239,6 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     _add_data(sub)
     add_measuring(sub)
     return parser
-
-
-def _add_generate(sub: Any) -> None:
-    g = sub.add_parser(
-        "generate",
-        help="stream a speculative generation (SmolLM2-135M-Instruct or --model)",
-        formatter_class=MethodsHelp,
-    )
-    g.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"default: {DEFAULT_PROMPT!r}")
-    g.add_argument("--method", default=None, help="named method (default: the best one whose assets are present)")
-    g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy (default)")
-    add_sampling_options(g)
-    g.add_argument("--max-new-tokens", type=at_least(1), default=128)
-    add_cache_option(g)
-    g.add_argument(
-        "--chat",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="wrap the prompt in the chat template (default when the tokenizer has one); --no-chat continues raw text",
-    )
-    g.add_argument("--seed", type=int, default=0, help=SEED_HELP)
-    add_sampled_tree_option(g)
-    g.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
-    add_backend_options(g)
-    add_model_options(g)
-    g.set_defaults(func=cmd_generate)
 
 
 def _add_bench(sub: Any) -> None:
@@ -359,6 +279,14 @@ def _add_bench(sub: Any) -> None:
     b.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     b.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument(
+        "--batch-sizes",
+        nargs="+",
+        type=at_least(1),
+        default=None,
+        help="decode the prompts several at a time, at each of these batch sizes, against batched vanilla and HF "
+        "generate (batch.jsonl, batch.md) instead of one at a time",
+    )
     b.add_argument(
         "--deferred-rows",
         action="store_true",

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from specdec.errors import UsageError
 
 __all__ = [
+    "SEED_HELP",
     "TEMPERATURE",
     "TOP_P",
     "MethodsHelp",
@@ -348,3 +349,12 @@ def check_applicable(
                 f"at {temperature_flag} {at}: greedy decoding takes the most likely token",
                 f"pass {temperature_flag} above 0",
             )
+
+
+#: ``--seed``'s help: what a seed does and does not make reproducible.
+SEED_HELP = (
+    "seed of the sampling generator at T > 0 (default 0). A run repeats token for token where the tree's shape does "
+    "not depend on timings (the sampled trees of the EAGLE and small-lm methods, the default); adaptive trees (ngram, "
+    "--sampled-tree off or menu) size themselves from measured costs, so their tokens vary from run to run (each "
+    "run still samples the target's distribution)"
+)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from specdec import tree_checks
+from specdec.batched import BatchRowError, Prepared, RowEvent, collect, new_row, row_seeds, run_rows
+from specdec.budget import policy_for_rows
 from specdec.calls import (
     GenerationMetrics,
     GenerationResult,
@@ -35,20 +36,22 @@ from specdec.calls import (
     make_generator,
     prepare_call,
 )
-from specdec.interfaces import Drafter, Target, TreePolicy, Verdict, Verifier, VocabMismatchError
-from specdec.kvcache import TreeTooLargeError
+from specdec.cycle import Cycle, Row, draft, judge, settle
+from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
+from specdec.kvcache import CacheFullError, TreeTooLargeError
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
 from specdec.target import EmptyPromptError
-from specdec.tree import DraftTree
 from specdec.verify import check_verifier, verifier_for
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = [
+    "BatchRowError",
     "GenerationMetrics",
     "GenerationResult",
     "Prompt",
+    "RowEvent",
     "StopCondition",
     "SpeculativeGenerator",
     "VanillaGenerator",
@@ -85,6 +88,8 @@ class _Loop(ABC):
     ``generate`` over one token iterator (:meth:`_tokens`, each loop's own)."""
 
     target: Target
+    #: Batch rows run the speculative cycle (else the vanilla step).
+    _speculative = False
 
     @abstractmethod
     def _parts(self, sampling: SamplingParams) -> tuple[int, tuple]:
@@ -161,6 +166,82 @@ class _Loop(ABC):
         tokens = list(self._tokens(input_ids, sampling, stop, parts, generator, metrics))
         return GenerationResult(tokens, stop.check(tokens) or "length", metrics, input_ids.tolist())
 
+    def _row_parts(self, parts: tuple, rows: int) -> tuple | None:
+        """A batch row's own ``(drafter, policy, verifier)`` from a call's ``parts``, its trees sized for ``rows``
+        rows at once (None: a vanilla row)."""
+        return None
+
+    def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]]]:
+        """Each prompt prepared as :meth:`stream` prepares one, with its row (or the :class:`CacheFullError` that
+        keeps it out), and its ids."""
+        if isinstance(prompts, (str, torch.Tensor)) or not prompts:
+            raise ValueError("prompts must be a non-empty list of prompts (one string, tensor or id list each)")
+        if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+            raise ValueError(f"max_batch must be an integer >= 1 (rows decoded at once), got {max_batch!r}")
+        n = len(prompts)
+        shared = not isinstance(sampling, (list, tuple))
+        samplings = [sampling] * n if shared else list(sampling)
+        stops = list(stop) if isinstance(stop, (list, tuple)) else [stop] * n
+        for name, given in (("sampling", samplings), ("stop", stops)):
+            if len(given) != n:
+                raise ValueError(f"{len(given)} {name} settings for {n} prompts: give one for all, or one per prompt")
+        samplings = row_seeds([call_settings(s, None)[0] for s in samplings], shared)
+        prepared: list[Prepared] = []
+        ids: list[list[int]] = []
+        for prompt, s, st in zip(prompts, samplings, stops, strict=True):
+            try:
+                input_ids, s, st, parts = self._prepared(prompt, s, st, tokenizer)
+            except CacheFullError as error:  # this row alone cannot run (the others do)
+                prepared.append(error)
+                ids.append([])
+                continue
+            prepared.append((input_ids, new_row(s, st, self.target, self._row_parts(parts, min(n, max_batch or n)))))
+            ids.append(input_ids.tolist())
+        return prepared, ids
+
+    def stream_batch(
+        self,
+        prompts: Sequence[Prompt | str],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        stop: StopCondition | Sequence[StopCondition] | None = None,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        max_batch: int | None = None,
+    ) -> Iterator[RowEvent]:
+        """Decode several prompts together (:mod:`specdec.batched`): each row's tokens as they are decided.
+
+        Args:
+            prompts: one prompt each, as :meth:`stream` takes them.
+            sampling, stop: one for every row, or one per prompt (None: greedy; the target's EOS ids and budget).
+                A shared sampling setting with a seed gives row ``r`` the seed ``seed + r``.
+            tokenizer: encodes string prompts (as :meth:`stream`).
+            max_batch: rows decoded at once (None: all prompts); a finished row's place goes to the next prompt.
+
+        Yields :class:`~specdec.batched.RowEvent` s: ``(row, token)`` in the order decided, and ``(row, None, error)``
+        for a row that failed alone (its prompt and budget overflow the cache, non-finite logits, a broken tree).
+        Bad input and settings raise here, before any row runs, as in :meth:`stream`.
+        """
+        prepared, _ = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
+        return run_rows(self.target, prepared, self._speculative, max_batch or len(prompts))
+
+    def generate_batch(
+        self,
+        prompts: Sequence[Prompt | str],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        stop: StopCondition | Sequence[StopCondition] | None = None,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        max_batch: int | None = None,
+    ) -> list[GenerationResult]:
+        """Decode several prompts together to completion; one result per prompt, in order (see :meth:`stream_batch`).
+
+        Raises:
+            BatchRowError: some rows failed alone; it holds every row's result (``error`` set on the failed ones).
+        """
+        prepared, ids = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
+        events = run_rows(self.target, prepared, self._speculative, max_batch or len(prompts))
+        return collect(events, prepared, ids)
+
 
 class VanillaGenerator(_Loop):
     """Plain autoregressive decoding on the same adapter and the same ``warp``: the fair baseline.
@@ -212,76 +293,6 @@ class VanillaGenerator(_Loop):
             metrics.tree_depths.append(0)
             metrics.tree_sizes.append(1)
             metrics.time_target += time.perf_counter() - t1
-
-
-@dataclass
-class Synced:
-    """A cycle's values on the host, from its one sync (:func:`pack_sync` / :func:`unpack_sync`).
-
-    Attributes:
-        accept_length: accepted draft tokens ``n``; bonus: the bonus token's id.
-        logits_ok: the tree forward's logits were finite.
-        faults: the tree's contract faults (:mod:`specdec.tree_checks`).
-        tokens: the accepted path's tokens, root first (``n + 1`` of them, then padding).
-        path: the accepted path's node ids (``n + 1``, then ``-1``).
-        payload: the policy's :meth:`~specdec.interfaces.TreePolicy.sync_payload` on the host (None if it gave none).
-    """
-
-    accept_length: int
-    bonus: int
-    logits_ok: bool
-    faults: int
-    tokens: list[int]
-    path: list[int]
-    payload: list[float] | None
-
-
-def pack_sync(
-    verdict: Verdict, logits: torch.Tensor, faults: torch.Tensor, tree: DraftTree, payload: torch.Tensor | None
-) -> torch.Tensor:
-    """Everything a cycle reads on the host in one tensor: ``[n, bonus, logits ok, faults, path tokens [S], path
-    [S], payload...]`` (``S = len(verdict.accepted)``), in float64 when the policy adds a payload (float64 holds
-    every token id exactly)."""
-    accepted = verdict.accepted
-    ints = torch.cat(
-        [
-            verdict.accept_length.reshape(1),
-            verdict.bonus_token.reshape(1),
-            logits_ok(logits).reshape(1).long(),
-            faults.reshape(1),
-            tree.tokens[accepted.clamp(min=0)],
-            accepted,
-        ]
-    )
-    return ints if payload is None else torch.cat([ints.double(), payload.double()])
-
-
-def unpack_sync(values: list, slots: int, payload: bool) -> Synced:
-    """:func:`pack_sync`'s tensor as host values (``values``: its ``tolist()``; ``slots``: ``len(accepted)``;
-    ``payload``: the policy gave one)."""
-    width = 4 + 2 * slots
-    return Synced(
-        accept_length=int(values[0]),
-        bonus=int(values[1]),
-        logits_ok=bool(values[2]),
-        faults=int(values[3]),
-        tokens=[int(t) for t in values[4 : 4 + slots]],
-        path=[int(i) for i in values[4 + slots : width]],
-        payload=values[width:] if payload else None,
-    )
-
-
-@dataclass
-class Cycle:
-    """One speculative cycle's outcome.
-
-    Attributes:
-        emitted: the tokens it emits: the accepted draft tokens, then the bonus token.
-        root: the bonus token on the device (the next cycle's root).
-    """
-
-    emitted: list[int]
-    root: torch.Tensor
 
 
 class SpeculativeGenerator(_Loop):
@@ -336,6 +347,18 @@ class SpeculativeGenerator(_Loop):
         policy, verifier = self.parts_for(sampling)
         return policy.max_nodes, (policy, verifier)
 
+    _speculative = True
+
+    def _row_parts(self, parts: tuple, rows: int) -> tuple | None:
+        policy, verifier = parts
+        return self.drafter.fork(), policy_for_rows(policy, rows), verifier
+
+    def _row(self, sampling: SamplingParams, stop: StopCondition, parts: tuple, g: torch.Generator, metrics) -> Row:
+        """A sequence's parts (``parts``: :meth:`_parts`'; ``drafter``: this generator's, or a batch row's fork)."""
+        policy, verifier = parts
+        on_host = tree_checks.free_reads(self.target.device)
+        return Row(sampling, stop, g, metrics, self.target.vocab_size, None, self.drafter, policy, verifier, on_host)
+
     def _tokens(
         self,
         input_ids: torch.Tensor,
@@ -345,18 +368,16 @@ class SpeculativeGenerator(_Loop):
         generator: torch.Generator | None,
         metrics: GenerationMetrics,
     ) -> Iterator[int]:
-        policy, verifier = parts
         target, drafter = self.target, self.drafter
-        g = make_generator(sampling, target.device, generator)
+        row = self._row(sampling, stop, parts, make_generator(sampling, target.device, generator), metrics)
         t0 = time.perf_counter()
         drafter.reset()
         drafter.generation += 1  # the loop counts the generations it starts (Drafter.generation)
-        step, root = _first_token(target, input_ids, sampling, g)
+        step, row.root = _first_token(target, input_ids, sampling, row.g)
         drafter.prefill(input_ids, step.hidden)
         mine = claim(target)
-        on_host = tree_checks.free_reads(target.device)
         metrics.time_prefill = time.perf_counter() - t0
-        out = [int(root)]
+        out = [int(row.root)]
         metrics.new_tokens = 1
         metrics.time_total = time.perf_counter() - t0
         yield out[0]
@@ -364,8 +385,8 @@ class SpeculativeGenerator(_Loop):
             return
         while True:
             check_claim(target, mine)  # the drafter's state belongs to the same stream as the target's cache
-            cycle = self._cycle(policy, verifier, root, sampling, g, on_host, metrics)
-            root = cycle.root
+            cycle = self._cycle(row)
+            row.root = cycle.root
             for token in cycle.emitted:
                 out.append(token)
                 metrics.new_tokens = len(out)
@@ -374,46 +395,23 @@ class SpeculativeGenerator(_Loop):
                 if stop.check(out):
                     return
 
-    def _cycle(
-        self,
-        policy: TreePolicy,
-        verifier: Verifier,
-        root: torch.Tensor,
-        sampling: SamplingParams,
-        g: torch.Generator,
-        on_host: bool,
-        metrics: GenerationMetrics,
-    ) -> Cycle:
-        """One cycle (the module docstring's): draft, target, verify, one host sync, commit; times into ``metrics``."""
-        target, drafter = self.target, self.drafter
+    def _cycle(self, row: Row) -> Cycle:
+        """One cycle (:mod:`specdec.cycle`): draft, target, verify, one host sync, commit; times into the row's
+        metrics."""
         t1 = time.perf_counter()
-        tree = policy.grow(drafter, root, sampling, g)
-        faults = tree_checks.tree_faults(tree, root, target.vocab_size)  # the policy's tree keeps its contract
-        if on_host:  # read now (host memory: no sync); elsewhere with the cycle's one sync below
-            tree_checks.raise_tree_faults(int(faults), policy)
+        drafted = draft(row)
         t2 = time.perf_counter()
-        step = target.forward_tree(tree)
+        step = self.target.forward_tree(drafted.tree)
         t3 = time.perf_counter()
-        verdict = verifier.verify(tree, step.logits, sampling, g)
-        accepted = verdict.accepted
-        payload = policy.sync_payload()
-        packed = pack_sync(verdict, step.logits, faults, tree, payload).tolist()  # the cycle's one host sync
-        synced = unpack_sync(packed, len(accepted), payload is not None)
+        values = judge(row, drafted, step).tolist()  # the cycle's one host sync
         t4 = time.perf_counter()
-        tree_checks.raise_tree_faults(synced.faults, policy)
-        if not synced.logits_ok:
-            raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
-        count = synced.accept_length + 1
-        policy.observe(synced.accept_length, synced.payload)
-        policy.observe_path(synced.path[:count])
-        target.commit(accepted, count)
-        drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
-        metrics.accept_lengths.append(synced.accept_length)
-        metrics.tree_depths.append(tree.max_depth)
-        metrics.tree_sizes.append(tree.num_nodes)
+        cycle = settle(row, drafted, step, values)
+        assert drafted.accepted is not None
+        self.target.commit(drafted.accepted, len(cycle.path))
         t5 = time.perf_counter()
+        metrics = row.metrics
         metrics.time_draft += t2 - t1
         metrics.time_target += t3 - t2
         metrics.time_verify += t4 - t3
         metrics.time_bookkeeping += t5 - t4
-        return Cycle(synced.tokens[1:count] + [synced.bonus], verdict.bonus_token)
+        return cycle

@@ -14,6 +14,7 @@ through :meth:`Drafter.expand` (the whole q) or :meth:`Drafter.expand_topk` (its
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -231,6 +232,13 @@ class Drafter(ABC):
     def reset(self) -> None:
         """Forget all context (new generation). Default: an empty :attr:`history`."""
         self.history = torch.zeros(0, dtype=torch.long)
+
+    def fork(self) -> Drafter:
+        """A drafter for another sequence decoded at once (a batch row): same weights, own state. Default: a shallow
+        copy, reset; right where :meth:`reset` rebinds (never mutates) all per-generation state, else overridden."""
+        twin = copy.copy(self)
+        twin.reset()
+        return twin
 
     def proposals(self, root: int) -> list[Continuation]:
         """Whole continuations this drafter proposes after the context ``history + [root]``, beside the children

@@ -58,6 +58,39 @@ class HFGenerate:
         metrics = GenerationMetrics(new_tokens=len(tokens), time_total=elapsed)
         return GenerationResult(tokens, stop.check(tokens) or "length", metrics)
 
+    @torch.no_grad()
+    def generate_batch(
+        self, prompts: list[torch.Tensor], sampling: SamplingParams, stop: StopCondition, max_batch: int
+    ) -> list[GenerationResult]:
+        """``model.generate`` over ``max_batch`` prompts at a time, left-padded (pad = EOS) with their attention mask,
+        as HF batches: each chunk runs until its longest row ends. A row's tokens end at its first stop."""
+        device = self.model.get_output_embeddings().weight.device
+        gc = self.config(sampling, stop.max_new_tokens)
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        results: list[GenerationResult] = []
+        for start in range(0, len(prompts), max_batch):
+            chunk = prompts[start : start + max_batch]
+            width = max(p.shape[0] for p in chunk)
+            ids = torch.full((len(chunk), width), gc.pad_token_id, dtype=torch.long, device=device)
+            mask = torch.zeros_like(ids)
+            for r, p in enumerate(chunk):
+                ids[r, width - p.shape[0] :], mask[r, width - p.shape[0] :] = p.to(device), 1
+            _sync(device)
+            t0 = time.perf_counter()
+            out = self.model.generate(ids, attention_mask=mask, generation_config=gc)
+            _sync(device)
+            elapsed = time.perf_counter() - t0
+            for row in out[:, width:].tolist():
+                tokens: list[int] = []
+                for token in row:
+                    tokens.append(token)
+                    if stop.check(tokens):
+                        break
+                metrics = GenerationMetrics(new_tokens=len(tokens), time_total=elapsed)
+                results.append(GenerationResult(tokens, stop.check(tokens) or "length", metrics))
+        return results
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":

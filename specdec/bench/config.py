@@ -49,6 +49,9 @@ class BenchConfig(BaseModel):
         top_p, top_k: the sampling filters of every method at T > 0 (HF ``generate`` gets the same ones); recorded
             in each row, and a folder measured with other filters is refused rather than pooled.
         max_len: the target's cache (default: the longest prompt + ``max_new_tokens`` + the largest tree).
+        batch_sizes: measure the prompts decoded several at a time instead, at each of these batch sizes
+            (:mod:`specdec.bench.batched`: throughput against batched vanilla and HF ``generate``; tree sweeps and
+            the deferred/dynamic rows do not apply). Default: none (one prompt at a time).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -74,6 +77,14 @@ class BenchConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
     max_len: int | None = Field(None, ge=2)
+    batch_sizes: tuple[int, ...] = ()
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batch_sizes(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        if any(b < 1 for b in sizes):
+            raise ValueError(f"batch sizes must be >= 1, got {sizes}")
+        return tuple(dict.fromkeys(sizes))
 
     @field_validator("methods")
     @classmethod

@@ -47,6 +47,7 @@ import torch
 from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
 from specdec.backends.cpu import cpu_name
 from specdec.bench.baselines import HFGenerate
+from specdec.bench.batched import run_batched
 from specdec.bench.config import BenchConfig
 from specdec.bench.plan import (
     WARMUP_TOKENS,
@@ -174,6 +175,8 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
     max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), c.max_len)
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
     target = HFTarget(model, max_len=max_len, weights=c.weights, static_shapes=c.static_shapes, invariant=c.invariant)
+    if c.batch_sizes:  # several prompts at a time: its own rows (specdec.bench.batched)
+        return run_batched(c, model, tokenizer, target, encoded, methods, out)
     dtype = str(target.dtype).removeprefix("torch.")
     check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
     run_info = dict(command=c.command, dataset=c.dataset_name, limit=c.limit)

@@ -93,6 +93,11 @@ class CompositeDrafter(Drafter):
         for part in getattr(self, "parts", []):
             part.reset()
 
+    def fork(self) -> CompositeDrafter:
+        """A composite of every part's fork (:meth:`Drafter.fork`)."""
+        tree = None if self.tree_drafter is None else self.tree_drafter.fork()
+        return type(self)(tree, [p.fork() for p in self.proposers])
+
     def proposals(self, root: int) -> list[Continuation]:
         """Every proposer's continuations after ``history + [root]``, in the proposers' order."""
         return [c for p in self.proposers for c in p.propose(root)]

@@ -36,6 +36,7 @@ shape, so it compiles once per shape and never per cycle:
 
 from __future__ import annotations
 
+import copy
 from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -148,6 +149,16 @@ class EagleDrafterBase(Drafter):
         self._pairs_done = 0  # committed pairs whose keys/values are in the buffer (positions [0, _pairs_done))
         self._root_ready = False  # the current tree's root pair sits at position c-1
         self._tree: PartialTree | None = None
+
+    def fork(self) -> EagleDrafterBase:
+        """The same head (shared, not copied) with buffers of its own for another sequence."""
+        twin = copy.copy(self)
+        twin._tokens = torch.zeros_like(self._tokens)
+        twin._features_buf = torch.zeros_like(self._features_buf)
+        twin._k = twin._v = twin._node_out = None
+        twin._tree_capacity = 0
+        twin.reset()
+        return twin
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, hidden: TargetHidden) -> None:

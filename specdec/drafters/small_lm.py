@@ -158,6 +158,16 @@ class SmallLMDrafter(Drafter):
             invariant=target.execution.invariant,  # the modules are the target's own
         )
 
+    def fork(self) -> SmallLMDrafter:
+        """The same model (shared) with a cache of its own for another sequence."""
+        twin = copy.copy(self)
+        twin.runner = ModelRunner(
+            self.model, self.layout, self.max_len, self.static, self.buckets, self.execution.cache_dtype
+        )
+        twin.cache = twin.runner.cache
+        twin.reset()
+        return twin
+
     def reset(self) -> None:
         """Forget all context; the cache buffers are kept and overwritten."""
         self.committed_len = 0

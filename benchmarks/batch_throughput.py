@@ -1,0 +1,92 @@
+"""Throughput against batch size: vanilla, EAGLE-3 and the composite decoding several MT-bench prompts together.
+
+    python benchmarks/batch_throughput.py [--methods vanilla eagle3 composite] [--batch-sizes 1 4 8]
+                                          [--prompts 8] [--new-tokens 128] [--threads 2]
+
+Greedy, float32 SmolLM2-135M-Instruct on the fast path. For each method, the ``--prompts`` first MT-bench questions
+run once through today's one-sequence loop (``generate``, prompt after prompt) and once through
+``generate_batch(max_batch=B)`` for each batch size, all in one process, the configurations interleaved per
+round so that a slow spell of the machine hits all of them. Prints tokens/s of each and its ratio to batched vanilla
+at the same size, τ, and whether every row's tokens equal the prompt decoded alone (greedy: they must, up to float
+rounding). Only ratios from one run count on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from specdec.assets import chat_ids, mtbench_prompts
+from specdec.backends.cpu import cpu_name
+from specdec.generate import StopCondition, VanillaGenerator
+from specdec.methods import build_method
+from specdec.models import load_smollm2
+from specdec.target import HFTarget
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3", "composite"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4, 8])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-loop", action="store_true", help="leave out the one-sequence loop (and the check)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_smollm2()
+    target = HFTarget(model, max_len=1024)
+    ids = [chat_ids(tokenizer, p.text) for p in mtbench_prompts()[: args.prompts]]
+    stop = StopCondition(max_new_tokens=args.new_tokens)
+    gens = {m: VanillaGenerator(target) if m == "vanilla" else build_method(m, target) for m in args.methods}
+    for gen in gens.values():  # warm-up: kernels, the budget's cost curve
+        gen.generate(ids[0], None, StopCondition(max_new_tokens=8))
+        gen.generate_batch(ids[:2], None, StopCondition(max_new_tokens=8))
+    print(
+        f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {len(ids)} MT-bench "
+        f"prompts, {args.new_tokens} new tokens, greedy"
+    )
+    seconds: dict[tuple[str, str], float] = {}
+    tokens: dict[tuple[str, str], int] = {}
+    taus: dict[tuple[str, str], list[float]] = {}
+    alone: dict[str, list[list[int]]] = {}
+    same: dict[tuple[str, str], int] = {}
+    sizes = ([] if args.skip_loop else ["loop"]) + [str(b) for b in args.batch_sizes]
+    for size in sizes:  # one round per size, every method in it
+        for name, gen in gens.items():
+            t0 = time.perf_counter()
+            if size == "loop":
+                results = [gen.generate(x, None, stop) for x in ids]
+                alone[name] = [r.tokens for r in results]
+            else:
+                results = gen.generate_batch(ids, None, stop, max_batch=int(size))
+            key = (name, size)
+            seconds[key] = time.perf_counter() - t0
+            tokens[key] = sum(len(r.tokens) for r in results)
+            taus[key] = [r.metrics.tau for r in results]
+            if name in alone:
+                same[key] = sum(r.tokens == a for r, a in zip(results, alone[name], strict=True))
+            print(
+                f"  {name:10s} batch {size:>4s}: {tokens[key] / seconds[key]:6.1f} tok/s  ({seconds[key]:.1f} s)",
+                flush=True,
+            )
+    print("\n| method | batch | tok/s | x batched vanilla | x own loop | tau | rows = alone |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for size in sizes:
+        for name in gens:
+            key = (name, size)
+            rate = tokens[key] / seconds[key]
+            base = ("vanilla", size)
+            vs = f"{rate / (tokens[base] / seconds[base]):.2f}x" if base in tokens else "-"
+            loop = (name, "loop")
+            own = f"{rate / (tokens[loop] / seconds[loop]):.2f}x" if loop in tokens else "-"
+            tau = sum(taus[key]) / len(taus[key])
+            equal = f"{same[key]}/{len(ids)}" if key in same else "-"
+            print(f"| {name} | {size} | {rate:.1f} | {vs} | {own} | {tau:.2f} | {equal} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""Several prompts decoded together: every row's cycle in one target forward, one host sync per cycle for the batch.
+
+A batched cycle runs each row's phases of :mod:`specdec.cycle` (its own drafter fork, policy fork, sampling settings
+and generator), one forward of all rows' trees (:class:`~specdec.rows.BatchRows`), and one ``tolist`` of every row's
+packed values::
+
+    drafted = [draft(row) for row in rows]          # ragged trees: each row its own size
+    steps   = rows.forward([d.tree for d in drafted])
+    values  = torch.cat([judge(row, d, s) ...]).tolist()   # the batch's one host sync
+    cycles  = [settle(row, d, s, v) ...]; rows.commit(r, cycle.path); rows.advance()
+
+Each row emits its tokens and stops exactly where decoding it alone would (:class:`~specdec.calls.StopCondition`
+checked token by token); a finished row leaves the batch, and a waiting prompt (beyond ``max_batch``) joins.
+
+Contracts:
+
+* A row's output law is its law alone: its tree, verification and draws use only its own parts and generator, and its
+  logits are its sequence's alone (:mod:`specdec.rows`: masked slots contribute zero). A sampled row's generator is
+  seeded with its settings' ``seed`` (one :class:`~specdec.sampling.SamplingParams` for all rows: row ``r`` gets
+  ``seed + r``, so identical prompts give independent samples; None: fresh entropy per row).
+* Greedy rows equal the same prompts decoded alone token for token where the numerics are row-invariant (the
+  target's ``invariant`` numerics: a row's logits do not depend on which other rows or masked slots share its
+  forward); elsewhere up to float rounding, as a tree forward against a 1-token step.
+* A row that fails (its settings or prompt refused, non-finite logits) fails alone: the others finish, and
+  :class:`BatchRowError` then reports every failed row with all rows' results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, make_generator
+from specdec.cycle import Drafted, Row, draft, draft_root, judge, judge_step, settle, settle_step
+from specdec.errors import SpecdecError
+from specdec.rows import BatchRows
+from specdec.sampling import SamplingParams, check_finite, sample, warp
+
+__all__ = ["BatchRowError", "RowEvent", "collect", "new_row", "row_seeds", "run_rows"]
+
+
+class BatchRowError(SpecdecError, RuntimeError):
+    """Rows of a batched call failed; the others finished.
+
+    Attributes:
+        results: every row's :class:`~specdec.calls.GenerationResult`, in prompt order (a failed row's ``error``
+            holds its exception and ``stop_reason`` is ``"error"``).
+    """
+
+    def __init__(self, message: str, results: list[GenerationResult]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+@dataclass
+class RowEvent:
+    """A batched stream's item: row ``row`` emitted ``token`` (or failed, ``error`` set and ``token`` None)."""
+
+    row: int
+    token: int | None
+    error: BaseException | None = None
+
+
+#: What a batched call prepares per prompt: the prompt ``[L]`` on the device and its :class:`Row` (or the error that
+#: refused it).
+Prepared = tuple[torch.Tensor, Row] | BaseException
+
+_ROW_FAILURES = (SpecdecError, ValueError, RuntimeError)
+
+
+def row_seeds(samplings: Sequence[SamplingParams], shared: bool) -> list[SamplingParams]:
+    """Each row's settings: one shared setting with a seed gives row ``r`` the seed ``seed + r`` (module docstring)."""
+    if not shared:
+        return list(samplings)
+    return [
+        s if s.seed is None else s.model_copy(update={"seed": (s.seed + r) % 2**64}) for r, s in enumerate(samplings)
+    ]
+
+
+class _Batch:
+    """The rows of one call in flight: their :class:`Row` s, the prompts waiting, the shared :class:`BatchRows`."""
+
+    def __init__(self, target, prepared: list[Prepared], speculative: bool, max_batch: int) -> None:
+        self.speculative, self.max_batch = speculative, max_batch
+        self.rows = BatchRows(target)
+        self.waiting = [i for i, p in enumerate(prepared) if not isinstance(p, BaseException)]
+        self.prepared = prepared
+        self.live: list[int] = []  # prompt index of each batch row, in the rows' order
+
+    def _row(self, index: int) -> Row:
+        p = self.prepared[index]
+        assert not isinstance(p, BaseException)
+        return p[1]
+
+    def admit(self) -> Iterator[RowEvent]:
+        """Prefill waiting prompts into free rows (the target's own prefill, :meth:`BatchRows.join`); each joining
+        row's first token, or its failure."""
+        while self.waiting and len(self.live) < self.max_batch:
+            index = self.waiting.pop(0)
+            ids, row = self.prepared[index]  # type: ignore[misc]
+            row.started = time.perf_counter()
+            try:
+                step = self.rows.join(ids)
+                check_finite(step.logits, "target logits at the end of the prompt")
+                row.root = sample(warp(step.logits[0], row.sampling), row.g)
+                if row.drafter is not None:
+                    row.drafter.reset()
+                    row.drafter.generation += 1  # as the one-sequence loop counts them (Drafter.generation)
+                    row.drafter.prefill(ids, step.hidden)
+            except _ROW_FAILURES as error:
+                self.rows.leave(list(range(len(self.live))))  # a row that joined before failing goes again
+                yield RowEvent(index, None, error)
+                continue
+            self.live.append(index)
+            row.metrics.time_prefill = time.perf_counter() - row.started
+            yield from self._emit(index, row, [int(row.root)])
+            if row.done:
+                self._drop([r for r, i in enumerate(self.live) if i != index])
+
+    def _emit(self, index: int, row: Row, tokens: list[int]) -> Iterator[RowEvent]:
+        """The row's tokens, up to where its stop condition holds (as decoding it alone stops)."""
+        for token in tokens:
+            row.out.append(token)
+            row.metrics.new_tokens = len(row.out)
+            row.metrics.time_total = time.perf_counter() - row.started
+            yield RowEvent(index, token)
+            if row.stop.check(row.out):
+                row.done = True
+                return
+
+    def _drop(self, keep: list[int]) -> None:
+        self.rows.leave(keep)
+        self.live = [self.live[r] for r in keep]
+
+    def cycle(self) -> Iterator[RowEvent]:
+        """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
+        draft_, judge_, settle_ = (draft, judge, settle) if self.speculative else (draft_root, judge_step, settle_step)
+        events: list[RowEvent] = []
+        drafted: list[Drafted] = []
+        keep: list[int] = []
+        for r, index in enumerate(self.live):
+            row, t = self._row(index), time.perf_counter()
+            try:
+                drafted.append(draft_(row))
+            except _ROW_FAILURES as error:
+                events.append(RowEvent(index, None, error))
+                continue
+            row.metrics.time_draft += time.perf_counter() - t
+            keep.append(r)
+        self._drop(keep)
+        rows = [self._row(i) for i in self.live]
+        t2 = time.perf_counter()
+        steps = self.rows.forward([d.tree for d in drafted]) if rows else []
+        t3 = time.perf_counter()
+        values = _one_sync([judge_(row, d, s) for row, d, s in zip(rows, drafted, steps, strict=True)])
+        t4 = time.perf_counter()
+        keep = []
+        for r, (index, row) in enumerate(zip(self.live, rows, strict=True)):
+            t = time.perf_counter()
+            try:
+                cycle = settle_(row, drafted[r], steps[r], values[r])
+            except _ROW_FAILURES as error:
+                events.append(RowEvent(index, None, error))
+                continue
+            self.rows.commit(r, cycle.path)
+            row.root = cycle.root
+            m = row.metrics
+            m.time_target += t3 - t2
+            m.time_verify += t4 - t3
+            m.time_bookkeeping += time.perf_counter() - t
+            events.extend(self._emit(index, row, cycle.emitted))
+            if not row.done:
+                keep.append(r)
+        self.rows.advance()
+        self._drop(keep)
+        yield from events
+
+
+def _one_sync(packed: list[torch.Tensor]) -> list[list]:
+    """Every row's packed values on the host in one ``tolist`` (float64 when any row's are: token ids stay exact)."""
+    widths = [p.numel() for p in packed]
+    dtype = torch.float64 if any(p.is_floating_point() for p in packed) else torch.long
+    flat = torch.cat([p.reshape(-1).to(dtype) for p in packed]).tolist()
+    out, start = [], 0
+    for w in widths:
+        out.append(flat[start : start + w])
+        start += w
+    return out
+
+
+def run_rows(target, prepared: list[Prepared], speculative: bool, max_batch: int) -> Iterator[RowEvent]:
+    """The events of a batched call over ``prepared`` prompts (:class:`RowEvent`: tokens as decided, failures)."""
+    for index, p in enumerate(prepared):
+        if isinstance(p, BaseException):
+            yield RowEvent(index, None, p)
+    batch = _Batch(target, prepared, speculative, max_batch)
+    yield from batch.admit()
+    while batch.live:
+        yield from batch.cycle()
+        yield from batch.admit()
+
+
+def new_row(sampling: SamplingParams, stop: StopCondition, target, parts=None) -> Row:
+    """A row for a prepared prompt (``parts``: a speculative row's ``(drafter, policy, verifier)``, forked)."""
+    g = make_generator(sampling, target.device, None)
+    drafter, policy, verifier = parts or (None, None, None)
+    return Row(sampling, stop, g, GenerationMetrics(), target.vocab_size, None, drafter, policy, verifier)
+
+
+def collect(events: Iterator[RowEvent], prepared: list[Prepared], prompts: list[list[int]]) -> list[GenerationResult]:
+    """Every row's result from a batched call's events; raises :class:`BatchRowError` after all rows ran if any
+    failed."""
+    errors: dict[int, BaseException] = {}
+    for event in events:
+        if event.error is not None:
+            errors[event.row] = event.error
+    results = []
+    for index, p in enumerate(prepared):
+        if index in errors:
+            results.append(GenerationResult([], "error", GenerationMetrics(), prompts[index], error=errors[index]))
+            continue
+        row = p[1]
+        results.append(GenerationResult(row.out, row.stop.check(row.out) or "length", row.metrics, prompts[index]))
+    if errors:
+        named = "; ".join(f"row {i}: {type(e).__name__}: {e}" for i, e in sorted(errors.items()))
+        raise BatchRowError(f"{len(errors)} of {len(prepared)} rows failed (the others finished): {named}", results)
+    return results

@@ -1,0 +1,195 @@
+"""Several sequences in one target forward: the rows of a batched decoding call (:mod:`specdec.batched`).
+
+Layout. One :class:`~specdec.kvcache.PositionCache` ``[B, H_kv, C, D]`` per layer and a shared clock ``P``: every
+forward writes all ``B`` rows' new tokens at slots ``P .. P + n`` (``n``: the largest of the rows' trees; a smaller
+tree is padded with nodes that see only their own slot). Row ``r``'s sequence occupies the slots ``valid[r]`` marks,
+not necessarily contiguous: a cycle marks the slots of the nodes its verifier accepted (no copy; rejected nodes'
+slots stay unmarked), and ``slot_pos[r, s]`` holds the sequence position a slot's entry was written at, which is
+what a sliding-window layer's mask reads. Each node of row ``r`` is written at position ``length[r] + depth`` (RoPE
+sees each sequence as if it ran alone) and sees ``valid[r, :P]`` plus its own ancestors: the mask of
+:meth:`~specdec.target.HFTarget.forward_tree`, row by row, built by the model's
+:class:`~specdec.attention.AttentionLayout`.
+
+Contract (what makes a row's logits its sequence's alone): a masked slot contributes exactly zero, so it must hold
+finite keys and values (an unwritten slot could hold NaN, and ``0 * NaN`` is NaN): every row's cache is allocated
+zeroed, so the slots below ``P`` that a row never wrote (after a shorter prompt, or a jump of the clock for a longer
+one) hold zeros.
+
+Rows join with their prompt prefilled alone, by the target's own :meth:`~specdec.target.HFTarget.prefill` (the same
+kernels as a call with one prompt), its keys and values copied into slots ``[0, L)`` of a new batch row; rows leave
+as they finish. Unmarked slots accumulate as ``P`` advances by the tree size each cycle; :meth:`BatchRows.compact`
+moves every row's marked slots to the front when the cache is full or mostly dead.
+
+Scope: eager shapes (a static-shape or CUDA-graph target is refused, :class:`BatchUnsupportedError`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.errors import SpecdecError
+from specdec.interfaces import TargetHidden, TargetStep
+from specdec.kvcache import CacheFullError, PositionCache
+from specdec.tree import DraftTree
+
+__all__ = ["BatchRows", "BatchUnsupportedError"]
+
+
+class BatchUnsupportedError(SpecdecError, ValueError):
+    """A target the batched loop cannot serve (the message says what to use instead)."""
+
+
+class BatchRows:
+    """The rows of one batched call on ``target``'s model: their shared cache, slots, lengths and forwards.
+
+    Args:
+        target: an eager-shape :class:`~specdec.target.HFTarget`; its own cache serves each row's prefill.
+        capacity: slots per row (default: the target's ``max_len``, which every row's prompt, new tokens and
+            tree already fit, :func:`~specdec.calls.prepare_call`).
+
+    Attributes:
+        lengths: ``[B]`` tokens in each row's sequence (host ints).
+        clock: the shared write slot ``P``.
+    """
+
+    def __init__(self, target, capacity: int | None = None) -> None:
+        if getattr(target, "static", False):
+            raise BatchUnsupportedError(
+                "batched decoding runs on eager shapes; this target runs static shapes (compiled or CUDA graphs): "
+                "build it with static_shapes=False for several prompts, or decode them one at a time"
+            )
+        self.target = target
+        self.capacity = capacity or target.max_len
+        self.cache = PositionCache(target.num_layers, self.capacity, dtype=target.execution.cache_dtype)
+        self.lengths: list[int] = []
+        self.clock = 0
+        self._written = 0  # slots the latest forward wrote at the clock
+        self.valid = torch.zeros(0, self.capacity, dtype=torch.bool)
+        self.slot_pos = torch.zeros(0, self.capacity, dtype=torch.long)
+
+    @property
+    def size(self) -> int:
+        return len(self.lengths)
+
+    @torch.no_grad()
+    def join(self, input_ids: torch.Tensor) -> TargetStep:
+        """Prefill ``input_ids [L]`` alone on the target and add it as the last row; its prefill step returned.
+
+        Raises:
+            CacheFullError: the prompt does not fit a row.
+        """
+        step = self.target.prefill(input_ids)
+        n = input_ids.shape[0]
+        if n >= self.capacity:
+            raise CacheFullError(f"prompt of {n} tokens does not fit a batch row of {self.capacity} slots")
+        self.clock = max(self.clock, n)  # slots [P, n) of the rows already here hold zeros (allocated so)
+        for layer, source in zip(self.cache.layers, self.target.cache.layers, strict=True):
+            row_k = source.keys.new_zeros(1, *source.keys.shape[1:2], self.capacity, source.keys.shape[-1])
+            row_v = source.values.new_zeros(1, *source.values.shape[1:2], self.capacity, source.values.shape[-1])
+            row_k[:, :, :n] = source.keys[:, :, :n]
+            row_v[:, :, :n] = source.values[:, :, :n]
+            if layer.is_initialized:
+                layer.keys, layer.values = torch.cat([layer.keys, row_k]), torch.cat([layer.values, row_v])
+            else:
+                layer.keys, layer.values, layer.is_initialized = row_k, row_v, True
+        valid = torch.zeros(1, self.capacity, dtype=torch.bool)
+        valid[0, :n] = True
+        self.valid = torch.cat([self.valid, valid])
+        self.slot_pos = torch.cat([self.slot_pos, torch.arange(self.capacity)[None].clamp(max=n - 1)])
+        self.lengths.append(n)
+        return step
+
+    def leave(self, keep: list[int]) -> None:
+        """Keep only rows ``keep`` (in that order): the others' cache rows are dropped."""
+        if keep == list(range(self.size)):
+            return
+        index = torch.tensor(keep, dtype=torch.long)
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
+        self.valid, self.slot_pos = self.valid[index], self.slot_pos[index]
+        self.lengths = [self.lengths[i] for i in keep]
+        if not keep:
+            self.clock = 0
+
+    @torch.no_grad()
+    def compact(self) -> None:
+        """Move each row's marked slots to slots ``[0, length)`` (in order); the clock becomes the longest row."""
+        longest = max(self.lengths)
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]  # marked first
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                index = order.to(t.device)[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
+                moved = t.gather(2, index)
+                t[:, :, :longest] = moved
+        lengths = torch.tensor(self.lengths)
+        slots = torch.arange(self.capacity)
+        self.valid = slots[None] < lengths[:, None]
+        self.slot_pos = slots[None].expand(self.size, -1).clone()
+        self.clock = longest
+        # slots a shorter row now leaves below the clock hold another slot's (finite) entries: masked, never read
+
+    def _room(self, n: int) -> None:
+        """Make room for ``n`` slots at the clock: compact when full, or when over half the slots below it are dead."""
+        longest = max(self.lengths)
+        if self.clock + n > self.capacity or self.clock > 2 * longest + 64:
+            self.compact()
+        if self.clock + n > self.capacity:
+            raise CacheFullError(f"{longest} tokens + a tree of {n} exceed the batch rows' {self.capacity} slots")
+
+    @torch.no_grad()
+    def forward(self, trees: list[DraftTree]) -> list[TargetStep]:
+        """One forward of every row's tree (``trees[r]``, root first); each row's logits ``[n_r, V]`` and hidden
+        states, as :meth:`~specdec.target.HFTarget.forward_tree` gives them for that row's sequence alone."""
+        if len(trees) != self.size:
+            raise ValueError(f"{len(trees)} trees for {self.size} rows")
+        n = max(t.num_nodes for t in trees)
+        self._room(n)
+        p, device, layout = self.clock, self.target.device, self.target.layout
+        ids = torch.zeros(self.size, n, dtype=torch.long, device=device)
+        positions = torch.zeros(self.size, n, dtype=torch.long)
+        masks = []
+        for r, tree in enumerate(trees):
+            k = tree.num_nodes
+            ids[r, :k] = tree.tokens
+            pos = tree.position_ids(self.lengths[r]).cpu()
+            positions[r, :k], positions[r, k:] = pos, pos[-1]
+            self.slot_pos[r, p : p + n] = positions[r]
+            allowed = torch.zeros(n, p + n, dtype=torch.bool)
+            allowed[:k, :p] = self.valid[r, :p]
+            allowed[:k, p : p + k] = tree.attn_mask.cpu()
+            allowed[k:, p + k : p + n] = torch.eye(n - k, dtype=torch.bool)  # padding nodes see themselves only
+            masks.append(layout.mask(allowed.to(device), self.slot_pos[r, : p + n].to(device), positions[r].to(device)))
+        mask = {key: torch.cat([m[key] for m in masks]) for key in masks[0]} if layout.hybrid else torch.cat(masks)
+        self.cache.set_write_pos(p)
+        hidden = self.target.hidden
+        out = self.target.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions.to(device),
+            use_cache=True,
+            output_hidden_states=hidden.any,
+            **{layout.cache_kwarg: self.cache},
+        )
+        self._written = n
+        logits = out.logits.float()
+        steps = []
+        for r, tree in enumerate(trees):
+            k = tree.num_nodes
+            states = TargetHidden()
+            if hidden.any:
+                h = out.hidden_states
+                states = TargetHidden(h[-1][r, :k] if hidden.final else None, {i: h[i][r, :k] for i in hidden.layers})
+            steps.append(TargetStep(logits[r, :k], states))
+        return steps
+
+    def commit(self, row: int, accepted: list[int]) -> None:
+        """Row ``row`` keeps the nodes ``accepted`` (root first) of the latest forward's tree."""
+        p = self.clock
+        self.valid[row, [p + a for a in accepted]] = True
+        self.lengths[row] += len(accepted)
+
+    def advance(self) -> None:
+        """After every row committed the latest forward: the clock moves past its slots."""
+        self.clock, self._written = self.clock + self._written, 0

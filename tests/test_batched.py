@@ -1,0 +1,248 @@
+"""Several prompts decoded together (:mod:`specdec.batched`): each row is the prompt decoded alone.
+
+Proofs, each with a negative control that must fail:
+
+* Logits: one batched forward of ragged trees gives every row the logits of its tree forwarded alone, for full,
+  sliding-window and hybrid attention, across cycles whose rejected nodes leave gaps in a row's slots and after a
+  compaction (control: a mask that lets a row see a rejected node's slot).
+* Greedy: every row's tokens equal the same prompt decoded alone, token for token, for vanilla and three
+  speculative pipelines, with rows of different prompt lengths finishing at different times and prompts waiting for
+  a free row (control: the batch's sync handed to the rows one place off, as a peer credited each token to its
+  neighbour, is caught; the rows' continuations differ by construction, so it must be).
+* Stops: an EOS inside a multi-token accept ends that row exactly where decoding alone does; a row whose prompt and
+  budget overflow the cache fails alone (:class:`BatchRowError`) while the others finish as alone.
+* Law: at T > 0 each of 3 rows (different prompt lengths, temperatures, top-k and top-p) emits its own target law
+  (G-test per row at a family-wise level of 1e-3, fixed seeds; control: the rotated sync fails it).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specdec.batched as batched
+from specdec.batched import BatchRowError
+from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+from specdec.interfaces import DraftTree
+from specdec.models import tiny_llama
+from specdec.rows import BatchRows, BatchUnsupportedError
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.testing.e2e import exact_sequence_distribution, sequence_index
+from specdec.testing.stats import g_test
+from tests.factories import make_drafter, make_policy, tiny_family
+
+VOCAB = 32
+PROMPTS = [torch.tensor([1, 5, 9, 2]), torch.tensor([3, 3, 7, 1, 2, 8, 4, 4, 6]), torch.tensor([7, 2])]
+STOP = StopCondition(max_new_tokens=14, eos_token_ids=())
+PIPELINES = [("ngram", "static"), ("eagle3", "dynamic"), ("small-lm", "chain")]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab_size=VOCAB, hidden_size=32, num_layers=3, seed=1, logit_scale=2.0)
+
+
+def target_of(model, max_len: int = 96) -> HFTarget:
+    # row-invariant numerics: a row's logits do not depend on the rows or masked slots beside it (batched.py)
+    return HFTarget(model, max_len=max_len, weights="packed", invariant=True)
+
+
+def decoder(kind: str, model, target: HFTarget):
+    if kind == "vanilla":
+        return VanillaGenerator(target)
+    drafter_kind, policy = kind.split("/")
+    return SpeculativeGenerator(target, make_drafter(drafter_kind, model, target.max_len), make_policy(policy))
+
+
+def chain_tree(tokens: list[int]) -> DraftTree:
+    n = len(tokens)
+    return DraftTree.from_parents(torch.tensor(tokens), torch.arange(n) - 1, n - 1)
+
+
+def branching_tree(tokens: list[int]) -> DraftTree:
+    parents = torch.tensor([-1, 0, 0, 1, 1, 2][: len(tokens)])
+    return DraftTree.from_parents(torch.tensor(tokens), parents, 3)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma3"])
+def test_batched_forward_gives_each_row_its_own_logits(family):
+    """Three cycles of ragged trees (and a compaction) against each row's own target, tree by tree."""
+    model = tiny_family(family, window=6, vocab=VOCAB)
+    batch_target = target_of(model, 64)
+    rows = BatchRows(batch_target)
+    alone = [target_of(model, 64) for _ in PROMPTS]
+    for prompt, own in zip(PROMPTS, alone, strict=True):
+        rows.join(prompt)
+        own.prefill(prompt)
+    g = torch.Generator().manual_seed(0)
+    for cycle in range(4):
+        if cycle == 3:
+            rows.compact()
+        trees = [
+            chain_tree(torch.randint(0, VOCAB, (1 + r,), generator=g).tolist())
+            if (r + cycle) % 2
+            else branching_tree(torch.randint(0, VOCAB, (6,), generator=g).tolist())
+            for r in range(len(PROMPTS))
+        ]
+        steps = rows.forward(trees)
+        for r, (tree, own) in enumerate(zip(trees, alone, strict=True)):
+            expected = own.forward_tree(tree).logits
+            assert torch.equal(steps[r].logits, expected), (family, cycle, r)  # bit for bit
+            path = [0] if tree.num_nodes == 1 else [0, 1, 3][: min(3, tree.num_nodes)]
+            if tree.max_depth == tree.num_nodes - 1:  # a chain: keep its first two nodes
+                path = list(range(min(2, tree.num_nodes)))
+            rows.commit(r, path)
+            own.commit(torch.tensor(path), len(path))
+        rows.advance()
+    assert rows.clock < sum(t.num_nodes for t in trees) * 4 + max(len(p) for p in PROMPTS)  # compacted
+
+
+def test_a_row_that_sees_a_rejected_slot_is_caught():
+    """Negative control of the logits proof: marking one rejected node's slot as the row's changes its logits."""
+    model = tiny_family("llama", vocab=VOCAB)
+    target = HFTarget(model, max_len=64, weights="stock")
+    rows, own = BatchRows(target), HFTarget(model, max_len=64, weights="stock")
+    rows.join(PROMPTS[0])
+    own.prefill(PROMPTS[0])
+    tree = branching_tree([4, 5, 6, 7, 8, 9])
+    rows.forward([tree])
+    own.forward_tree(tree)
+    rows.commit(0, [0, 1])
+    rows.valid[0, rows.clock + 2] = True  # the planted bug: node 2 (rejected) stays visible
+    own.commit(torch.tensor([0, 1]), 2)
+    rows.advance()
+    nxt = chain_tree([3, 4])
+    assert not torch.allclose(rows.forward([nxt])[0].logits, own.forward_tree(nxt).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["vanilla"] + [f"{d}/{p}" for d, p in PIPELINES])
+@pytest.mark.parametrize("max_batch", [None, 2])
+def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch):
+    target = target_of(model)
+    gen = decoder(kind, model, target)
+    alone = [gen.generate(p, None, STOP).tokens for p in PROMPTS]
+    assert len({tuple(a) for a in alone}) == len(PROMPTS)  # continuations differ: a row given another's would show
+    stops = [STOP, StopCondition(max_new_tokens=5, eos_token_ids=()), STOP]  # row 1 finishes first
+    results = gen.generate_batch(PROMPTS, None, stops, max_batch=max_batch)
+    assert [r.tokens for r in results] == [alone[0], alone[1][:5], alone[2]]
+    assert [r.finish_reason for r in results] == ["length"] * 3
+    if kind != "vanilla":
+        assert any(a > 0 for r in results for a in r.metrics.accept_lengths)  # multi-token accepts happened
+
+
+def test_rows_credited_to_their_neighbours_are_caught(model, monkeypatch):
+    """Negative control of the greedy proof: the batch's one sync handed out one row off."""
+    target = target_of(model)
+    gen = decoder("ngram/static", model, target)
+    alone = [gen.generate(p, None, STOP).tokens for p in PROMPTS]
+    sync = batched._one_sync
+    monkeypatch.setattr(batched, "_one_sync", lambda packed: (lambda v: v[1:] + v[:1])(sync(packed)))
+    got = [r.tokens for r in gen.generate_batch(PROMPTS, None, STOP)]
+    assert got != alone
+
+
+def test_eos_inside_a_multi_token_accept_ends_the_row_where_alone_does(model):
+    target = target_of(model)
+    gen = decoder("ngram/static", model, target)
+    full = gen.generate(PROMPTS[0], None, STOP)
+    # an EOS id first emitted inside a cycle that accepted draft tokens (not as that cycle's first token)
+    emitted, cycle_of = [], []
+    for c, a in enumerate(full.metrics.accept_lengths):
+        cycle_of += [c] * (a + 1)
+    inside = [i for i in range(2, len(full.tokens)) if i - 1 < len(cycle_of) and cycle_of[i - 1] == cycle_of[i - 2]]
+    inside = [i for i in inside if full.tokens[i] not in full.tokens[:i]]
+    assert inside, "no token first seen inside a multi-token accept; choose other prompts"
+    eos = full.tokens[inside[0]]
+    stop_eos = StopCondition(max_new_tokens=14, eos_token_ids=(eos,))
+    alone = gen.generate(PROMPTS[0], None, stop_eos)
+    results = gen.generate_batch(PROMPTS, None, [stop_eos, STOP, STOP])
+    assert results[0].tokens == alone.tokens == full.tokens[: inside[0] + 1]
+    assert results[0].finish_reason == "eos"
+    assert [r.tokens for r in results[1:]] == [gen.generate(p, None, STOP).tokens for p in PROMPTS[1:]]
+    del emitted
+
+
+def test_a_row_that_overflows_the_cache_fails_alone(model):
+    target = target_of(model, max_len=40)
+    gen = decoder("ngram/static", model, target)
+    long_prompt = torch.arange(30) % VOCAB
+    prompts = [PROMPTS[0], long_prompt, PROMPTS[2]]
+    with pytest.raises(BatchRowError, match="row 1: CacheFullError") as caught:
+        gen.generate_batch(prompts, None, StopCondition(max_new_tokens=12, eos_token_ids=()))
+    results = caught.value.results
+    assert results[1].finish_reason == "error" and results[1].tokens == []
+    stop = StopCondition(max_new_tokens=12, eos_token_ids=())
+    assert [results[0].tokens, results[2].tokens] == [gen.generate(p, None, stop).tokens for p in prompts[::2]]
+
+
+def test_bad_batch_input_is_refused_by_name(model):
+    target = target_of(model)
+    gen = VanillaGenerator(target)
+    with pytest.raises(ValueError, match="non-empty list of prompts"):
+        gen.generate_batch([])
+    with pytest.raises(ValueError, match="non-empty list of prompts"):
+        gen.generate_batch(PROMPTS[0])
+    with pytest.raises(ValueError, match="2 sampling settings for 3 prompts"):
+        gen.generate_batch(PROMPTS, [SamplingParams(), SamplingParams()])
+    with pytest.raises(ValueError, match="max_batch"):
+        gen.generate_batch(PROMPTS, max_batch=0)
+    static = HFTarget(model, max_len=64, weights="stock", static_shapes=True)
+    with pytest.raises(BatchUnsupportedError, match="static_shapes=False"):
+        VanillaGenerator(static).generate_batch(PROMPTS)
+
+
+# ------------------------------------------------------------------------------------------- the law of each row
+LAW_VOCAB, LAW_TOKENS, ALPHA = 8, 3, 1e-3
+LAW_PROMPTS = [torch.tensor([1, 2, 3, 1, 2]), torch.tensor([4, 4]), torch.tensor([5, 1, 6, 2, 7, 3, 0])]
+LAW_SAMPLING = [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.7, top_k=5),
+    SamplingParams(temperature=1.3, top_p=0.9),
+]
+
+
+def row_law_p_values(kind: str, n_runs: int, seed: int = 0) -> list[float]:
+    """Per row, the G-test p-value of ``n_runs`` batched calls' first tokens against that row's exact law."""
+    model = tiny_llama(vocab_size=LAW_VOCAB, hidden_size=16, num_layers=2, seed=3, logit_scale=1.5)
+    target = HFTarget(model, max_len=64, weights="packed")
+    gen = decoder(kind, model, target)
+    g = torch.Generator().manual_seed(seed)
+    stop = StopCondition(max_new_tokens=LAW_TOKENS, eos_token_ids=())
+    tokens: list[list[list[int]]] = [[] for _ in LAW_PROMPTS]
+    for _ in range(n_runs):
+        seeds = torch.randint(0, 2**62, (len(LAW_PROMPTS),), generator=g).tolist()
+        settings = [s.model_copy(update={"seed": x}) for s, x in zip(LAW_SAMPLING, seeds, strict=True)]
+        for r, result in enumerate(gen.generate_batch(LAW_PROMPTS, settings, stop)):
+            tokens[r].append(result.tokens)
+    p_values = []
+    for prompt, sampling, rows in zip(LAW_PROMPTS, LAW_SAMPLING, tokens, strict=True):
+        exact = exact_sequence_distribution(model, prompt, sampling, LAW_TOKENS)
+        counts = torch.bincount(sequence_index(torch.tensor(rows), LAW_VOCAB), minlength=exact.numel())
+        p_values.append(g_test(counts, exact))
+    return p_values
+
+
+@pytest.mark.parametrize(
+    ("kind", "n_runs"),
+    [
+        ("eagle3/stochastic", 300),
+        pytest.param("vanilla", 600, marks=pytest.mark.heavy),
+        pytest.param("ngram/static", 600, marks=pytest.mark.heavy),
+        pytest.param("small-lm/stochastic", 600, marks=pytest.mark.heavy),
+    ],
+)
+def test_each_row_emits_its_own_law(kind, n_runs):
+    """Level: Bonferroni over the 3 rows of 3 pipelines (family-wise 1e-3 per 3 pipelines)."""
+    p_values = row_law_p_values(kind, n_runs)
+    print(kind, "p-values", p_values)
+    assert min(p_values) > ALPHA / 9
+
+
+def test_rotated_rows_fail_the_law(monkeypatch):
+    """Negative control of the law: rows handed their neighbours' values emit another prompt's law."""
+    sync = batched._one_sync
+    monkeypatch.setattr(batched, "_one_sync", lambda packed: (lambda v: v[1:] + v[:1])(sync(packed)))
+    p_values = row_law_p_values("vanilla", n_runs=300)
+    print("rotated rows' p-values", p_values)
+    assert min(p_values) < ALPHA / 9
