@@ -10,7 +10,10 @@ packed values::
     cycles  = [settle(row, d, s, v) ...]; rows.commit(r, cycle.path); rows.advance()
 
 Each row emits its tokens and stops exactly where decoding it alone would (:class:`~specdec.calls.StopCondition`
-checked token by token); a finished row leaves the batch, and a waiting prompt (beyond ``max_batch``) joins.
+checked token by token); a finished row leaves the batch, and a waiting prompt (beyond ``max_batch``) joins. Each
+cycle the whole batch either speculates or steps (every row one plain token), whichever has emitted more tokens per
+second in this call (:class:`~specdec.pace.Pace`, which says why that is exact); ``speculate="always"`` speculates
+every cycle.
 
 Contracts:
 
@@ -34,12 +37,13 @@ from dataclasses import dataclass
 import torch
 
 from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, make_generator
-from specdec.cycle import Drafted, Row, draft, draft_root, judge, judge_step, settle, settle_step
+from specdec.cycle import Drafted, Row, draft, draft_root, judge, judge_step, settle, settle_plain, settle_step
 from specdec.errors import SpecdecError
+from specdec.pace import Pace
 from specdec.rows import BatchRows
 from specdec.sampling import SamplingParams, check_finite, sample, warp
 
-__all__ = ["BatchRowError", "RowEvent", "collect", "new_row", "row_seeds", "run_rows"]
+__all__ = ["ROW_FAILURES", "BatchRowError", "RowEvent", "collect", "new_row", "row_seeds", "run_rows"]
 
 
 class BatchRowError(SpecdecError, RuntimeError):
@@ -68,7 +72,8 @@ class RowEvent:
 #: refused it).
 Prepared = tuple[torch.Tensor, Row] | BaseException
 
-_ROW_FAILURES = (SpecdecError, ValueError, RuntimeError)
+#: What fails one row alone (its refusals, bad values, torch's runtime errors); anything else (a bug) stops the call.
+ROW_FAILURES = (SpecdecError, ValueError, RuntimeError)
 
 
 def row_seeds(samplings: Sequence[SamplingParams], shared: bool) -> list[SamplingParams]:
@@ -83,8 +88,8 @@ def row_seeds(samplings: Sequence[SamplingParams], shared: bool) -> list[Samplin
 class _Batch:
     """The rows of one call in flight: their :class:`Row` s, the prompts waiting, the shared :class:`BatchRows`."""
 
-    def __init__(self, target, prepared: list[Prepared], speculative: bool, max_batch: int) -> None:
-        self.speculative, self.max_batch = speculative, max_batch
+    def __init__(self, target, prepared: list[Prepared], pace: Pace | None, max_batch: int) -> None:
+        self.pace, self.max_batch = pace, max_batch
         self.rows = BatchRows(target)
         self.waiting = [i for i, p in enumerate(prepared) if not isinstance(p, BaseException)]
         self.prepared = prepared
@@ -110,7 +115,7 @@ class _Batch:
                     row.drafter.reset()
                     row.drafter.generation += 1  # as the one-sequence loop counts them (Drafter.generation)
                     row.drafter.prefill(ids, step.hidden)
-            except _ROW_FAILURES as error:
+            except ROW_FAILURES as error:
                 self.rows.leave(list(range(len(self.live))))  # a row that joined before failing goes again
                 yield RowEvent(index, None, error)
                 continue
@@ -137,7 +142,13 @@ class _Batch:
 
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
-        draft_, judge_, settle_ = (draft, judge, settle) if self.speculative else (draft_root, judge_step, settle_step)
+        speculate = self.pace is not None and self.pace.choose()
+        if speculate:
+            draft_, judge_, settle_ = draft, judge, settle
+        else:  # a plain step (a speculative row's drafter still takes the token)
+            draft_, judge_, settle_ = draft_root, judge_step, settle_step if self.pace is None else settle_plain
+        t0 = time.perf_counter()
+        emitted = 0
         events: list[RowEvent] = []
         drafted: list[Drafted] = []
         keep: list[int] = []
@@ -145,7 +156,7 @@ class _Batch:
             row, t = self._row(index), time.perf_counter()
             try:
                 drafted.append(draft_(row))
-            except _ROW_FAILURES as error:
+            except ROW_FAILURES as error:
                 events.append(RowEvent(index, None, error))
                 continue
             row.metrics.time_draft += time.perf_counter() - t
@@ -162,7 +173,7 @@ class _Batch:
             t = time.perf_counter()
             try:
                 cycle = settle_(row, drafted[r], steps[r], values[r])
-            except _ROW_FAILURES as error:
+            except ROW_FAILURES as error:
                 events.append(RowEvent(index, None, error))
                 continue
             self.rows.commit(r, cycle.path)
@@ -171,10 +182,13 @@ class _Batch:
             m.time_target += t3 - t2
             m.time_verify += t4 - t3
             m.time_bookkeeping += time.perf_counter() - t
+            emitted += len(cycle.emitted)
             events.extend(self._emit(index, row, cycle.emitted))
             if not row.done:
                 keep.append(r)
         self.rows.advance()
+        if self.pace is not None:
+            self.pace.record(speculate, emitted, time.perf_counter() - t0)
         self._drop(keep)
         yield from events
 
@@ -191,12 +205,13 @@ def _one_sync(packed: list[torch.Tensor]) -> list[list]:
     return out
 
 
-def run_rows(target, prepared: list[Prepared], speculative: bool, max_batch: int) -> Iterator[RowEvent]:
-    """The events of a batched call over ``prepared`` prompts (:class:`RowEvent`: tokens as decided, failures)."""
+def run_rows(target, prepared: list[Prepared], pace: Pace | None, max_batch: int) -> Iterator[RowEvent]:
+    """The events of a batched call over ``prepared`` prompts (:class:`RowEvent`: tokens as decided, failures);
+    ``pace``: speculative rows' choice of cycle or step (:mod:`specdec.pace`), None for vanilla rows."""
     for index, p in enumerate(prepared):
         if isinstance(p, BaseException):
             yield RowEvent(index, None, p)
-    batch = _Batch(target, prepared, speculative, max_batch)
+    batch = _Batch(target, prepared, pace, max_batch)
     yield from batch.admit()
     while batch.live:
         yield from batch.cycle()

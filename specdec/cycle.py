@@ -10,7 +10,8 @@ A speculative cycle of a row (:class:`Row`)::
     <the target keeps cycle.path>
 
 A vanilla step is the same cycle with a root-only tree (:func:`draft_root`, :func:`judge_step`,
-:func:`settle_step`). The loops (:mod:`specdec.generate`, :mod:`specdec.batched`) only forward, sync and commit.
+:func:`settle_step`; :func:`settle_plain` where a speculative row steps). The loops (:mod:`specdec.generate`,
+:mod:`specdec.batched`) only forward, sync and commit.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "judge_step",
     "pack_sync",
     "settle",
+    "settle_plain",
     "settle_step",
     "unpack_sync",
 ]
@@ -222,3 +224,12 @@ def settle_step(row: Row, drafted: Drafted, step: TargetStep, values: list) -> C
     row.metrics.tree_sizes.append(1)
     assert drafted.bonus is not None
     return Cycle([int(values[0])], drafted.bonus, [0])
+
+
+def settle_plain(row: Row, drafted: Drafted, step: TargetStep, values: list) -> Cycle:
+    """A plain step of a speculative row (a batch that steps this cycle, :mod:`specdec.pace`): :func:`settle_step`,
+    and the drafter takes the root as committed (its tree's policy grew nothing, so it gets no feedback)."""
+    cycle = settle_step(row, drafted, step, values)
+    assert row.drafter is not None
+    row.drafter.commit(drafted.tree.tokens[:1], step.hidden.select(drafted.tree.tokens.new_zeros(1)))
+    return cycle

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec import tree_checks
-from specdec.batched import BatchRowError, Prepared, RowEvent, collect, new_row, row_seeds, run_rows
+from specdec.batched import ROW_FAILURES, BatchRowError, Prepared, RowEvent, collect, new_row, row_seeds, run_rows
 from specdec.budget import policy_for_rows
 from specdec.calls import (
     GenerationMetrics,
@@ -39,6 +39,7 @@ from specdec.calls import (
 from specdec.cycle import Cycle, Row, draft, judge, settle
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError, TreeTooLargeError
+from specdec.pace import Always, Pace
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
 from specdec.target import EmptyPromptError
 from specdec.verify import check_verifier, verifier_for
@@ -171,6 +172,34 @@ class _Loop(ABC):
         rows at once (None: a vanilla row)."""
         return None
 
+    def _rows(self, prepared: list[Prepared], pace: Pace | None, max_batch: int) -> Iterator[RowEvent]:
+        """A batched call's events: its rows together (:func:`~specdec.batched.run_rows`), or at ``max_batch=1``
+        one after the other through the one-sequence loop (this generator's own parts, as ``generate`` runs them)."""
+        if max_batch > 1:
+            yield from run_rows(self.target, prepared, pace, max_batch)
+            return
+        for index, p in enumerate(prepared):
+            if isinstance(p, BaseException):
+                yield RowEvent(index, None, p)
+                continue
+            ids, row = p
+            try:
+                parts = self._parts(row.sampling)[1]
+                for token in self._tokens(ids, row.sampling, row.stop, parts, row.g, row.metrics):
+                    row.out.append(token)
+                    yield RowEvent(index, token)
+            except ROW_FAILURES as error:
+                yield RowEvent(index, None, error)
+
+    def _pace(self, speculate: str | Pace) -> Pace | None:
+        if isinstance(speculate, Pace):
+            return speculate if self._speculative else None
+        if speculate not in ("auto", "always"):
+            raise ValueError(f"speculate must be 'auto' or 'always', got {speculate!r}")
+        if not self._speculative:
+            return None
+        return Pace() if speculate == "auto" else Always()
+
     def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]]]:
         """Each prompt prepared as :meth:`stream` prepares one, with its row (or the :class:`CacheFullError` that
         keeps it out), and its ids."""
@@ -207,6 +236,7 @@ class _Loop(ABC):
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
         max_batch: int | None = None,
+        speculate: str | Pace = "auto",
     ) -> Iterator[RowEvent]:
         """Decode several prompts together (:mod:`specdec.batched`): each row's tokens as they are decided.
 
@@ -216,13 +246,17 @@ class _Loop(ABC):
                 A shared sampling setting with a seed gives row ``r`` the seed ``seed + r``.
             tokenizer: encodes string prompts (as :meth:`stream`).
             max_batch: rows decoded at once (None: all prompts); a finished row's place goes to the next prompt.
+                1: each prompt in turn through the one-sequence loop.
+            speculate: ``"auto"``: each cycle the batch speculates or steps, whichever has emitted more tokens per
+                second in this call (:mod:`specdec.pace`); ``"always"``: speculates every cycle; or a
+                :class:`~specdec.pace.Pace` of one's own. Vanilla: ignored.
 
         Yields :class:`~specdec.batched.RowEvent` s: ``(row, token)`` in the order decided, and ``(row, None, error)``
         for a row that failed alone (its prompt and budget overflow the cache, non-finite logits, a broken tree).
         Bad input and settings raise here, before any row runs, as in :meth:`stream`.
         """
         prepared, _ = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        return run_rows(self.target, prepared, self._speculative, max_batch or len(prompts))
+        return self._rows(prepared, self._pace(speculate), max_batch or len(prompts))
 
     def generate_batch(
         self,
@@ -232,6 +266,7 @@ class _Loop(ABC):
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
         max_batch: int | None = None,
+        speculate: str | Pace = "auto",
     ) -> list[GenerationResult]:
         """Decode several prompts together to completion; one result per prompt, in order (see :meth:`stream_batch`).
 
@@ -239,7 +274,7 @@ class _Loop(ABC):
             BatchRowError: some rows failed alone; it holds every row's result (``error`` set on the failed ones).
         """
         prepared, ids = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        events = run_rows(self.target, prepared, self._speculative, max_batch or len(prompts))
+        events = self._rows(prepared, self._pace(speculate), max_batch or len(prompts))
         return collect(events, prepared, ids)
 
 

@@ -12,7 +12,9 @@ Proofs, each with a negative control that must fail:
 * Stops: an EOS inside a multi-token accept ends that row exactly where decoding alone does; a row whose prompt and
   budget overflow the cache fails alone (:class:`BatchRowError`) while the others finish as alone.
 * Law: at T > 0 each of 3 rows (different prompt lengths, temperatures, top-k and top-p) emits its own target law
-  (G-test per row at a family-wise level of 1e-3, fixed seeds; control: the rotated sync fails it).
+  (G-test per row at a family-wise level of 1e-3, fixed seeds; control: the rotated sync fails it), also when the
+  batch alternates speculative cycles and plain steps (:mod:`specdec.pace`; control: a step that samples the
+  untempered logits fails it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from specdec.batched import BatchRowError
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import DraftTree
 from specdec.models import tiny_llama
+from specdec.pace import Pace
 from specdec.rows import BatchRows, BatchUnsupportedError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -36,6 +39,32 @@ VOCAB = 32
 PROMPTS = [torch.tensor([1, 5, 9, 2]), torch.tensor([3, 3, 7, 1, 2, 8, 4, 4, 6]), torch.tensor([7, 2])]
 STOP = StopCondition(max_new_tokens=14, eos_token_ids=())
 PIPELINES = [("ngram", "static"), ("eagle3", "dynamic"), ("small-lm", "chain")]
+
+
+class Alternate(Pace):
+    """Speculates and steps in turn (a schedule the timings could produce), to prove both and the switch."""
+
+    def choose(self) -> bool:
+        self.cycle += 1
+        return self.cycle % 2 == 1
+
+
+def test_pace_warms_both_modes_then_runs_the_faster_and_explores():
+    pace = Pace(explore_every=4, warm=2)
+    chosen = []
+    for _ in range(12):
+        mode = pace.choose()
+        chosen.append(mode)
+        pace.record(mode, tokens=8 if mode else 4, seconds=1.0)  # speculation twice as fast
+    assert chosen[:4] == [True, True, False, False]
+    assert chosen[4:] == [c % 4 != 0 for c in range(5, 13)]  # the best, and a step every 4th cycle
+    pace = Pace(explore_every=4, warm=2)
+    for _ in range(12):
+        mode = pace.choose()
+        pace.record(mode, tokens=2 if mode else 4, seconds=1.0)  # steps faster
+    assert pace.rate(False) > pace.rate(True) and not pace.choose() or pace.cycle % 4 == 0
+    with pytest.raises(ValueError, match="explore_every"):
+        Pace(explore_every=1)
 
 
 @pytest.fixture(scope="module")
@@ -117,18 +146,23 @@ def test_a_row_that_sees_a_rejected_slot_is_caught():
 
 
 @pytest.mark.parametrize("kind", ["vanilla"] + [f"{d}/{p}" for d, p in PIPELINES])
-@pytest.mark.parametrize("max_batch", [None, 2])
-def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch):
+@pytest.mark.parametrize(
+    ("max_batch", "pace"), [(None, "always"), (2, "always"), (None, "alternate"), (None, "auto"), (1, "auto")]
+)
+def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
     target = target_of(model)
     gen = decoder(kind, model, target)
     alone = [gen.generate(p, None, STOP).tokens for p in PROMPTS]
     assert len({tuple(a) for a in alone}) == len(PROMPTS)  # continuations differ: a row given another's would show
     stops = [STOP, StopCondition(max_new_tokens=5, eos_token_ids=()), STOP]  # row 1 finishes first
-    results = gen.generate_batch(PROMPTS, None, stops, max_batch=max_batch)
+    speculate = Alternate() if pace == "alternate" else pace
+    results = gen.generate_batch(PROMPTS, None, stops, max_batch=max_batch, speculate=speculate)
     assert [r.tokens for r in results] == [alone[0], alone[1][:5], alone[2]]
     assert [r.finish_reason for r in results] == ["length"] * 3
-    if kind != "vanilla":
+    if kind != "vanilla" and (pace == "always" or max_batch == 1):
         assert any(a > 0 for r in results for a in r.metrics.accept_lengths)  # multi-token accepts happened
+    if kind != "vanilla" and pace == "alternate":  # both kinds of cycle ran
+        assert {min(n, 2) for r in results for n in r.metrics.tree_sizes} == {1, 2}
 
 
 def test_rows_credited_to_their_neighbours_are_caught(model, monkeypatch):
@@ -202,7 +236,7 @@ LAW_SAMPLING = [
 ]
 
 
-def row_law_p_values(kind: str, n_runs: int, seed: int = 0) -> list[float]:
+def row_law_p_values(kind: str, n_runs: int, seed: int = 0, pace: type[Pace] | None = None) -> list[float]:
     """Per row, the G-test p-value of ``n_runs`` batched calls' first tokens against that row's exact law."""
     model = tiny_llama(vocab_size=LAW_VOCAB, hidden_size=16, num_layers=2, seed=3, logit_scale=1.5)
     target = HFTarget(model, max_len=64, weights="packed")
@@ -213,7 +247,8 @@ def row_law_p_values(kind: str, n_runs: int, seed: int = 0) -> list[float]:
     for _ in range(n_runs):
         seeds = torch.randint(0, 2**62, (len(LAW_PROMPTS),), generator=g).tolist()
         settings = [s.model_copy(update={"seed": x}) for s, x in zip(LAW_SAMPLING, seeds, strict=True)]
-        for r, result in enumerate(gen.generate_batch(LAW_PROMPTS, settings, stop)):
+        speculate = "always" if pace is None else pace()
+        for r, result in enumerate(gen.generate_batch(LAW_PROMPTS, settings, stop, speculate=speculate)):
             tokens[r].append(result.tokens)
     p_values = []
     for prompt, sampling, rows in zip(LAW_PROMPTS, LAW_SAMPLING, tokens, strict=True):
@@ -226,7 +261,7 @@ def row_law_p_values(kind: str, n_runs: int, seed: int = 0) -> list[float]:
 @pytest.mark.parametrize(
     ("kind", "n_runs"),
     [
-        ("eagle3/stochastic", 300),
+        pytest.param("eagle3/stochastic", 600, marks=pytest.mark.heavy),  # fast suite: the alternating test below
         pytest.param("vanilla", 600, marks=pytest.mark.heavy),
         pytest.param("ngram/static", 600, marks=pytest.mark.heavy),
         pytest.param("small-lm/stochastic", 600, marks=pytest.mark.heavy),
@@ -243,6 +278,26 @@ def test_rotated_rows_fail_the_law(monkeypatch):
     """Negative control of the law: rows handed their neighbours' values emit another prompt's law."""
     sync = batched._one_sync
     monkeypatch.setattr(batched, "_one_sync", lambda packed: (lambda v: v[1:] + v[:1])(sync(packed)))
-    p_values = row_law_p_values("vanilla", n_runs=300)
+    p_values = row_law_p_values("vanilla", n_runs=150)
     print("rotated rows' p-values", p_values)
+    assert min(p_values) < ALPHA / 9
+
+
+def test_each_row_emits_its_own_law_when_the_batch_alternates_cycles_and_steps():
+    p_values = row_law_p_values("eagle3/stochastic", 300, pace=Alternate)
+    print("alternating p-values", p_values)
+    assert min(p_values) > ALPHA / 9
+
+
+def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch):
+    """Negative control of the switch: the batch's plain step samples the untempered, unfiltered logits."""
+
+    def untempered(row, drafted, step):
+        token = torch.multinomial(torch.softmax(step.logits[0], -1), 1, generator=row.g)[0]
+        drafted.accepted, drafted.bonus = torch.zeros(1, dtype=torch.long), token
+        return torch.stack([token, torch.ones((), dtype=torch.long)])
+
+    monkeypatch.setattr(batched, "judge_step", untempered)
+    p_values = row_law_p_values("eagle3/stochastic", 150, pace=Alternate)
+    print("untempered steps' p-values", p_values)
     assert min(p_values) < ALPHA / 9
