@@ -301,3 +301,17 @@ def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch):
     p_values = row_law_p_values("eagle3/stochastic", 150, pace=Alternate)
     print("untempered steps' p-values", p_values)
     assert min(p_values) < ALPHA / 9
+
+
+def test_stream_batch_yields_each_rows_tokens_as_decided(model):
+    target = target_of(model, max_len=40)
+    gen = decoder("eagle3/dynamic", model, target)
+    stop = StopCondition(max_new_tokens=10, eos_token_ids=())
+    prompts = [PROMPTS[0], torch.arange(33) % VOCAB, PROMPTS[2]]  # the middle one cannot fit: it fails alone
+    events = list(gen.stream_batch(prompts, None, stop))
+    assert [(e.row, type(e.error).__name__) for e in events if e.error is not None] == [(1, "CacheFullError")]
+    for row in (0, 2):
+        assert [e.token for e in events if e.row == row] == gen.generate(prompts[row], None, stop).tokens
+    first_of = {row: next(i for i, e in enumerate(events) if e.row == row and e.token is not None) for row in (0, 2)}
+    last_of = {row: max(i for i, e in enumerate(events) if e.row == row) for row in (0, 2)}
+    assert first_of[2] < last_of[0]  # the rows interleave: row 2 starts before row 0 ends
