@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test test-heavy lint docs bench
+.PHONY: setup demo test test-heavy lint docs bench gpu-pack
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
@@ -33,3 +33,7 @@ docs: setup
 
 bench: setup
 	$(PY) -m specdec.cli bench
+
+# The GPU check's device calls (issue 46): the model, wheels and PLAN.md in .gpu/ (scripts/gpu_pack.py says how).
+gpu-pack: setup
+	$(PY) scripts/gpu_pack.py
