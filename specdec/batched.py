@@ -31,7 +31,7 @@ Contracts:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -68,9 +68,9 @@ class RowEvent:
     error: BaseException | None = None
 
 
-#: What a batched call prepares per prompt: the prompt ``[L]`` on the device and its :class:`Row` (or the error that
-#: refused it).
-Prepared = tuple[torch.Tensor, Row] | BaseException
+#: What a batched call prepares per prompt: the prompt ``[L]`` on the device, its :class:`Row`, and what gives the row
+#: its own ``(drafter, policy, verifier)`` when it joins the batch (None: a vanilla row); or the error that refused it.
+Prepared = tuple[torch.Tensor, Row, Callable[[], tuple] | None] | BaseException
 
 #: What fails one row alone (its refusals, bad values, torch's runtime errors); anything else (a bug) stops the call.
 ROW_FAILURES = (SpecdecError, ValueError, RuntimeError)
@@ -88,9 +88,10 @@ def row_seeds(samplings: Sequence[SamplingParams], shared: bool) -> list[Samplin
 class _Batch:
     """The rows of one call in flight: their :class:`Row` s, the prompts waiting, the shared :class:`BatchRows`."""
 
-    def __init__(self, target, prepared: list[Prepared], pace: Pace | None, max_batch: int) -> None:
+    def __init__(self, target, prepared: list[Prepared], pace: Pace | None, max_batch: int, room: int) -> None:
         self.pace, self.max_batch = pace, max_batch
-        self.rows = BatchRows(target)
+        # each row's prompt, budget and own tree fit max_len; the shared clock writes the largest tree of any row
+        self.rows = BatchRows(target, target.max_len + room)
         self.waiting = [i for i, p in enumerate(prepared) if not isinstance(p, BaseException)]
         self.prepared = prepared
         self.live: list[int] = []  # prompt index of each batch row, in the rows' order
@@ -105,9 +106,11 @@ class _Batch:
         row's first token, or its failure."""
         while self.waiting and len(self.live) < self.max_batch:
             index = self.waiting.pop(0)
-            ids, row = self.prepared[index]  # type: ignore[misc]
+            ids, row, parts = self.prepared[index]  # type: ignore[misc]
             row.started = time.perf_counter()
             try:
+                if parts is not None:  # forked as the row joins: memory grows with the batch, not the prompts
+                    row.drafter, row.policy, row.verifier = parts()
                 step = self.rows.join(ids)
                 check_finite(step.logits, "target logits at the end of the prompt")
                 row.root = sample(warp(step.logits[0], row.sampling), row.g)
@@ -137,6 +140,10 @@ class _Batch:
                 return
 
     def _drop(self, keep: list[int]) -> None:
+        for r, index in enumerate(self.live):
+            if r not in keep:  # a row that leaves gives back its drafter's buffers
+                row = self._row(index)
+                row.drafter = row.policy = None
         self.rows.leave(keep)
         self.live = [self.live[r] for r in keep]
 
@@ -162,9 +169,12 @@ class _Batch:
             row.metrics.time_draft += time.perf_counter() - t
             keep.append(r)
         self._drop(keep)
+        if not self.live:  # every row failed at its draft
+            yield from events
+            return
         rows = [self._row(i) for i in self.live]
         t2 = time.perf_counter()
-        steps = self.rows.forward([d.tree for d in drafted]) if rows else []
+        steps = self.rows.forward([d.tree for d in drafted])
         t3 = time.perf_counter()
         values = _one_sync([judge_(row, d, s) for row, d, s in zip(rows, drafted, steps, strict=True)])
         t4 = time.perf_counter()
@@ -182,8 +192,9 @@ class _Batch:
             m.time_target += t3 - t2
             m.time_verify += t4 - t3
             m.time_bookkeeping += time.perf_counter() - t
-            emitted += len(cycle.emitted)
+            before = len(row.out)
             events.extend(self._emit(index, row, cycle.emitted))
+            emitted += len(row.out) - before
             if not row.done:
                 keep.append(r)
         self.rows.advance()
@@ -205,24 +216,24 @@ def _one_sync(packed: list[torch.Tensor]) -> list[list]:
     return out
 
 
-def run_rows(target, prepared: list[Prepared], pace: Pace | None, max_batch: int) -> Iterator[RowEvent]:
+def run_rows(target, prepared: list[Prepared], pace: Pace | None, max_batch: int, room: int) -> Iterator[RowEvent]:
     """The events of a batched call over ``prepared`` prompts (:class:`RowEvent`: tokens as decided, failures);
-    ``pace``: speculative rows' choice of cycle or step (:mod:`specdec.pace`), None for vanilla rows."""
+    ``pace``: speculative rows' choice of cycle or step (:mod:`specdec.pace`), None for vanilla rows; ``room``: the
+    largest tree of any row (the rows' cache holds ``max_len + room`` slots)."""
     for index, p in enumerate(prepared):
         if isinstance(p, BaseException):
             yield RowEvent(index, None, p)
-    batch = _Batch(target, prepared, pace, max_batch)
+    batch = _Batch(target, prepared, pace, max_batch, room)
     yield from batch.admit()
     while batch.live:
         yield from batch.cycle()
         yield from batch.admit()
 
 
-def new_row(sampling: SamplingParams, stop: StopCondition, target, parts=None) -> Row:
-    """A row for a prepared prompt (``parts``: a speculative row's ``(drafter, policy, verifier)``, forked)."""
+def new_row(sampling: SamplingParams, stop: StopCondition, target) -> Row:
+    """A row for a prepared prompt (its speculative parts come when it joins the batch)."""
     g = make_generator(sampling, target.device, None)
-    drafter, policy, verifier = parts or (None, None, None)
-    return Row(sampling, stop, g, GenerationMetrics(), target.vocab_size, None, drafter, policy, verifier)
+    return Row(sampling, stop, g, GenerationMetrics(), target.vocab_size)
 
 
 def collect(events: Iterator[RowEvent], prepared: list[Prepared], prompts: list[list[int]]) -> list[GenerationResult]:
@@ -234,11 +245,12 @@ def collect(events: Iterator[RowEvent], prepared: list[Prepared], prompts: list[
             errors[event.row] = event.error
     results = []
     for index, p in enumerate(prepared):
-        if index in errors:
-            results.append(GenerationResult([], "error", GenerationMetrics(), prompts[index], error=errors[index]))
+        if isinstance(p, BaseException):
+            results.append(GenerationResult([], "error", GenerationMetrics(), prompts[index], error=p))
             continue
-        row = p[1]
-        results.append(GenerationResult(row.out, row.stop.check(row.out) or "length", row.metrics, prompts[index]))
+        row, error = p[1], errors.get(index)
+        reason = "error" if error is not None else row.stop.check(row.out) or "length"
+        results.append(GenerationResult(row.out, reason, row.metrics, prompts[index], error=error))
     if errors:
         named = "; ".join(f"row {i}: {type(e).__name__}: {e}" for i, e in sorted(errors.items()))
         raise BatchRowError(f"{len(errors)} of {len(prepared)} rows failed (the others finished): {named}", results)

@@ -435,8 +435,9 @@ def _curves(obj: object, seen: set[int], found: dict[int, CostCurve]) -> None:
 
 
 def policy_for_rows(policy: TreePolicy, rows: int) -> TreePolicy:
-    """A batch row's own policy (:meth:`~specdec.interfaces.TreePolicy.fork`) whose cost curves are the row's share
-    of a batch of ``rows`` (:meth:`CostCurve.per_row`), so its trees are sized for the batch."""
+    """A batch row's own policy: a deep copy (so the state a tree keeps until its feedback and what the policy learns
+    stay the row's; contract: a policy can be deep-copied), whose cost curves are the row's share of a batch of
+    ``rows`` (:meth:`CostCurve.per_row`), so its trees are sized for the batch."""
     found: dict[int, CostCurve] = {}
     _curves(policy, set(), found)
     memo = {key: curve.per_row(rows) for key, curve in found.items()}

@@ -15,6 +15,7 @@ and then the bonus token, which becomes the next root. τ counts the bonus token
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -172,17 +173,17 @@ class _Loop(ABC):
         rows at once (None: a vanilla row)."""
         return None
 
-    def _rows(self, prepared: list[Prepared], pace: Pace | None, max_batch: int) -> Iterator[RowEvent]:
+    def _rows(self, prepared: list[Prepared], pace: Pace | None, max_batch: int, room: int) -> Iterator[RowEvent]:
         """A batched call's events: its rows together (:func:`~specdec.batched.run_rows`), or at ``max_batch=1``
         one after the other through the one-sequence loop (this generator's own parts, as ``generate`` runs them)."""
         if max_batch > 1:
-            yield from run_rows(self.target, prepared, pace, max_batch)
+            yield from run_rows(self.target, prepared, pace, max_batch, room)
             return
         for index, p in enumerate(prepared):
             if isinstance(p, BaseException):
                 yield RowEvent(index, None, p)
                 continue
-            ids, row = p
+            ids, row, _ = p
             try:
                 parts = self._parts(row.sampling)[1]
                 for token in self._tokens(ids, row.sampling, row.stop, parts, row.g, row.metrics):
@@ -200,9 +201,9 @@ class _Loop(ABC):
             return None
         return Pace() if speculate == "auto" else Always()
 
-    def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]]]:
-        """Each prompt prepared as :meth:`stream` prepares one, with its row (or the :class:`CacheFullError` that
-        keeps it out), and its ids."""
+    def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]], int]:
+        """Each prompt prepared as :meth:`stream` prepares one, with its row and the fork of its parts (or the
+        :class:`CacheFullError` that keeps it out); its ids; the largest tree room of any row."""
         if isinstance(prompts, (str, torch.Tensor)) or not prompts:
             raise ValueError("prompts must be a non-empty list of prompts (one string, tensor or id list each)")
         if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
@@ -217,6 +218,7 @@ class _Loop(ABC):
         samplings = row_seeds([call_settings(s, None)[0] for s in samplings], shared)
         prepared: list[Prepared] = []
         ids: list[list[int]] = []
+        room, rows = 1, min(n, max_batch or n)
         for prompt, s, st in zip(prompts, samplings, stops, strict=True):
             try:
                 input_ids, s, st, parts = self._prepared(prompt, s, st, tokenizer)
@@ -224,9 +226,11 @@ class _Loop(ABC):
                 prepared.append(error)
                 ids.append([])
                 continue
-            prepared.append((input_ids, new_row(s, st, self.target, self._row_parts(parts, min(n, max_batch or n)))))
+            fork = functools.partial(self._row_parts, parts, rows) if self._speculative else None
+            prepared.append((input_ids, new_row(s, st, self.target), fork))
             ids.append(input_ids.tolist())
-        return prepared, ids
+            room = max(room, self._parts(s)[0])
+        return prepared, ids, room
 
     def stream_batch(
         self,
@@ -255,8 +259,8 @@ class _Loop(ABC):
         for a row that failed alone (its prompt and budget overflow the cache, non-finite logits, a broken tree).
         Bad input and settings raise here, before any row runs, as in :meth:`stream`.
         """
-        prepared, _ = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        return self._rows(prepared, self._pace(speculate), max_batch or len(prompts))
+        prepared, _, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
+        return self._rows(prepared, self._pace(speculate), max_batch or len(prompts), room)
 
     def generate_batch(
         self,
@@ -273,8 +277,8 @@ class _Loop(ABC):
         Raises:
             BatchRowError: some rows failed alone; it holds every row's result (``error`` set on the failed ones).
         """
-        prepared, ids = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        events = self._rows(prepared, self._pace(speculate), max_batch or len(prompts))
+        prepared, ids, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
+        events = self._rows(prepared, self._pace(speculate), max_batch or len(prompts), room)
         return collect(events, prepared, ids)
 
 

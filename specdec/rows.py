@@ -20,7 +20,8 @@ kernels as a call with one prompt), its keys and values copied into slots ``[0, 
 as they finish. Unmarked slots accumulate as ``P`` advances by the tree size each cycle; :meth:`BatchRows.compact`
 moves every row's marked slots to the front when the cache is full or mostly dead.
 
-Scope: eager shapes (a static-shape or CUDA-graph target is refused, :class:`BatchUnsupportedError`).
+Scope: eager shapes (a static-shape or CUDA-graph target is refused, :class:`BatchUnsupportedError`). The masks are
+built on the host row by row (on CUDA each row's tree is read back: a CPU loop until the GPU work captures batches).
 """
 
 from __future__ import annotations

@@ -315,3 +315,38 @@ def test_stream_batch_yields_each_rows_tokens_as_decided(model):
     first_of = {row: next(i for i, e in enumerate(events) if e.row == row and e.token is not None) for row in (0, 2)}
     last_of = {row: max(i for i, e in enumerate(events) if e.row == row) for row in (0, 2)}
     assert first_of[2] < last_of[0]  # the rows interleave: row 2 starts before row 0 ends
+
+
+def test_rows_with_trees_of_different_sizes_share_the_cache(model):
+    """A greedy row with a large tree beside a sampled row near its cache limit (found in review: the shared clock
+    writes the largest tree of any row, so the rows' cache holds max_len + that tree)."""
+    from specdec.drafters import NGramDrafter
+    from specdec.trees import ByTemperature, DynamicTreePolicy, StaticTreePolicy
+
+    target = target_of(model, max_len=64)
+    policy = ByTemperature(DynamicTreePolicy(topk=4, depth=4, total_tokens=30), StaticTreePolicy.chain(2))
+    gen = SpeculativeGenerator(target, NGramDrafter(VOCAB, num_candidates=4), policy)
+    prompts = [PROMPTS[0], torch.arange(40) % VOCAB]
+    settings = [SamplingParams(), SamplingParams(temperature=0.8, seed=0)]
+    results = gen.generate_batch(prompts, settings, StopCondition(eos_token_ids=()), speculate="always")
+    assert [len(r.tokens) for r in results] == [64 - 4 - 30, 64 - 40 - 3]  # each row's own budget
+    assert results[0].tokens == gen.generate(prompts[0], settings[0], StopCondition(eos_token_ids=())).tokens
+
+
+def test_rows_that_all_fail_while_drafting_are_reported(model):
+    """Every live row failing at its draft (a drafter's cache too small) ends the call with each row's error."""
+    target = target_of(model)
+    gen = SpeculativeGenerator(target, make_drafter("small-lm", model, 16), make_policy("chain"))
+    with pytest.raises(BatchRowError) as caught:
+        gen.generate_batch(PROMPTS[:2], None, StopCondition(max_new_tokens=30, eos_token_ids=()), speculate="always")
+    results = caught.value.results
+    assert [r.finish_reason for r in results] == ["error", "error"]
+    assert all(r.tokens for r in results)  # what each row emitted before it failed is kept
+
+
+def test_a_composite_fork_keeps_the_generation_count(model):
+    from specdec.drafters import CompositeDrafter, RetrievalDrafter
+
+    composite = CompositeDrafter(make_drafter("ngram", model, 64), [RetrievalDrafter(VOCAB)])
+    composite.generation = 3
+    assert composite.fork().generation == 3  # its policy's copy tells the fork's first generation from the parent's

@@ -96,7 +96,9 @@ class CompositeDrafter(Drafter):
     def fork(self) -> CompositeDrafter:
         """A composite of every part's fork (:meth:`Drafter.fork`)."""
         tree = None if self.tree_drafter is None else self.tree_drafter.fork()
-        return type(self)(tree, [p.fork() for p in self.proposers])
+        twin = type(self)(tree, [p.fork() for p in self.proposers])
+        twin.generation = self.generation  # its policy, a copy of this one's, tells a new generation by the count
+        return twin
 
     def proposals(self, root: int) -> list[Continuation]:
         """Every proposer's continuations after ``history + [root]``, in the proposers' order."""
