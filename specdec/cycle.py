@@ -74,8 +74,8 @@ class Row:
 
 @dataclass
 class Drafted:
-    """A cycle's tree and what goes with it to the sync (``accepted`` and ``bonus``: set by :func:`judge`; the bonus
-    token on the device becomes the next root)."""
+    """A cycle's tree and what goes with it to the sync (``accepted`` and ``bonus``: set by :func:`judge`, ``bonus``
+    alone by :func:`judge_step`; the bonus token on the device becomes the next root)."""
 
     tree: DraftTree
     faults: torch.Tensor | None = None
@@ -211,7 +211,7 @@ def judge_step(row: Row, drafted: Drafted, step: TargetStep) -> torch.Tensor:
     ``[token, ok]``."""
     logits = step.logits[0]
     token = logits.argmax() if row.sampling.greedy else sample(warp(logits, row.sampling), row.g)
-    drafted.accepted, drafted.bonus = torch.zeros(1, dtype=torch.long, device=token.device), token
+    drafted.bonus = token
     return torch.stack([token.reshape(()), logits_ok(step.logits).long().reshape(())])
 
 

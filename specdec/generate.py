@@ -111,11 +111,12 @@ class _Loop(ABC):
 
     def _prepared(
         self, input_ids, sampling, stop, tokenizer
-    ) -> tuple[torch.Tensor, SamplingParams, StopCondition, tuple]:
+    ) -> tuple[torch.Tensor, SamplingParams, StopCondition, int, tuple]:
+        """The call's prompt, settings, the cache room a cycle needs beyond the tokens, and its parts."""
         sampling, stop = call_settings(sampling, stop)
         room, parts = self._parts(sampling)
         input_ids, stop = prepare_call(self.target, _encode(input_ids, tokenizer), stop, room)
-        return input_ids, sampling, stop, parts
+        return input_ids, sampling, stop, room, parts
 
     def stream(
         self,
@@ -150,7 +151,7 @@ class _Loop(ABC):
         target: a stream resumed after that raises :class:`~specdec.calls.TargetTakenError` at its next forward
         (one stream per target at a time; :meth:`~specdec.target.HFTarget.sibling` gives another cache).
         """
-        input_ids, sampling, stop, parts = self._prepared(input_ids, sampling, stop, tokenizer)
+        input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
         return self._tokens(input_ids, sampling, stop, parts, generator, metrics or GenerationMetrics())
 
     def generate(
@@ -163,7 +164,7 @@ class _Loop(ABC):
         tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
-        input_ids, sampling, stop, parts = self._prepared(input_ids, sampling, stop, tokenizer)
+        input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
         metrics = GenerationMetrics()
         tokens = list(self._tokens(input_ids, sampling, stop, parts, generator, metrics))
         return GenerationResult(tokens, stop.check(tokens) or "length", metrics, input_ids.tolist())
@@ -221,7 +222,7 @@ class _Loop(ABC):
         room, rows = 1, min(n, max_batch or n)
         for prompt, s, st in zip(prompts, samplings, stops, strict=True):
             try:
-                input_ids, s, st, parts = self._prepared(prompt, s, st, tokenizer)
+                input_ids, s, st, row_room, parts = self._prepared(prompt, s, st, tokenizer)
             except CacheFullError as error:  # this row alone cannot run (the others do)
                 prepared.append(error)
                 ids.append([])
@@ -229,7 +230,7 @@ class _Loop(ABC):
             fork = functools.partial(self._row_parts, parts, rows) if self._speculative else None
             prepared.append((input_ids, new_row(s, st, self.target), fork))
             ids.append(input_ids.tolist())
-            room = max(room, self._parts(s)[0])
+            room = max(room, row_room)
         return prepared, ids, room
 
     def stream_batch(

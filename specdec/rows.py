@@ -85,14 +85,12 @@ class BatchRows:
             raise CacheFullError(f"prompt of {n} tokens does not fit a batch row of {self.capacity} slots")
         self.clock = max(self.clock, n)  # slots [P, n) of the rows already here hold zeros (allocated so)
         for layer, source in zip(self.cache.layers, self.target.cache.layers, strict=True):
-            row_k = source.keys.new_zeros(1, *source.keys.shape[1:2], self.capacity, source.keys.shape[-1])
-            row_v = source.values.new_zeros(1, *source.values.shape[1:2], self.capacity, source.values.shape[-1])
-            row_k[:, :, :n] = source.keys[:, :, :n]
-            row_v[:, :, :n] = source.values[:, :, :n]
-            if layer.is_initialized:
-                layer.keys, layer.values = torch.cat([layer.keys, row_k]), torch.cat([layer.values, row_v])
-            else:
-                layer.keys, layer.values, layer.is_initialized = row_k, row_v, True
+            for name in ("keys", "values"):
+                prefilled = getattr(source, name)  # [1, H, C, D]
+                row = prefilled.new_zeros(1, prefilled.shape[1], self.capacity, prefilled.shape[3])
+                row[:, :, :n] = prefilled[:, :, :n]
+                setattr(layer, name, torch.cat([getattr(layer, name), row]) if layer.is_initialized else row)
+            layer.is_initialized = True
         valid = torch.zeros(1, self.capacity, dtype=torch.bool)
         valid[0, :n] = True
         self.valid = torch.cat([self.valid, valid])

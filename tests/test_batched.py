@@ -62,7 +62,8 @@ def test_pace_warms_both_modes_then_runs_the_faster_and_explores():
     for _ in range(12):
         mode = pace.choose()
         pace.record(mode, tokens=2 if mode else 4, seconds=1.0)  # steps faster
-    assert pace.rate(False) > pace.rate(True) and not pace.choose() or pace.cycle % 4 == 0
+    assert pace.rate(False) > pace.rate(True)
+    assert pace.choose() is False  # cycle 13: not an exploring one, so the faster mode
     with pytest.raises(ValueError, match="explore_every"):
         Pace(explore_every=1)
 
@@ -107,7 +108,9 @@ def test_batched_forward_gives_each_row_its_own_logits(family):
     g = torch.Generator().manual_seed(0)
     for cycle in range(4):
         if cycle == 3:
+            before = rows.clock
             rows.compact()
+            assert rows.clock == max(rows.lengths) < before  # the rejected nodes' slots are gone
         trees = [
             chain_tree(torch.randint(0, VOCAB, (1 + r,), generator=g).tolist())
             if (r + cycle) % 2
@@ -124,7 +127,6 @@ def test_batched_forward_gives_each_row_its_own_logits(family):
             rows.commit(r, path)
             own.commit(torch.tensor(path), len(path))
         rows.advance()
-    assert rows.clock < sum(t.num_nodes for t in trees) * 4 + max(len(p) for p in PROMPTS)  # compacted
 
 
 def test_a_row_that_sees_a_rejected_slot_is_caught():
@@ -181,7 +183,7 @@ def test_eos_inside_a_multi_token_accept_ends_the_row_where_alone_does(model):
     gen = decoder("ngram/static", model, target)
     full = gen.generate(PROMPTS[0], None, STOP)
     # an EOS id first emitted inside a cycle that accepted draft tokens (not as that cycle's first token)
-    emitted, cycle_of = [], []
+    cycle_of = []
     for c, a in enumerate(full.metrics.accept_lengths):
         cycle_of += [c] * (a + 1)
     inside = [i for i in range(2, len(full.tokens)) if i - 1 < len(cycle_of) and cycle_of[i - 1] == cycle_of[i - 2]]
@@ -194,7 +196,6 @@ def test_eos_inside_a_multi_token_accept_ends_the_row_where_alone_does(model):
     assert results[0].tokens == alone.tokens == full.tokens[: inside[0] + 1]
     assert results[0].finish_reason == "eos"
     assert [r.tokens for r in results[1:]] == [gen.generate(p, None, STOP).tokens for p in PROMPTS[1:]]
-    del emitted
 
 
 def test_a_row_that_overflows_the_cache_fails_alone(model):

@@ -29,10 +29,7 @@ from specdec.generate import VanillaGenerator
 from specdec.methods import build_method
 from specdec.sampling import SamplingParams
 
-__all__ = ["BATCH_METHODS", "run_batched"]
-
-#: Methods a batched bench can run besides the named ones (HF prompt lookup does not batch).
-BATCH_METHODS = ("hf-generate",)
+__all__ = ["run_batched"]
 
 
 def _generator(name: str, model, target, options, eos: int | None):
