@@ -31,19 +31,19 @@ Contracts:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
-from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, make_generator
+from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, call_settings, make_generator
 from specdec.cycle import Drafted, Row, draft, draft_root, judge, judge_step, settle, settle_plain, settle_step
 from specdec.errors import SpecdecError
 from specdec.pace import Pace
 from specdec.rows import BatchRows
 from specdec.sampling import SamplingParams, check_finite, sample, warp
 
-__all__ = ["ROW_FAILURES", "BatchRowError", "RowEvent", "collect", "new_row", "row_seeds", "run_rows"]
+__all__ = ["ROW_FAILURES", "BatchRowError", "RowEvent", "collect", "new_row", "row_settings", "run_rows"]
 
 
 class BatchRowError(SpecdecError, RuntimeError):
@@ -76,13 +76,31 @@ Prepared = tuple[torch.Tensor, Row, Callable[[], tuple] | None] | BaseException
 ROW_FAILURES = (SpecdecError, ValueError, RuntimeError)
 
 
-def row_seeds(samplings: Sequence[SamplingParams], shared: bool) -> list[SamplingParams]:
-    """Each row's settings: one shared setting with a seed gives row ``r`` the seed ``seed + r`` (module docstring)."""
-    if not shared:
-        return list(samplings)
-    return [
-        s if s.seed is None else s.model_copy(update={"seed": (s.seed + r) % 2**64}) for r, s in enumerate(samplings)
-    ]
+def row_settings(prompts, sampling, stop, max_batch) -> tuple[list[SamplingParams], list[StopCondition | None]]:
+    """Each prompt's sampling settings (checked; one shared setting with a seed gives row ``r`` the seed ``seed + r``,
+    module docstring) and stop condition, from one for all or one per prompt.
+
+    Raises:
+        ValueError: no prompts, a bad ``max_batch``, or a number of settings that is neither one nor one per prompt.
+    """
+    if isinstance(prompts, (str, torch.Tensor)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of prompts (one string, tensor or id list each)")
+    if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+        raise ValueError(f"max_batch must be an integer >= 1 (rows decoded at once), got {max_batch!r}")
+    n = len(prompts)
+    shared = not isinstance(sampling, (list, tuple))
+    samplings = [sampling] * n if shared else list(sampling)
+    stops = list(stop) if isinstance(stop, (list, tuple)) else [stop] * n
+    for name, given in (("sampling", samplings), ("stop", stops)):
+        if len(given) != n:
+            raise ValueError(f"{len(given)} {name} settings for {n} prompts: give one for all, or one per prompt")
+    samplings = [call_settings(s, None)[0] for s in samplings]
+    if shared:
+        samplings = [
+            s if s.seed is None else s.model_copy(update={"seed": (s.seed + r) % 2**64})
+            for r, s in enumerate(samplings)
+        ]
+    return samplings, stops
 
 
 class _Batch:

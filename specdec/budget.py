@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from specdec.backends import GQA_INVARIANT, execution_label
+from specdec.curve_watch import watch_curve
 from specdec.interfaces import TreePolicy
 from specdec.models import cache_dir
 from specdec.target import HFTarget
@@ -54,6 +55,7 @@ __all__ = [
     "budgets_by_depth",
     "choose_budget",
     "curve_path",
+    "curves_in",
     "device_label",
     "forward_cost_curve",
     "measure_forward_cost",
@@ -305,6 +307,9 @@ def forward_cost_curve(
 ) -> CostCurve:
     """The cached curve for this model, device and thread count, measured (and cached) on first use.
 
+    The decoding loop checks the curve against the tree forwards it times (:mod:`specdec.curve_watch`): a cached
+    curve they disagree with is marked stale and measured again here at its next use.
+
     The measurement runs on a private adapter around ``target.model`` (cache of ``context + max(sizes) + 1``), so
     the curve does not depend on the caller's cache size and the caller's cache is left alone.
     """
@@ -312,13 +317,15 @@ def forward_cost_curve(
     if not refresh and path.is_file():
         try:
             data = json.loads(path.read_text())
-            if data.get("version") == CURVE_VERSION and not data.get("meta", {}).get("noisy"):
-                return CostCurve.from_json(data)  # a noisy probe's curve is measured again
+            meta = data.get("meta", {})
+            if data.get("version") == CURVE_VERSION and not meta.get("noisy") and not meta.get("stale"):
+                return watch_curve(CostCurve.from_json(data), path, fresh=False)  # noisy or stale: measured again
         except (ValueError, KeyError, TypeError):
             pass  # a corrupt cache file is re-measured
     limit = getattr(target.config, "max_position_embeddings", None) or 1 << 30
     probe = target.sibling(max_len=min(limit, context + max(sizes) + 1))
-    return measure_forward_cost(probe, sizes=sizes, repeats=repeats, context=context, save=True)
+    curve = measure_forward_cost(probe, sizes=sizes, repeats=repeats, context=context, save=True)
+    return watch_curve(curve, path, fresh=True)
 
 
 # ------------------------------------------------------------------------------------------------- choosing
@@ -432,6 +439,13 @@ def _curves(obj: object, seen: set[int], found: dict[int, CostCurve]) -> None:
         items = vars(obj).values() if hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module) else ()
     for item in items:
         _curves(item, seen, found)
+
+
+def curves_in(obj: object) -> list[CostCurve]:
+    """Every :class:`CostCurve` ``obj`` (a policy) holds, each once."""
+    found: dict[int, CostCurve] = {}
+    _curves(obj, set(), found)
+    return list(found.values())
 
 
 def policy_for_rows(policy: TreePolicy, rows: int) -> TreePolicy:

@@ -22,6 +22,7 @@ import torch
 
 from specdec import tree_checks
 from specdec.calls import GenerationMetrics, StopCondition
+from specdec.curve_watch import CurveWatch
 from specdec.interfaces import Drafter, TargetStep, TreePolicy, Verdict, Verifier
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, logits_ok, sample, warp
 from specdec.tree import DraftTree
@@ -55,6 +56,7 @@ class Row:
         vocab_size: the target's (the tree contract's bound).
         on_host: tree faults are read at the draft (host memory, no sync) instead of at the cycle's sync.
         started: when the row's call began (``time.perf_counter``); done: its stop condition was met.
+        watch: checks the cost curve its policy holds against the tree forwards timed (:mod:`specdec.curve_watch`).
     """
 
     sampling: SamplingParams
@@ -70,6 +72,7 @@ class Row:
     out: list[int] = field(default_factory=list)
     started: float = 0.0
     done: bool = False
+    watch: CurveWatch | None = None
 
 
 @dataclass

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec import tree_checks
-from specdec.batched import ROW_FAILURES, BatchRowError, Prepared, RowEvent, collect, new_row, row_seeds, run_rows
-from specdec.budget import policy_for_rows
+from specdec.batched import ROW_FAILURES, BatchRowError, Prepared, RowEvent, collect, new_row, row_settings, run_rows
+from specdec.budget import curves_in, policy_for_rows
 from specdec.calls import (
     GenerationMetrics,
     GenerationResult,
@@ -37,6 +37,7 @@ from specdec.calls import (
     make_generator,
     prepare_call,
 )
+from specdec.curve_watch import watch_of
 from specdec.cycle import Cycle, Row, draft, judge, settle
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError, TreeTooLargeError
@@ -205,18 +206,8 @@ class _Loop(ABC):
     def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]], int]:
         """Each prompt prepared as :meth:`stream` prepares one, with its row and the fork of its parts (or the
         :class:`CacheFullError` that keeps it out); its ids; the largest tree room of any row."""
-        if isinstance(prompts, (str, torch.Tensor)) or not prompts:
-            raise ValueError("prompts must be a non-empty list of prompts (one string, tensor or id list each)")
-        if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
-            raise ValueError(f"max_batch must be an integer >= 1 (rows decoded at once), got {max_batch!r}")
+        samplings, stops = row_settings(prompts, sampling, stop, max_batch)
         n = len(prompts)
-        shared = not isinstance(sampling, (list, tuple))
-        samplings = [sampling] * n if shared else list(sampling)
-        stops = list(stop) if isinstance(stop, (list, tuple)) else [stop] * n
-        for name, given in (("sampling", samplings), ("stop", stops)):
-            if len(given) != n:
-                raise ValueError(f"{len(given)} {name} settings for {n} prompts: give one for all, or one per prompt")
-        samplings = row_seeds([call_settings(s, None)[0] for s in samplings], shared)
         prepared: list[Prepared] = []
         ids: list[list[int]] = []
         room, rows = 1, min(n, max_batch or n)
@@ -397,7 +388,9 @@ class SpeculativeGenerator(_Loop):
         """A sequence's parts (``parts``: :meth:`_parts`'; ``drafter``: this generator's, or a batch row's fork)."""
         policy, verifier = parts
         on_host = tree_checks.free_reads(self.target.device)
-        return Row(sampling, stop, g, metrics, self.target.vocab_size, None, self.drafter, policy, verifier, on_host)
+        row = Row(sampling, stop, g, metrics, self.target.vocab_size, None, self.drafter, policy, verifier, on_host)
+        row.watch = watch_of(curves_in(policy))
+        return row
 
     def _tokens(
         self,
@@ -443,6 +436,8 @@ class SpeculativeGenerator(_Loop):
         t2 = time.perf_counter()
         step = self.target.forward_tree(drafted.tree)
         t3 = time.perf_counter()
+        if row.watch is not None:  # a synchronous device: t3 - t2 is the forward's work
+            row.watch.record(drafted.tree.num_nodes, t3 - t2)
         values = judge(row, drafted, step).tolist()  # the cycle's one host sync
         t4 = time.perf_counter()
         cycle = settle(row, drafted, step, values)

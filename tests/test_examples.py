@@ -133,6 +133,7 @@ def test_custom_drafter_is_lossless_and_drafts(capsys: pytest.CaptureFixture[str
     assert torch.allclose(row.exp() - 0.1, torch.tensor([0.0, 1, 2, 1, 0]), atol=1e-6)
 
 
+@pytest.mark.heavy  # 24 s: the kit's proofs and controls it runs are in the fast suite (test_testing_*.py)
 def test_prove_verifier_passes_mine_and_catches_broken() -> None:
     """The whole script, run as a real subprocess (the ``__main__`` path): the proofs, the kit on a whole decoder and
     the verifier in the loop."""
@@ -165,6 +166,7 @@ def test_prove_verifier_passes_mine_and_catches_broken() -> None:
     )
 
 
+@pytest.mark.heavy  # 18 s: training, resuming and export are in the fast suite (test_train_*.py)
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_train_head_trains_decodes_and_exports(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = run_example("train_head", ["--out", str(tmp_path), "--epochs", "1"], capsys)
