@@ -388,3 +388,43 @@ def test_a_bench_config_is_validated_when_made():
         with pytest.raises(ValidationError):
             BenchConfig(**bad)
     assert BenchConfig(temperatures=(0.0, 1.0, 0.0)).temperatures == (0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------- compiles
+def test_the_report_says_where_timed_generations_compiled():
+    """A static-shape run's report says how many timed generations compiled graphs and where (their compile time is
+    inside their tokens/s); an eager run, which compiles nothing, gets no line."""
+    from specdec.bench.records import compile_lines
+
+    static, eager = [{"backend": "stock+static"}], [{"backend": "packed"}]
+    clean = [{"status": "ok", "compiles": 0, "method": "vanilla", "temperature": 0.0, "prompt_id": "p0"}] * 3
+    assert compile_lines(clean, static) == ["", "Graphs compiled during timed generations: none in 3 generations."]
+    assert compile_lines(clean, eager) == []
+    dirty = [*clean, {"status": "ok", "compiles": 2, "method": "eagle3", "temperature": 1.0, "prompt_id": "p1"}]
+    line = compile_lines(dirty, eager)[1]
+    assert line.startswith("**Graphs compiled during timed generations: 2, in 1 of 4 generations**")
+    assert line.endswith("eagle3 (T=1) on p1: 2")
+
+
+@pytest.mark.heavy  # compiles every bucket of a tiny model (~1 min on 2 cores)
+def test_a_static_bench_compiles_every_shape_before_timing(tmp_path, monkeypatch):
+    """Issue 46: the bench compiles every bucket of a static-shape target before the first timed generation, so no
+    timed row compiles. Control: without that warm-up and with a 1-token warm generation, the first timed generations
+    compile (counted and reported), on a model of new shapes so that no graph of it is cached."""
+    import specdec.bench.runner as runner
+    from specdec.bench.report import load_runs
+    from specdec.target import HFTarget
+
+    def measured(model, out):
+        fixed = MethodOptions(small_lm_layers=1, topk=3, depth=3, total_tokens=6)  # no cost curve to probe
+        bench(model, out, methods=("ngram",), static_shapes=True, max_new_tokens=8, limit=2, options=fixed)
+        rows = [r for r in load_rows(out) if r["status"] == "ok"]
+        return rows, markdown(rows, load_runs(out))
+
+    rows, report = measured(tiny_llama(vocab_size=VOCAB, hidden_size=48, num_layers=2, seed=5), tmp_path / "a")
+    assert len(rows) == 4 and all(r["compiles"] == 0 for r in rows)
+    assert f"Graphs compiled during timed generations: none in {len(rows)} generations." in report
+    monkeypatch.setattr(HFTarget, "warm_up", lambda self: {})
+    monkeypatch.setattr(runner, "WARMUP_TOKENS", 1)
+    rows, report = measured(tiny_llama(vocab_size=VOCAB, hidden_size=40, num_layers=2, seed=6), tmp_path / "b")
+    assert sum(r["compiles"] for r in rows) >= 1 and "**Graphs compiled during timed generations:" in report

@@ -15,9 +15,11 @@ fixed-shape on this backend:
 So the model's forward compiles once per bucket and never again (``tests/test_compiled.py`` counts). The prefill,
 whose length varies, runs eagerly on the same static cache, as transformers recommends for its own static cache.
 
-Where it runs: on CUDA, ``mode="reduce-overhead"`` (CUDA graphs); elsewhere inductor with ``freezing`` (weights
-become constants, which lets inductor pre-pack the linears; for fp32 on x86 it packs them for MKL's GEMM, which is
-slow for a few rows on AMD CPUs: see the results page). Compiled artefacts go to
+Where it runs: on CUDA, ``mode="reduce-overhead"`` (CUDA graphs); elsewhere inductor with ``freezing`` requested.
+On torch 2.13 that freezes nothing: dynamo hands inductor the weights as graph inputs, so every linear runs as an
+unpacked ``aten::mm`` (MKL). ``torch._dynamo.config.prepare_freezing`` would fold them, but then a second model of
+the same class in the process ran the first one's frozen constants (an index out of bounds in
+``tests/test_compiled.py``), so it stays off (``docs/results/2026-11-28-curve-watch-zen3``). Compiled artefacts go to
 inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), so a second process with the same model and buckets
 skips most of the compile time.
 """

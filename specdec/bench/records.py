@@ -19,6 +19,7 @@ __all__ = [
     "NEAR_TIE",
     "NEAR_TIE_ULPS",
     "ResultsFile",
+    "compile_lines",
     "first_difference",
     "near_tie_threshold",
     "result_row",
@@ -150,7 +151,30 @@ def result_row(
         "time_split": m.time_split() if speculative else None,
         "greedy_equal": None,
         "first_diff": None,
+        "compiles": None,  # graphs compiled during this generation (set by the runner)
     }
+
+
+def compile_lines(rows: list[dict], runs: list[dict]) -> list[str]:
+    """The report's lines on graphs compiled inside timed generations (every shape should be compiled before timing:
+    a compile inside a generation puts its seconds into that generation's time). Said when a run had static shapes
+    or any row compiled; nothing for eager runs, which compile nothing."""
+    counted = [r for r in rows if r.get("status") == "ok" and r.get("compiles") is not None]
+    hit = [r for r in counted if r["compiles"]]
+    if not hit and not any("static" in str(run.get("backend", "")) for run in runs):
+        return []
+    if not hit:
+        return ["", f"Graphs compiled during timed generations: none in {len(counted)} generations."]
+    where: dict[str, int] = {}
+    for r in hit:
+        key = f"{r['method']} (T={r['temperature']:g}) on {r['prompt_id']}"
+        where[key] = where.get(key, 0) + r["compiles"]
+    return [
+        "",
+        f"**Graphs compiled during timed generations: {sum(where.values())}, in {len(hit)} of {len(counted)} "
+        "generations** (their compile time is inside those generations' times): "
+        + ", ".join(f"{k}: {n}" for k, n in where.items()),
+    ]
 
 
 def status_row(variant: Variant, temperature: float, max_new_tokens: int, status: str, reason: str) -> dict:

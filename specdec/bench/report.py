@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.assets import SPEC_BENCH_FAMILIES
+from specdec.bench.records import compile_lines
 
 __all__ = [
     "OVERALL",
@@ -400,7 +401,7 @@ def markdown(rows: Sequence[dict], runs: Sequence[dict] = ()) -> str:
             f"| {_fmt(s.speedup_vs_vanilla, '.2f', '×')} | {_fmt(s.speedup_vs_hf, '.2f', '×')} | {_spread_cell(s)} "
             f"| {greedy} | {_fmt(s.mean_tree_size, '.1f')} | {split} | {cost} |"
         )
-    lines += _outlier_lines(summaries)
+    lines += _outlier_lines(summaries) + compile_lines(list(rows), list(runs))
     lines += _family_lines(rows)
     acc = [s for s in summaries if s.acceptance_per_depth]
     if acc:

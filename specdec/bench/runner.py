@@ -25,6 +25,9 @@ its draws are at a ratio of the temperature, or null), ``temperature``,
 ``new_tokens``, ``tokens``, ``finish_reason``, ``time_total`` (prefill included), ``time_prefill``,
 ``tokens_per_second``, ``tau`` (null for HF methods), ``cycles``, ``accept_lengths``, ``tree_depths``,
 ``tree_sizes``, ``acceptance_per_depth``, ``time_phases`` (seconds) and ``time_split`` (fractions of decode time),
+``compiles`` (graphs compiled during the generation: none expected, since a static-shape target compiles every
+bucket before the first timed generation and the warm-up generation runs each method's first shapes; the report
+says where any were),
 and at T=0 ``greedy_equal`` and ``first_diff`` (position, tokens and the vanilla top-2 logit margin there: a
 margin below :data:`NEAR_TIE` means the divergence is a floating-point near-tie, not a bug).
 Rows with ``status == "skipped"`` carry the ``reason`` (missing assets); ``"error"`` rows the exception.
@@ -45,6 +48,7 @@ from typing import Any
 import torch
 
 from specdec.assets import Prompt, chat_ids, load_prompts, select_prompts
+from specdec.backends.compiled import compiled_graphs
 from specdec.backends.cpu import cpu_name
 from specdec.bench.baselines import HFGenerate
 from specdec.bench.batched import run_batched
@@ -175,6 +179,7 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
     max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), c.max_len)
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
     target = HFTarget(model, max_len=max_len, weights=c.weights, static_shapes=c.static_shapes, invariant=c.invariant)
+    target.warm_up()  # static shapes: every bucket compiled now, not inside a timed generation (rows count them)
     if c.batch_sizes:  # several prompts at a time: its own rows (specdec.bench.batched)
         return run_batched(c, model, tokenizer, target, encoded, methods, out)
     dtype = str(target.dtype).removeprefix("torch.")
@@ -352,6 +357,7 @@ class _Run:
         """One timed generation's row, or None after recording its error (a failing method must not lose the
         others' measurements)."""
         self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
+        graphs = compiled_graphs()
         try:
             result = gen.generate(ids, sampling, stop)
         except MEASURED_FAILURES as e:  # a failing method must not lose the others' measurements
@@ -362,4 +368,4 @@ class _Run:
             self.bar.update(1)
             return None
         self.bar.update(1)
-        return result_row(v, prompt, ids, sampling, stop, result)
+        return {**result_row(v, prompt, ids, sampling, stop, result), "compiles": compiled_graphs() - graphs}
