@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{method}: its policy holds no watched curve")
             continue
         watch.verdict = "not judged here"  # this script reports every forward, it does not mark the cache
+        watch.ratios = {}  # generators built in turn share their curve's watch: this method's forwards only
         watch.record = _recorder(watch)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

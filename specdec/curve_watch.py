@@ -111,21 +111,28 @@ class CurveWatch:
         )
 
 
-#: The watch of each curve a policy may hold, by the curve's identity (curves are few and live for the process).
-_WATCHES: dict[int, CurveWatch] = {}
+#: The watch of the latest curve of each cache file (one per model, device, threads and backend: bounded however many
+#: generators a process builds).
+_WATCHES: dict[Path, CurveWatch] = {}
 
 
 def watch_curve(curve: CostCurve, path: Path, fresh: bool) -> CostCurve:
-    """Register ``curve`` (read from or written to ``path``) for watching, if its device is synchronous; returns it."""
-    if curve.meta.get("device") == "cpu" and "rows" not in curve.meta:
-        _WATCHES[id(curve)] = CurveWatch(curve, path, fresh)
+    """Register ``curve`` (read from or written to ``path``) for watching, if its device is synchronous; returns it,
+    or the watched curve of the same file and times (so the policies of several generators share one watch)."""
+    if curve.meta.get("device") != "cpu" or "rows" in curve.meta:
+        return curve
+    known = _WATCHES.get(path)
+    if known is not None and not fresh and known.curve == curve:
+        return known.curve
+    _WATCHES[path] = CurveWatch(curve, path, fresh)
     return curve
 
 
 def watch_of(curves: list[CostCurve]) -> CurveWatch | None:
-    """The watch of the first watched curve among ``curves`` (a policy's: :func:`specdec.budget.curves_in`)."""
+    """The watch of the first watched curve among ``curves`` (a policy's: :func:`specdec.budget.curves_in`); a curve
+    that a later read of its file replaced is no longer watched."""
     for curve in curves:
-        watch = _WATCHES.get(id(curve))
-        if watch is not None and watch.curve is curve:
-            return watch
+        for watch in _WATCHES.values():
+            if watch.curve is curve:
+                return watch
     return None

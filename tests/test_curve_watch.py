@@ -66,7 +66,7 @@ def test_a_stale_cached_curve_is_marked_and_measured_again(tiny, monkeypatch):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(planted.to_json()))
     curve = forward_cost_curve(target)
-    assert curve == planted
+    assert curve == planted and forward_cost_curve(target) is curve  # generators built in turn share one watch
     policy = AdaptiveTreePolicy(topk=2, depth=3, max_total=16, curve=curve)
     watch = watch_of(curves_in(policy))
     assert watch is not None and watch.curve is curve and not watch.fresh
