@@ -133,6 +133,33 @@ def test_compiled_drafter_steps_greedy_exact_and_no_recompiles(model, kind: str)
         assert getattr(layer.keys, "_dynamo_static_input_type", None) is not None
 
 
+@pytest.mark.heavy  # 20-27 s per drafter on 2 cores (two drafters' shapes compiled)
+@pytest.mark.parametrize("kind", ["eagle3", "small-lm"])
+def test_warm_up_compiles_every_shape_a_generation_runs(model, kind: str) -> None:
+    """specdec.warm.warm_up compiles the target's buckets and the drafter's root-step buckets and node-step widths
+    at the policy's tree capacity, so whole generations then compile nothing. Control: a fresh drafter of the same
+    kind after the target's warm-up alone compiles graphs in the same generations (each phase's drafter has a
+    buffer size no other test uses, so no graph of it was compiled before)."""
+    from specdec.warm import warm_up
+
+    target = compiled_target(model)
+    stop = StopCondition(max_new_tokens=24, eos_token_ids=())
+
+    def compiles(warm, max_len: int) -> int:  # the drafter's buffers, hence its shapes, this phase's own
+        drafter = make_drafter(kind, model, max_len, static_shapes=True)
+        policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
+        gen = SpeculativeGenerator(target, drafter, policy, GreedyVerifier())
+        warm(gen)
+        assert target.length == 0  # the cache is left empty
+        before = compiled_graphs()
+        for s in range(3):
+            gen.generate(torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)), GREEDY, stop)
+        return compiled_graphs() - before
+
+    assert compiles(lambda gen: warm_up(gen, GREEDY), MAX_LEN + 12) == 0, "a shape was compiled inside a generation"
+    assert compiles(lambda gen: gen.target.warm_up(), MAX_LEN + 16) >= 2  # control: the drafter's shapes compile later
+
+
 def test_a_model_that_cannot_compile_falls_back_with_one_warning() -> None:
     """A graph break under ``fullgraph=True`` (here a forward pre-hook that forces one) is not a crash: one
     FastPathWarning, then the same static forward runs eagerly, with the eager tokens."""

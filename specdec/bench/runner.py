@@ -25,9 +25,8 @@ its draws are at a ratio of the temperature, or null), ``temperature``,
 ``new_tokens``, ``tokens``, ``finish_reason``, ``time_total`` (prefill included), ``time_prefill``,
 ``tokens_per_second``, ``tau`` (null for HF methods), ``cycles``, ``accept_lengths``, ``tree_depths``,
 ``tree_sizes``, ``acceptance_per_depth``, ``time_phases`` (seconds) and ``time_split`` (fractions of decode time),
-``compiles`` (graphs compiled during the generation: none expected, since a static-shape target compiles every
-bucket before the first timed generation and the warm-up generation runs each method's first shapes; the report
-says where any were),
+``compiles`` (graphs compiled during the generation: none expected, since each generator's shapes are compiled
+before the first timed generation by :func:`specdec.warm.warm_up`; the report says where any were),
 and at T=0 ``greedy_equal`` and ``first_diff`` (position, tokens and the vanilla top-2 logit margin there: a
 margin below :data:`NEAR_TIE` means the divergence is a floating-point near-tie, not a bug).
 Rows with ``status == "skipped"`` carry the ``reason`` (missing assets); ``"error"`` rows the exception.
@@ -67,12 +66,13 @@ from specdec.bench.records import NEAR_TIE, ResultsFile, first_difference, resul
 from specdec.bench.resume import ResumeMismatchError, check_resumed_filters, check_resumed_target, check_resumed_trees
 from specdec.bench.variants import HF_METHODS, Variant, all_method_names, max_tree, plan_variants
 from specdec.errors import SpecdecError
-from specdec.generate import StopCondition
+from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.kvcache import CacheFullError
 from specdec.methods import build_method, method
 from specdec.models import MissingAssetError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from specdec.warm import warm_up
 
 __all__ = [
     "HF_METHODS",
@@ -179,7 +179,6 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
     max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), c.max_len)
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
     target = HFTarget(model, max_len=max_len, weights=c.weights, static_shapes=c.static_shapes, invariant=c.invariant)
-    target.warm_up()  # static shapes: every bucket compiled now, not inside a timed generation (rows count them)
     if c.batch_sizes:  # several prompts at a time: its own rows (specdec.bench.batched)
         return run_batched(c, model, tokenizer, target, encoded, methods, out)
     dtype = str(target.dtype).removeprefix("torch.")
@@ -320,7 +319,9 @@ class _Run:
                 self.bar.total -= sum(self.owed(p, v, temperature) for p in self.prompts)
                 self.bar.refresh()  # not run: off the total, so it does not pass for fast work in the rate
         warm_stop = StopCondition(max_new_tokens=WARMUP_TOKENS)
-        for gen in built.values():  # first-call costs (allocations, kernels) stay out of the timed runs
+        for gen in built.values():  # first-call costs (allocations, kernels, compiles) stay out of the timed runs
+            if isinstance(gen, (SpeculativeGenerator, VanillaGenerator)):
+                warm_up(gen, base)  # static shapes: every shape compiled now (rows count any left: "compiles")
             gen.generate(self.encoded[0], base, warm_stop)
         return built
 
