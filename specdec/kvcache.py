@@ -116,6 +116,21 @@ class PositionCache(Cache):
             else:
                 layer.write_pos = pos
 
+    def release_static_addresses(self) -> None:
+        """Unmark the allocated static tensors (keys, values, write position) as static addresses, for compiled
+        graphs that freeze (:func:`specdec.backends.compiled.freezes`, every device but CUDA).
+
+        transformers marks them for CUDA graphs; under inductor's ``freezing`` a marked tensor becomes a graph
+        attribute with no guard on its identity, so a graph compiled for this cache would run on another cache of the
+        same shapes (measured: another model's cache, an index out of bounds). Unmarked they are plain inputs, as on
+        every CPU graph before freezing.
+        """
+        for layer in self.layers:
+            if self.static and layer.is_initialized:
+                for t in (layer.keys, layer.values, layer.cumulative_length):
+                    if hasattr(t, "_dynamo_static_input_type"):
+                        del t._dynamo_static_input_type  # torch has no public unmark
+
     @torch.no_grad()
     def compact(self, start: int, src: torch.Tensor) -> None:
         """Copy entries ``start + src[i]`` to ``start + i`` in every layer.

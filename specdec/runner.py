@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from specdec.attention import AttentionLayout
-from specdec.backends.compiled import BUCKETS, bucket, compile_forward, run_compiled
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes, run_compiled
 from specdec.interfaces import HiddenRequest, TargetHidden
 from specdec.kvcache import CacheFullError, PositionCache
 
@@ -123,6 +123,8 @@ class ModelRunner:
             logits_to_keep=rows,
         )
         out, fell_back = run_compiled(run, self.model, lambda: self.cache.set_write_pos(start), inputs)
+        if self.static and run is self.model and freezes(ids.device):  # the allocating (or any eager) forward
+            self.cache.release_static_addresses()
         if fell_back:
             self._run = self.model
         logits = out.logits[0, :n]  # drops a bucket's padding rows (a kept tail of `keep` rows is shorter than n)

@@ -3,7 +3,8 @@
 ``SPECDEC_CPU_GEMM=onednn``: on every host the suites run the fully packed fast path (every linear oneDNN-packed),
 the most transformed form of a model. ``"auto"`` on an Intel CPU with MKL packs only vocabulary projections, a
 mix of packed and stock linears that these suites cover from both sides; the choice itself is tested in
-``tests/test_fastpath.py`` under both profiles. A value already set in the environment wins.
+``tests/test_fastpath.py`` under both profiles. ``SPECDEC_TUNE_GEMMS=0``: compiled CPU graphs skip inductor's GEMM
+autotuning. A value already set in the environment wins.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("SPECDEC_CPU_GEMM", "onednn")
+# compiled CPU graphs freeze their weights without inductor's GEMM autotuning (minutes per tiny graph set); the
+# tuned form runs in tests/test_compiled.py's heavy test
+os.environ.setdefault("SPECDEC_TUNE_GEMMS", "0")
 
 
 def pytest_sessionstart(session) -> None:

@@ -15,28 +15,39 @@ fixed-shape on this backend:
 So the model's forward compiles once per bucket and never again (``tests/test_compiled.py`` counts). The prefill,
 whose length varies, runs eagerly on the same static cache, as transformers recommends for its own static cache.
 
-Where it runs: on CUDA, ``mode="reduce-overhead"`` (CUDA graphs); elsewhere inductor with ``freezing`` requested.
-On torch 2.13 that freezes nothing: dynamo hands inductor the weights as graph inputs, so every linear runs as an
-unpacked ``aten::mm`` (MKL). ``torch._dynamo.config.prepare_freezing`` would fold them, but then a second model of
-the same class in the process ran the first one's frozen constants (an index out of bounds in
-``tests/test_compiled.py``), so it stays off (``docs/results/2026-11-28-curve-watch-zen3``). Compiled artefacts go to
-inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), so a second process with the same model and buckets
-skips most of the compile time.
+Where it runs: on CUDA, ``mode="reduce-overhead"`` (CUDA graphs). Elsewhere inductor *freezes* the weights
+(:func:`freezes`, :func:`cpu_options`): they become graph constants, packed at compile time, and each GEMM's kernel is
+chosen by timing on the CPU at hand (inductor's C++ GEMM template or ATen's packed linear). Two things make that
+real and safe on torch 2.13 (``docs/results/2026-11-28-frozen-zen3``):
+
+* freezing must be on while dynamo *traces* (``torch._inductor.config.freezing`` inside each call, not only in the
+  compile options), or the weights reach inductor as graph inputs and nothing is frozen; traced so, every weight is
+  guarded on its identity, so two models of one class each get their own graphs;
+* the static cache's tensors are unmarked as static addresses after they are allocated
+  (:meth:`~specdec.kvcache.PositionCache.release_static_addresses`): a marked tensor would become an unguarded
+  graph attribute, and a graph compiled for one cache ran on another (an index out of bounds in
+  ``tests/test_compiled.py``).
+
+Frozen graphs are not in inductor's on-disk graph cache (their packed constants cannot be pickled), so every process
+compiles again; the GEMM timings are cached. Each graph holds its own packed copy of the weights.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs", "run_compiled"]
+__all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs", "cpu_options", "freezes", "run_compiled"]
 
 #: Forward sizes compiled by default: the 1-token step and tree sizes up to the adaptive budget's largest (64,
 #: ``MethodOptions.max_total_tokens``).
 BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
+#: The environment switch of inductor's GEMM autotuning where graphs freeze (:func:`cpu_options`).
+TUNE_ENV = "SPECDEC_TUNE_GEMMS"
 #: Graphs dynamo may keep per forward function (see :func:`compile_forward`).
 RECOMPILE_LIMIT = 64
 
@@ -56,25 +67,50 @@ def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
 def compile_forward(model: torch.nn.Module) -> Callable[..., object]:
     """``model``'s forward compiled with ``fullgraph=True`` and static shapes (one graph per input shape).
 
-    CUDA: CUDA graphs (``mode="reduce-overhead"``). Otherwise: inductor with ``freezing`` (inference only: the
-    weights are folded in as constants, so they must not change afterwards).
+    CUDA: CUDA graphs (``mode="reduce-overhead"``). Otherwise: inductor with :func:`cpu_options`, weights frozen
+    (inference only: they are folded in as constants, so they must not change afterwards; the module docstring).
 
     Dynamo keeps at most ``recompile_limit`` graphs per forward function, shared by every model of one class in the
     process (default 8). Each call runs with the limit raised to at least :data:`RECOMPILE_LIMIT`, so several buckets
     of several models fit, inside ``torch._dynamo.config.patch``: no process-wide setting is left changed.
     """
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        compiled = torch.compile(model, fullgraph=True, dynamic=False, mode="reduce-overhead")
+    frozen = freezes(device)
+    if frozen:
+        compiled = torch.compile(model, fullgraph=True, dynamic=False, options=cpu_options())
     else:
-        compiled = torch.compile(model, fullgraph=True, dynamic=False, options={"freezing": True})
+        compiled = torch.compile(model, fullgraph=True, dynamic=False, mode="reduce-overhead")
 
     def run(*args: Any, **kwargs: Any) -> object:
         limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        with torch._dynamo.config.patch(recompile_limit=limit):
+        # freezing on while dynamo traces: weights become graph constants guarded on their identity (per model)
+        with torch._dynamo.config.patch(recompile_limit=limit), torch._inductor.config.patch(freezing=frozen):
             return compiled(*args, **kwargs)
 
     return run
+
+
+def cpu_options() -> dict[str, Any]:
+    """Inductor's options where graphs freeze: the weights folded in as constants (``freezing``), and each GEMM's
+    kernel chosen by timing on the CPU at hand, inductor's C++ GEMM template against ATen's packed linear
+    (``max_autotune``; minutes of compiling per graph for a 30-layer model on 2 cores).
+
+    ``SPECDEC_TUNE_GEMMS=0`` leaves the autotuning out (freezing alone: inductor's packed linear, MKL on x86), as the
+    fast test suite runs; ``1`` (the default) tunes. Any other value is refused.
+    """
+    tune = os.environ.get(TUNE_ENV, "1")
+    if tune not in ("0", "1"):
+        raise ValueError(f"{TUNE_ENV} must be 0 or 1, got {tune!r}")
+    options: dict[str, Any] = {"freezing": True}
+    if tune == "1":
+        options.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
+    return options
+
+
+def freezes(device: torch.device) -> bool:
+    """Whether compiled forwards on ``device`` fold the weights in as constants (inductor's ``freezing``): every
+    device but CUDA, whose graphs replay with the weights in place."""
+    return device.type != "cuda"
 
 
 def compiled_graphs() -> int:
