@@ -2,11 +2,14 @@
 
     python benchmarks/cycle_split.py [--methods eagle3 ...] [--prompts 8] [--new-tokens 64] [--temperature 0]
                                      [--top-p 1] [--draft-weights auto] [--threads 2] [--dtype float32|bfloat16]
+                                     [--static-shapes --max-len 512]
 
 Runs each method (the CLI's names, fast path on, default tree settings) on the first ``--prompts`` MT-bench
 questions and prints, per method, each phase's share of the summed cycle time and its milliseconds per cycle
 (the generator's own phase timers), with τ. The issue "CPU fast path" targets a draft share of at most 10 %.
 To compare two versions of the code, run this script from each checkout in turn (ABAB) on the same machine.
+``--static-shapes``: the compiled static-shape target and drafter (:mod:`specdec.backends.compiled`) with the
+deferred budget; every shape is compiled before anything is timed (:func:`specdec.warm.warm_up`).
 """
 
 from __future__ import annotations
@@ -62,10 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-weights", default="auto")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--static-shapes", action="store_true", help="the compiled static-shape path")
+    parser.add_argument("--max-len", type=int, default=2048)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2(dtype=getattr(torch, args.dtype))
-    target = HFTarget(model)
+    target = HFTarget(model, max_len=args.max_len, static_shapes=args.static_shapes)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
     print(
@@ -74,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         f"dtype={args.dtype} cpu={cpu_name()} target: {target.execution.describe()}"
     )
     for method in args.methods:
-        options = method_record(method).narrow(
-            MethodOptions(draft_weights=args.draft_weights)
-        )  # the EAGLE heads read it
+        static = {"deferred_budget": True} if args.static_shapes else {"draft_weights": args.draft_weights}
+        options = method_record(method).narrow(MethodOptions(**static))  # the EAGLE heads read draft_weights
         gen = build_method(method, target, options)
+        if args.static_shapes:
+            from specdec.warm import warm_up
+
+            warm_up(gen, sampling)
         r = phase_split(gen, ids, sampling, args.new_tokens)
         cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
         print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")

@@ -10,7 +10,8 @@
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
   itself); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path
-  exists for, off on a CPU (measured on the Intel Xeon: the compiled EAGLE-3 cycle 0.79x the eager one; results page).
+  exists for, off on a CPU: there each process compiles for minutes per bucket, and while plain decoding on static
+  shapes ran 1.79x the eager path (frozen, tuned GEMMs; AMD Zen 3), EAGLE-3 on them ran 0.65x that (results page).
 
 :func:`prepare_model` applies both to a *copy* of the caller's model that shares its tensors
 (:func:`~specdec.backends.kernels.shared_copy`), so the caller's model object is never changed; ``in_place=True``
