@@ -26,6 +26,7 @@ from specdec.methods import method as method_record
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from specdec.warm import warm_up
 
 PHASES = ("draft", "target", "verify", "bookkeeping")
 
@@ -79,13 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         f"dtype={args.dtype} cpu={cpu_name()} target: {target.execution.describe()}"
     )
     for method in args.methods:
-        static = {"deferred_budget": True} if args.static_shapes else {"draft_weights": args.draft_weights}
-        options = method_record(method).narrow(MethodOptions(**static))  # the EAGLE heads read draft_weights
+        chosen = {"deferred_budget": True} if args.static_shapes else {"draft_weights": args.draft_weights}
+        options = method_record(method).narrow(MethodOptions(**chosen))  # the EAGLE heads read draft_weights
         gen = build_method(method, target, options)
-        if args.static_shapes:
-            from specdec.warm import warm_up
-
-            warm_up(gen, sampling)
+        warm_up(gen, sampling)  # static shapes: every shape compiled before timing (eager: a few cheap forwards)
         r = phase_split(gen, ids, sampling, args.new_tokens)
         cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
         print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")

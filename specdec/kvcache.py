@@ -125,8 +125,10 @@ class PositionCache(Cache):
         same shapes (measured: another model's cache, an index out of bounds). Unmarked they are plain inputs, as on
         every CPU graph before freezing.
         """
+        if not self.static:
+            return
         for layer in self.layers:
-            if self.static and layer.is_initialized:
+            if layer.is_initialized:
                 for t in (layer.keys, layer.values, layer.cumulative_length):
                     if hasattr(t, "_dynamo_static_input_type"):
                         del t._dynamo_static_input_type  # torch has no public unmark

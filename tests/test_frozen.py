@@ -92,13 +92,26 @@ def test_two_caches_of_one_model_never_share_a_graphs_tensors(monkeypatch, relea
 @pytest.mark.heavy  # inductor builds and times a template per GEMM shape: ~30 s on 2 cores with a cold cache
 def test_tuned_gemms_keep_greedy_decoding_exact(monkeypatch) -> None:
     """With the GEMM autotuning on (the default outside the test suite), compiled vanilla greedy decoding emits the
-    eager stock tokens."""
-    monkeypatch.setenv("SPECDEC_TUNE_GEMMS", "1")
-    # one layer whose GEMMs have three shapes (q/k/v/o 16 -> 16, gate/up and the vocabulary 16 -> 32, down 32 -> 16)
-    model = tiny_llama(vocab_size=32, hidden_size=16, num_layers=1, num_kv_heads=4, seed=11)  # graphs of its own
-    stop = StopCondition(max_new_tokens=16, eos_token_ids=())
-    prompt = torch.arange(6)
-    eager = VanillaGenerator(HFTarget(model, max_len=64, weights="stock")).generate(prompt, GREEDY, stop)
-    target = HFTarget(model, max_len=64, static_shapes=True, buckets=(1,))
-    assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
-    assert target.runner.compiled
+    eager stock tokens, and the tuning really ran: inductor timed its choices or emitted its GEMM template. Control:
+    the same model compiled with ``SPECDEC_TUNE_GEMMS=0`` does neither."""
+
+    def tuned(switch: str, seed: int) -> int:  # a model of its own: graphs of its own, compiled under `switch`
+        monkeypatch.setenv("SPECDEC_TUNE_GEMMS", switch)
+        # one layer whose GEMMs have three shapes (q/k/v/o 16 -> 16, gate/up and the vocabulary 16 -> 32, down 32 -> 16)
+        model = tiny_llama(vocab_size=32, hidden_size=16, num_layers=1, num_kv_heads=4, seed=seed)
+        stop = StopCondition(max_new_tokens=16, eos_token_ids=())
+        prompt = torch.arange(6)
+        eager = VanillaGenerator(HFTarget(model, max_len=64, weights="stock")).generate(prompt, GREEDY, stop)
+        before = _tuning()
+        target = HFTarget(model, max_len=64, static_shapes=True, buckets=(1,))
+        assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
+        assert target.runner.compiled
+        return _tuning() - before
+
+    assert tuned("1", 11) > 0
+    assert tuned("0", 12) == 0, "control: the switch off still tuned"
+
+
+def _tuning() -> int:
+    """Inductor's autotuning runs plus GEMM-template kernels emitted so far in this process."""
+    return int(counters["inductor"]["select_algorithm_autotune"] + counters["inductor"]["cpp_templated_kernel_counter"])
