@@ -1,7 +1,7 @@
 """The compiled static-shape target (``--backend compile``) against the eager fast path, side by side.
 
     python benchmarks/compiled.py [--methods vanilla eagle3] [--prompts 4] [--new-tokens 64] [--threads 2]
-                                  [--json out.json]
+                                  [--hf] [--json out.json]
 
 Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN-packed linears), one on
 ``"compile"`` (:mod:`specdec.compiled`: static cache, bucketed trees, inductor with frozen weights). Prints:
@@ -9,11 +9,13 @@ Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN
 * the compile time of each bucket (:meth:`HFTarget.warm_up`; a second run of this script reads inductor's cache);
 * per method, tokens/s of each path on the same MT-bench questions at T=0, run alternately prompt by prompt (so a
   noisy machine slows both alike), the ratio compiled / eager, τ, and whether the tokens are the same;
+* with ``--hf``, HF ``generate`` on the stock model, run in the same alternation as the vanilla rows;
+* each method's tokens/s over its own path's vanilla (when ``vanilla`` runs first).
 
-On the compiled path the drafters run on the ``compile`` backend too (EAGLE heads: fixed-shape steps compiled once
-per shape; :mod:`specdec.drafters.eagle`), with the deferred tree budget (one host sync per cycle); the eager path
-runs the defaults (int8 draft heads, the budget reading its values itself). The first generation of each path
-compiles the drafter's graphs; it is a warm-up and is not timed.
+On the compiled path the drafters follow the target (:func:`specdec.drafters.eagle_steps.draft_backend`: on a CPU the
+EAGLE heads stay eager on int8 weights, with CUDA graphs they are compiled), with the deferred tree budget (one host
+sync per cycle); the eager path runs the defaults (int8 draft heads, the budget reading its values itself). Every
+shape is compiled before timing (:func:`specdec.warm.warm_up`), then one untimed generation per path warms the rest.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import time
 import torch
 
 from specdec.assets import chat_ids, mtbench_prompts
+from specdec.bench.baselines import HFGenerate
 from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
 from specdec.methods import method as method_record
 from specdec.models import load_smollm2
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from specdec.warm import warm_up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--max-len", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--hf", action="store_true", help="HF generate beside the vanilla rows")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -54,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"threads={args.threads} prompts={args.prompts} new_tokens={args.new_tokens} max_len={args.max_len}")
     out: dict = {"threads": args.threads, "prompts": args.prompts, "new_tokens": args.new_tokens, "methods": {}}
+    vanilla: dict[str, float] = {}
     for method in args.methods:
         options = {"eager": MethodOptions(), "compiled": MethodOptions(deferred_budget=True)}
         gens = {name: build_method(method, t, method_record(method).narrow(options[name])) for name, t in paths.items()}
@@ -61,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         if compile_s and "compile_seconds" not in out:
             out["compile_seconds"] = compile_s
             print("compile s per bucket: " + ", ".join(f"{b}: {s:.1f}" for b, s in compile_s.items()))
+        print(f"  warm_up {method}: {warm_up(gens['compiled'], sampling):.1f} s")  # the drafter's shapes too
+        if args.hf and method == "vanilla":
+            gens["hf"] = HFGenerate(eager_model, tokenizer.eos_token_id)
         for gen in gens.values():  # warm-up (the adaptive budget's cost curve, caches, the drafter's graphs)
             start = time.perf_counter()
             gen.generate(ids[0], sampling, StopCondition(max_new_tokens=32))
@@ -81,17 +90,27 @@ def main(argv: list[str] | None = None) -> int:
                 forwards[name] += result.metrics.cycles + 1
                 emitted[name].append(result.tokens)
         rate = {name: tokens[name] / seconds[name] for name in gens}
+        if method == "vanilla":
+            vanilla = dict(rate)
         row = {
             "tokens_per_s": rate,
             "compiled_over_eager": rate["compiled"] / rate["eager"],
             "tau": {name: tokens[name] / forwards[name] for name in gens},
             "same_tokens": sum(a == b for a, b in zip(emitted["eager"], emitted["compiled"], strict=True)),
+            "over_own_vanilla": {name: rate[name] / vanilla[name] for name in paths if name in vanilla},
         }
+        if "hf" in rate:
+            row["hf_tokens_per_s"] = rate["hf"]
+            print(
+                f"hf-generate {rate['hf']:6.1f} tok/s  (vanilla eager {rate['eager'] / rate['hf']:.2f}x, compiled "
+                f"{rate['compiled'] / rate['hf']:.2f}x)"
+            )
         out["methods"][method] = row
         print(
             f"{method:8s} eager {rate['eager']:6.1f} tok/s  compiled {rate['compiled']:6.1f} tok/s  "
             f"ratio {row['compiled_over_eager']:.2f}  tau {row['tau']['eager']:.2f}/{row['tau']['compiled']:.2f}  "
-            f"same tokens {row['same_tokens']}/{len(ids)}"
+            f"same tokens {row['same_tokens']}/{len(ids)}  over own vanilla "
+            + " / ".join(f"{name} {r:.2f}x" for name, r in row["over_own_vanilla"].items())
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -1,7 +1,7 @@
 """Where a speculative cycle's time goes: drafting, the target's tree forward, verification, bookkeeping.
 
     python benchmarks/cycle_split.py [--methods eagle3 ...] [--prompts 8] [--new-tokens 64] [--temperature 0]
-                                     [--top-p 1] [--draft-weights auto] [--threads 2] [--dtype float32|bfloat16]
+                                     [--top-p 1] [--draft-weights auto ...] [--threads 2] [--dtype float32|bfloat16]
                                      [--static-shapes --max-len 512]
 
 Runs each method (the CLI's names, fast path on, default tree settings) on the first ``--prompts`` MT-bench
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--draft-weights", default="auto")
+    parser.add_argument("--draft-weights", nargs="+", default=["auto"], help="each runs every method in turn")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--static-shapes", action="store_true", help="the compiled static-shape path")
@@ -80,13 +80,18 @@ def main(argv: list[str] | None = None) -> int:
         f"dtype={args.dtype} cpu={cpu_name()} target: {target.execution.describe()}"
     )
     for method in args.methods:
-        chosen = {"deferred_budget": True} if args.static_shapes else {"draft_weights": args.draft_weights}
-        options = method_record(method).narrow(MethodOptions(**chosen))  # the EAGLE heads read draft_weights
-        gen = build_method(method, target, options)
-        warm_up(gen, sampling)  # static shapes: every shape compiled before timing (eager: a few cheap forwards)
-        r = phase_split(gen, ids, sampling, args.new_tokens)
-        cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
-        print(f"{method:10s} {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}")
+        for draft_weights in args.draft_weights if method != "vanilla" else args.draft_weights[:1]:
+            chosen: dict = {"draft_weights": draft_weights}
+            if args.static_shapes:
+                chosen["deferred_budget"] = True
+            options = method_record(method).narrow(MethodOptions(**chosen))  # the EAGLE heads read draft_weights
+            gen = build_method(method, target, options)
+            warm_up(gen, sampling)  # static shapes: every shape compiled before timing (eager: a few cheap forwards)
+            r = phase_split(gen, ids, sampling, args.new_tokens)
+            cells = "  ".join(f"{k} {r['share'][k]:5.1%} {r['ms_per_cycle'][k]:6.2f} ms" for k in PHASES)
+            drafter = getattr(gen, "drafter", None)
+            label = f"{method} [{drafter.execution.describe()}]" if hasattr(drafter, "execution") else method
+            print(f"{label}: {cells}  tau {r['tau']:.2f}  cycles {r['cycles']}", flush=True)
     return 0
 
 

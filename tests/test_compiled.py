@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from specdec.backends import FastPathWarning
 from specdec.backends.compiled import BUCKETS, bucket, compiled_graphs, freezes
@@ -300,9 +301,14 @@ def test_cuda_graphs_greedy_exact() -> None:
     prompt = torch.arange(6, device="cuda")
     eager = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompt, GREEDY, stop)
     target = HFTarget(model, max_len=MAX_LEN, static_shapes=True, buckets=BUCKETS_HERE)
+    skips = counters["inductor"]["cudagraph_skips"]
     assert VanillaGenerator(target).generate(prompt, GREEDY, stop).tokens == eager.tokens
+    assert counters["inductor"]["cudagraph_skips"] == skips, "the target's step skipped CUDA graphs"
     for kind in ("eagle3", "small-lm"):  # CUDA-graph drafter steps too
         drafter = make_drafter(kind, model, MAX_LEN + 8, static_shapes=True)
         policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
         spec = SpeculativeGenerator(target, drafter, policy, GreedyVerifier())
+        skips = counters["inductor"]["cudagraph_skips"]
         assert spec.generate(prompt, GREEDY, stop).tokens == eager.tokens, kind
+        # every step captured: the first GPU run's head wrote unmarked buffers and ran without graphs
+        assert counters["inductor"]["cudagraph_skips"] == skips, f"{kind}: a compiled step skipped CUDA graphs"

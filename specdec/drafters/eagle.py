@@ -23,15 +23,25 @@ Committed pairs are not run at :meth:`commit`; they run lazily in the next tree'
 with the root pair in one forward.
 
 Static steps (``static_shapes=True``, for ``torch.compile(fullgraph=True)`` and CUDA graphs): the head keeps plain
-linears and its forward is compiled (:func:`specdec.backends.compiled.compile_forward`); every step it runs has a fixed
-shape, so it compiles once per shape and never per cycle:
+linears and its forward, with the scorer that turns its outputs into draft logits (the draft lm_head), is compiled as
+one graph (:class:`~specdec.drafters.eagle_steps.ScoredStep`, :func:`specdec.backends.compiled.compile_forward`);
+every step it runs has a fixed shape, so it compiles once per shape and never per cycle:
 
 * the root step's ``n`` rows (pending pairs + root pair, at most the last tree's depth + 1) are padded to
   ``bucket(n)``; padding rows write scratch slots after the tree's and see only themselves. A first step longer
   than the largest bucket (the prompt's pairs) runs the same forward eagerly, like a prefill;
 * a node step attends over the whole key/value buffer (``[F, capacity]`` mask: the prefix, then the ancestors'
   slots); ``F`` is the policy's frontier width at that level, fixed per level;
-* positions, slots and masks are built outside the graph, from host ints the loop already holds (no device read).
+* positions, slots and masks are built outside the graph, from host ints the loop already holds (no device read);
+* where graphs replay weights in place (CUDA), the key/value buffers the steps write are marked as static addresses
+  (CUDA graph trees capture a step only if every tensor it writes is one: the head of the first GPU run wrote
+  unmarked buffers and ran without graphs, ``docs/results/2026-11-27-gpu-h200``); where graphs freeze (a CPU) they
+  stay unmarked, since a marked tensor becomes an unguarded graph constant there (:mod:`specdec.backends.compiled`);
+* the root step scores the root pair's row only (the others feed the cache); a node step scores all ``F`` rows.
+
+On a static-shape target the head gets compiled steps where graphs replay weights in place (CUDA) or when asked for
+(``weights="stock"``); on a CPU under ``"auto"`` it runs eagerly on int8 weights
+(:func:`~specdec.drafters.eagle_steps.draft_backend` says why).
 """
 
 from __future__ import annotations
@@ -46,8 +56,9 @@ from torch import nn
 
 from specdec.attention import additive_mask
 from specdec.backends import Execution, Int8Linear, PackedLinear, StaticShapes, packed_copy, resolve
-from specdec.backends.compiled import BUCKETS, bucket, compile_forward
-from specdec.checkpoints import load_draft_vocab, load_eagle_head
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes
+from specdec.checkpoints import load_draft_vocab
+from specdec.drafters.eagle_steps import ScoredStep, draft_backend, head_for
 from specdec.eagle.checks import check_draft_vocab, check_head_target
 from specdec.eagle.fusion import fuse_for_inference
 from specdec.eagle.heads import Eagle1Head, Eagle3Head, scatter_vocab
@@ -70,9 +81,9 @@ class EagleDrafterBase(Drafter):
     """Cache management and tree expansion shared by the EAGLE-1 and EAGLE-3 drafters.
 
     Subclasses define :meth:`_features` (target hidden -> stored per-token feature), :meth:`_input_hidden`
-    (stored features -> head input for committed pairs) and :meth:`_logits` (head output -> ``[F, V]``); drafters
-    with a smaller vocabulary also define :meth:`_draft_logits` (head output -> ``[F, V_d]`` over the tokens they
-    can propose) and :meth:`_to_target_ids`, which :meth:`expand_topk` uses.
+    (stored features -> head input for committed pairs) and :meth:`_scorer` (head output -> ``[F, V_d]`` logits over
+    the tokens they can propose); drafters with a smaller vocabulary also define :meth:`_to_target_ids` and
+    :meth:`_to_target_logits` (``[F, V_d]`` -> ``[F, V]``).
     """
 
     head: Eagle1Head | Eagle3Head
@@ -100,7 +111,8 @@ class EagleDrafterBase(Drafter):
         plain = kind == "stock"
         int8 = kind == "int8"  # the copy fuses q/k/v, gate/up and the norms (same values, fewer ops)
         self.head = head if plain else packed_copy(head, int8=int8, transform=fuse_for_inference)
-        self._head_step = compile_forward(self.head) if self.static else self.head
+        self._score = self._scorer()
+        self._head_step = compile_forward(ScoredStep(self.head, self._score)) if self.static else None
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
         p = head.fc.weight
@@ -128,20 +140,24 @@ class EagleDrafterBase(Drafter):
         """Stored features ``[P, Hf]`` -> head ``hidden``/``features`` input ``[P, H]``."""
         return features
 
-    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
-        """Head outputs ``[F, H]`` -> ``[F, V_d]`` float32 logits over the tokens this drafter can propose.
-
-        Default: :meth:`_logits` (``V_d = V``), so a subclass that defines only :meth:`_logits` still works.
-        """
-        return self._logits(out)
+    @abstractmethod
+    def _scorer(self) -> nn.Module:
+        """The module that maps head outputs ``[F, H]`` to logits ``[F, V_d]`` over the tokens this drafter can
+        propose (``V_d = V`` where it drafts over the whole vocabulary). On the static path it runs inside each
+        compiled step (:class:`ScoredStep`), so its weights are frozen and packed with the head's."""
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Indices into the ``V_d`` axis of :meth:`_draft_logits` (any shape) -> target token ids (default: same)."""
         return draft_ids
 
-    @abstractmethod
-    def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        """Head outputs ``[F, H]`` -> ``[F, V]`` float32 logits over the target vocabulary (``-inf`` off ``V_d``)."""
+    def _to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        """``[F, V_d]`` -> ``[F, V]`` float32 logits over the target vocabulary, ``-inf`` off ``V_d`` (default: the
+        draft vocabulary is the target's)."""
+        return draft_logits
+
+    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Head outputs ``[F, H]`` -> ``[F, V_d]`` float32 logits (:meth:`_scorer`, run eagerly)."""
+        return self._score(out).float()
 
     # ------------------------------------------------------------------------------------------- Drafter API
     def reset(self) -> None:
@@ -185,23 +201,23 @@ class EagleDrafterBase(Drafter):
     @torch.no_grad()
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """``[F, V]`` float32 draft logits for the children of ``frontier`` nodes (see the module docstring)."""
-        return self._logits(self._run(tree, frontier))
+        return self._to_target_logits(self._run(tree, frontier))
 
     @torch.no_grad()
     def expand_topk(self, tree: PartialTree, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`Drafter.expand_topk` over the draft vocabulary ``V_d`` only (top-k and normaliser over ``V_d``).
 
-        Contract: q is exactly 0 off ``V_d`` (:meth:`_logits` puts ``-inf`` there), so the top-k's ``log q`` and
-        tokens equal those of the ``[F, V]`` row; the work drops from ``V`` to ``V_d`` columns (49k -> 16k for the
-        shipped EAGLE-3 head) and the ``[F, V]`` scatter is skipped.
+        Contract: q is exactly 0 off ``V_d`` (:meth:`_to_target_logits` puts ``-inf`` there), so the top-k's
+        ``log q`` and tokens equal those of the ``[F, V]`` row; the work drops from ``V`` to ``V_d`` columns (49k ->
+        16k for the shipped EAGLE-3 head) and the ``[F, V]`` scatter is skipped.
         """
-        logq, idx = top_children(self._draft_logits(self._run(tree, frontier)), k)
+        logq, idx = top_children(self._run(tree, frontier), k)
         return logq, self._to_target_ids(idx)
 
     @torch.no_grad()
     def expand_draft(self, tree: PartialTree, frontier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`Drafter.expand_draft`: the ``[F, V_d]`` logits before the scatter to ``V``, and their target ids."""
-        logits = self._draft_logits(self._run(tree, frontier))
+        logits = self._run(tree, frontier)
         if self._draft_ids is None or self._draft_ids.shape[0] != logits.shape[-1]:
             columns = torch.arange(logits.shape[-1], device=logits.device)
             ids = self._to_target_ids(columns)
@@ -210,7 +226,8 @@ class EagleDrafterBase(Drafter):
         return logits, None if self._identity else self._draft_ids
 
     def _run(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
-        """Head outputs ``[F, H]`` for the children of ``frontier`` (the state change of one expand step)."""
+        """Draft logits ``[F, V_d]`` (float32) for the children of ``frontier`` (the state change of one expand
+        step)."""
         if self._length == 0:
             raise RuntimeError("expand() before prefill()")
         self._ensure_tree_capacity(tree.capacity)
@@ -245,6 +262,9 @@ class EagleDrafterBase(Drafter):
         if self._k is not None:
             n = self._pairs_done
             k[:, :, :n], v[:, :, :n] = self._k[:, :, :n], self._v[:, :, :n]
+        if self.static and not freezes(k.device):  # CUDA graphs write into them in place: static addresses
+            torch._dynamo.mark_static_address(k)
+            torch._dynamo.mark_static_address(v)
         self._k, self._v = k, v
         self._node_out = torch.zeros(capacity, self.head.config.hidden_size, dtype=self._dtype, device=self._device)
         self._tree_capacity = capacity
@@ -252,7 +272,8 @@ class EagleDrafterBase(Drafter):
             self._attention.rotary.cache(size, self._device, self._dtype)
 
     def _expand_root(self, tree: PartialTree) -> torch.Tensor:
-        """Run every pending committed pair plus the root pair in one forward; return the root's output ``[1, H]``.
+        """Run every pending committed pair plus the root pair in one forward; return the root's draft logits
+        ``[1, V_d]``.
 
         Static steps pad the ``n`` rows to ``bucket(n)``: padding rows sit in scratch slots after the tree's and see
         only themselves; a first step longer than the largest bucket (the prompt) runs eagerly, like a prefill.
@@ -277,19 +298,16 @@ class EagleDrafterBase(Drafter):
         if compiled:  # padding rows see only their own scratch slot
             mask = mask & (positions[:, None] < c) | (cols == slots[:, None])
         cache = KVSlots(self._k, self._v, slots, span)
-        step = self._head_step if compiled else self.head
-        out, _ = step(
-            self.head.embed(tokens)[None], hidden[None], positions[None], additive_mask(mask, self._dtype), cache=cache
-        )
-        out = self._own(out)
+        root = torch.tensor([n - 1], device=self._device)  # the root pair's row: the only one scored
+        out, logits = self._step(compiled, tokens, hidden, positions, mask, cache, root)
         self._pairs_done = c - 1
         self._root_ready = True
-        root_out = out[0, n - 1 : n]
-        self._node_out[0] = root_out[0]
-        return root_out
+        self._node_out[0] = out[0]
+        return logits
 
     def _expand_nodes(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
-        """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors).
+        """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors);
+        returns their draft logits ``[F, V_d]``.
 
         Node ``n`` lives in slot ``base + n`` (``base`` = the root pair's position); its row attends to the committed
         prefix and to the slots of its ancestors and itself (its own keys are written before attending).
@@ -310,16 +328,34 @@ class EagleDrafterBase(Drafter):
             anc = tree.ancestor_mask(frontier).to(self._device)  # [F, size]: ancestors-or-self
             mask = torch.cat((torch.ones(f, base, dtype=torch.bool, device=self._device), anc), dim=1)
         cache = KVSlots(self._k, self._v, base + idx, span)
-        out, _ = self._head_step(
-            self.head.embed(tokens)[None], hidden[None], positions[None], additive_mask(mask, self._dtype), cache=cache
-        )
-        out = self._own(out)
-        self._node_out[idx] = out[0]
-        return out[0]
+        out, logits = self._step(self.static, tokens, hidden, positions, mask, cache, None)
+        self._node_out[idx] = out
+        return logits
 
-    def _own(self, out: torch.Tensor) -> torch.Tensor:
-        """A compiled step's output on CUDA, copied: the next CUDA-graph replay overwrites the graph's own."""
-        return out.clone() if self.static and out.device.type == "cuda" else out
+    def _step(
+        self,
+        compiled: bool,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: KVSlots,
+        rows: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One head forward over ``T`` rows (``tokens [T]``, ``hidden [T, H]``, ``positions [T]``, ``mask [T, span]``
+        bool) -> ``(out [R, H], draft logits [R, V_d] float32)`` at ``rows [R]`` (None: all ``T``).
+
+        ``compiled``: the head and its scorer as one compiled graph (:class:`ScoredStep`); on CUDA its outputs are
+        copied, since the next CUDA-graph replay overwrites the graph's own (a stochastic tree keeps the logits)."""
+        args = (self.head.embed(tokens)[None], hidden[None], positions[None], additive_mask(mask, self._dtype))
+        if compiled:
+            out, logits = self._head_step(*args, rows, cache=cache)
+            if out.device.type == "cuda":
+                out, logits = out.clone(), logits.clone()
+            return out, logits
+        out, _ = self.head(*args, cache=cache)
+        out = out[0] if rows is None else out[0, rows]
+        return out, self._draft_logits(out)
 
 
 class EagleDrafter(EagleDrafterBase):
@@ -400,34 +436,21 @@ class EagleDrafter(EagleDrafterBase):
         vocab = None
         if not isinstance(head, nn.Module) and draft_shortlist:
             vocab = load_draft_vocab(head, target.vocab_size) if Path(head).is_dir() else None
-        loaded = _head_for(target, head)
-        return cls(loaded, target.model, target.max_len, vocab, _draft_weights(target, weights), target.static)
+        loaded = head_for(target, head)
+        return cls(loaded, target.model, target.max_len, vocab, *draft_backend(target, weights))
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         if hidden.final is None:
             raise KeyError("EagleDrafter needs the target's final features (HiddenRequest(final=True))")
         return hidden.final
 
-    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(out).float()  # [F, V] or [F, V_d]
+    def _scorer(self) -> nn.Module:
+        return self.lm_head  # [F, V] or [F, V_d]
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.draft_vocab is None else self.draft_vocab[draft_ids]
 
-    def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        logits = self._draft_logits(out)
+    def _to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
         if self.draft_vocab is None:
-            return logits
-        return scatter_vocab(logits, self.draft_vocab, self.vocab_size)
-
-
-def _head_for(target: HFTarget, head: str | Path | nn.Module) -> nn.Module:
-    """``head`` loaded (a path; checked against the target's model) and moved to the target's device and dtype."""
-    if not isinstance(head, nn.Module):
-        head = load_eagle_head(head, target_model=target.model)
-    return head.to(device=target.device, dtype=target.dtype).eval()
-
-
-def _draft_weights(target: HFTarget, weights: str) -> str:
-    """A draft's weights on ``target``: static shapes compile plain weights, so ``"auto"`` becomes ``"stock"``."""
-    return "stock" if target.static and weights == "auto" else weights
+            return draft_logits
+        return scatter_vocab(draft_logits, self.draft_vocab, self.vocab_size)

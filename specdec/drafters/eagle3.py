@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from specdec.backends import StaticShapes
-from specdec.drafters.eagle import EagleDrafterBase, _draft_weights, _head_for, _target_config
+from specdec.drafters.eagle import EagleDrafterBase, _target_config
+from specdec.drafters.eagle_steps import draft_backend, head_for
 from specdec.eagle.config import default_aux_layers
 from specdec.eagle.heads import Eagle3Head
 from specdec.interfaces import HiddenRequest, TargetHidden
@@ -80,8 +81,8 @@ class Eagle3Drafter(EagleDrafterBase):
             head: a head folder (or file) in any supported checkpoint format, or a loaded :class:`Eagle3Head`.
             weights: the head's weights (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU).
         """
-        loaded = _head_for(target, head)
-        return cls(loaded, target.model, target.max_len, None, _draft_weights(target, weights), target.static)
+        loaded = head_for(target, head)
+        return cls(loaded, target.model, target.max_len, None, *draft_backend(target, weights))
 
     def _features(self, hidden: TargetHidden) -> torch.Tensor:
         return hidden.fused(self.layers)
@@ -89,11 +90,11 @@ class Eagle3Drafter(EagleDrafterBase):
     def _input_hidden(self, features: torch.Tensor) -> torch.Tensor:
         return self.head.project(features)
 
-    def _draft_logits(self, out: torch.Tensor) -> torch.Tensor:
-        return self.head.logits(out).float()  # [F, V_draft]
+    def _scorer(self) -> nn.Module:
+        return self.head.scorer()  # [F, V_draft]: lm_head(norm(out))
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return self.head.to_target_ids(draft_ids)
 
-    def _logits(self, out: torch.Tensor) -> torch.Tensor:
-        return self.head.target_logits(self._draft_logits(out))
+    def _to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        return self.head.target_logits(draft_logits)

@@ -188,6 +188,10 @@ class Eagle3Head(_HeadBase):
         """``[..., H]`` -> ``[..., V_draft]`` draft-vocab logits ``lm_head(norm(out))``."""
         return self.lm_head(self.norm(out_prenorm))
 
+    def scorer(self) -> nn.Module:
+        """:meth:`logits` as a module (``norm`` then ``lm_head``, the head's own submodules, shared)."""
+        return nn.Sequential(self.norm, self.lm_head)
+
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft ids (any shape, long) -> target ids ``draft_ids + d2t[draft_ids]``."""
         return draft_ids + self.d2t[draft_ids]
