@@ -73,10 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         for gen in gens.values():  # warm-up (the adaptive budget's cost curve, caches, the drafter's graphs)
             start = time.perf_counter()
             gen.generate(ids[0], sampling, StopCondition(max_new_tokens=32))
-            print(
-                f"  warm-up {method} {gen.drafter.execution.label if hasattr(gen, 'drafter') else ''}: "
-                f"{time.perf_counter() - start:.1f} s"
-            )
+            execution = getattr(getattr(gen, "drafter", None), "execution", None)  # a composite has none
+            print(f"  warm-up {method} {execution.label if execution else ''}: {time.perf_counter() - start:.1f} s")
         seconds = dict.fromkeys(gens, 0.0)
         tokens = dict.fromkeys(gens, 0)
         forwards = dict.fromkeys(gens, 0)

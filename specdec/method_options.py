@@ -80,8 +80,9 @@ class MethodOptions(BaseModel):
         deferred_budget: the adaptive budget sizes each tree from the previous cycle's draft values, which ride on
             the decoding loop's one host sync, instead of reading this cycle's values (one more sync per cycle).
             None (default): deferred on a static (``"compile"``) target, where one sync per cycle is the point.
-        draft_weights: how EAGLE heads' weights run (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU). Static
-            shapes, and the small-LM drafter's layers (the target's own), follow the target.
+        draft_weights: how EAGLE heads' weights run (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU, eager
+            steps there even on a static-shape target, :func:`specdec.drafters.eagle_steps.draft_backend`). Static
+            shapes otherwise, and the small-LM drafter's layers (the target's own), follow the target.
         small_lm_layers: decoder layers of the ``small-lm`` drafter cut from the target (default: a fifth of them,
             at least one; 6 of SmolLM2's 30).
         head_dir: the EAGLE head folder of the eagle methods (default: the head shipped for SmolLM2).

@@ -9,12 +9,16 @@ land inside timed runs. On the one GPU run so far, two composite prompts took 38
 :func:`warm_up` runs the generator's own parts on synthetic context, through their public calls only:
 
 * the target's buckets (:meth:`~specdec.target.HFTarget.warm_up`);
-* a fork of the drafter (:meth:`~specdec.interfaces.Drafter.fork`) is prefilled with one synthetic token, then
-  takes cycles whose commits hold ``b - 1`` and ``b`` tokens for each bucket ``b`` (with the target's hidden states
-  at them). A deep copy of the call's policy grows one tree after each commit: its root step runs that many pending
-  rows (every root-step bucket), and its levels run the node-step widths the policy uses, at its tree capacity.
+* the drafter itself is prefilled with one synthetic token, then takes cycles whose commits hold ``b - 1`` and ``b``
+  tokens for each bucket ``b`` (with the target's hidden states at them). A deep copy of the call's policy grows one
+  tree after each commit: its root step runs that many pending rows (every root-step bucket), and its levels run the
+  node-step widths the policy uses, at its tree capacity.
 
-Nothing of the generator changes: the fork and the policy's copy are dropped, and the target's cache is left empty.
+The drafter, not a fork of it, because CUDA graphs are recorded at the addresses of the buffers a step writes
+(static addresses): a fork's buffers would leave the drafter's own graphs to be recorded inside the first timed
+generation. Its synthetic context is gone at the next :meth:`~specdec.interfaces.Drafter.prefill`, which starts
+every generation afresh. Nothing else of the generator changes: the policy's copy is dropped, and the target's cache
+is left empty.
 A policy whose frontier widths vary with the draws could still meet a width the warm-up did not run;
 ``specdec bench`` counts graphs compiled inside timed rows (``compiles``) and reports them.
 """
@@ -52,7 +56,7 @@ def warm_up(gen, sampling: SamplingParams | None = None) -> float:
     prompt = torch.arange(2 + sum(commits), device=target.device) % target.vocab_size
     hidden = target.prefill(prompt).hidden
     g = torch.Generator(device=target.device).manual_seed(0)
-    twin, grow = drafter.fork(), copy.deepcopy(policy).grow
+    twin, grow = drafter, copy.deepcopy(policy).grow  # the drafter itself: its buffers' addresses (module docstring)
     twin.prefill(prompt[:1], hidden.select(torch.arange(1, device=target.device)))
     grow(twin, prompt[1], sampling, g)  # a drafter's first forward (the prompt) may run eagerly
     pos = 1

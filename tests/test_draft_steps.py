@@ -46,8 +46,8 @@ def _features(drafter, n: int) -> TargetHidden:
 def _levels(drafter, rounds: int = 3) -> list[torch.Tensor]:
     """Each level's ``(log q, tokens)`` over ``rounds`` trees, with commits of 1-3 tokens between them."""
     policy = DynamicTreePolicy(topk=3, depth=3, total_tokens=8)
-    prompt = torch.arange(7) % 24
-    drafter.prefill(prompt, _features(drafter, 7))
+    prompt = torch.arange(3) % 24  # every root step (2-4 rows: the root pair at rows 1-3) pads to one bucket, 4
+    drafter.prefill(prompt, _features(drafter, 3))
     seen: list[torch.Tensor] = []
     original = drafter.expand_topk
 
@@ -97,6 +97,8 @@ def test_compiled_steps_score_in_the_graph_with_the_eager_steps_draft(model, sta
         ("cpu", "auto", False, ("auto", False)),  # an eager target: as asked
         ("cpu", "auto", True, ("auto", False)),  # CPU graphs freeze: the head stays eager on int8
         ("cpu", "stock", True, ("stock", True)),  # asked for: compiled steps on plain weights
+        ("cpu", "int8", True, ("int8", False)),  # eager kinds stay eager
+        ("cpu", "packed", True, ("packed", False)),
         ("cuda", "auto", True, ("stock", True)),  # CUDA graphs: compiled steps on plain weights
         ("cuda", "auto", False, ("auto", False)),
     ],
@@ -124,3 +126,17 @@ def test_buffers_are_static_addresses_only_where_graphs_replay_weights_in_place(
     drafter = make_drafter("eagle3", model, MAX_LEN + 2, weights="stock", static_shapes=True)
     drafter._head_step = ScoredStep(drafter.head, drafter._score)  # uncompiled: only the marks are read here
     assert buffers(drafter) == [True, True]
+
+
+def test_a_static_cpu_target_builds_an_eager_int8_head(model) -> None:
+    """What ``from_target`` builds (the named methods' path): on a static-shape CPU target, ``"auto"`` gives an eager
+    int8 head and ``"stock"`` a compiled one (nothing compiles until a step runs)."""
+    from specdec.drafters import Eagle3Drafter
+    from specdec.target import HFTarget
+    from tests.factories import random_head
+
+    target = HFTarget(model, max_len=MAX_LEN, static_shapes=True, weights="stock")
+    auto = Eagle3Drafter.from_target(target, random_head("eagle3", model))
+    stock = Eagle3Drafter.from_target(target, random_head("eagle3", model), weights="stock")
+    assert (auto.execution.weights, auto.static) == ("int8", False)
+    assert (stock.execution.weights, stock.static) == ("stock", True)

@@ -42,10 +42,10 @@ once (p-value 0). Measured power: the negative controls at the end (realistic ve
 same threshold, ``N_CONTROL = 400`` runs) are all detected, with p-values between about 1e-14 and 0.
 
 Runtime: 1.5 to 2.5 minutes on one quiet CPU thread (``OMP_NUM_THREADS=1 pytest tests/test_statistical_e2e.py``),
-up to 10 minutes on a busy 2-core machine. The README's ``make test`` runs the design checks, three configurations
-(:data:`QUICK`: the vanilla reference, a deterministic and a stochastic tree) and one negative control; the rest is
-marked ``heavy`` and runs in CI's second step (``make test-heavy``). The Bonferroni family stays the full design
-either way, so the level of each check does not depend on which step runs it.
+up to 10 minutes on a busy 2-core machine. The README's ``make test`` runs the design checks, two configurations
+(:data:`QUICK`: a deterministic and a stochastic tree, each with a warp) and one negative control; the rest, the
+vanilla reference among them, is marked ``heavy`` and runs in CI's second step (``make test-heavy``). The
+Bonferroni family stays the full design either way, so the level of each check does not depend on which step runs it.
 """
 
 from __future__ import annotations
@@ -286,7 +286,6 @@ def test_chosen_verifier_rounds_match_the_policy_width(model):
 
 #: Configurations in the README's quick test command; the others are ``heavy`` (CI runs them as a second step).
 QUICK = {
-    "vanilla-T1.5-top-p",
     "eagle3-dynamic-multiround-T0.5-off",
     "small-lm-stochastic-stochastic-T1.0-top-p",
 }

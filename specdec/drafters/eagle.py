@@ -144,10 +144,10 @@ class EagleDrafterBase(Drafter):
     def _scorer(self) -> nn.Module:
         """The module that maps head outputs ``[F, H]`` to logits ``[F, V_d]`` over the tokens this drafter can
         propose (``V_d = V`` where it drafts over the whole vocabulary). On the static path it runs inside each
-        compiled step (:class:`ScoredStep`), so its weights are frozen and packed with the head's."""
+        compiled step (:class:`ScoredStep`)."""
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        """Indices into the ``V_d`` axis of :meth:`_draft_logits` (any shape) -> target token ids (default: same)."""
+        """Indices into the ``V_d`` axis of :meth:`_scorer`'s logits (any shape) -> target token ids (default: same)."""
         return draft_ids
 
     def _to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -298,7 +298,7 @@ class EagleDrafterBase(Drafter):
         if compiled:  # padding rows see only their own scratch slot
             mask = mask & (positions[:, None] < c) | (cols == slots[:, None])
         cache = KVSlots(self._k, self._v, slots, span)
-        root = torch.tensor([n - 1], device=self._device)  # the root pair's row: the only one scored
+        root = torch.full((1,), n - 1, device=self._device)  # the root pair's row, the only one scored (no H2D sync)
         out, logits = self._step(compiled, tokens, hidden, positions, mask, cache, root)
         self._pairs_done = c - 1
         self._root_ready = True
@@ -424,8 +424,8 @@ class EagleDrafter(EagleDrafterBase):
     def from_target(
         cls, target: HFTarget, head: str | Path | Eagle1Head, draft_shortlist: bool = True, weights: str = "auto"
     ) -> EagleDrafter:
-        """The drafter of an EAGLE-1 / HASS head for ``target``: device, dtype, cache size and static shapes follow
-        the target.
+        """The drafter of an EAGLE-1 / HASS head for ``target``: device, dtype and cache size follow the target, static
+        shapes too except on a CPU under ``weights="auto"`` (:func:`~specdec.drafters.eagle_steps.draft_backend`).
 
         Args:
             head: a head folder (or file) in any supported checkpoint format, or a loaded :class:`Eagle1Head`.

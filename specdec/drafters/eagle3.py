@@ -74,8 +74,8 @@ class Eagle3Drafter(EagleDrafterBase):
 
     @classmethod
     def from_target(cls, target: HFTarget, head: str | Path | Eagle3Head, weights: str = "auto") -> Eagle3Drafter:
-        """The drafter of an EAGLE-3 head for ``target``: device, dtype, cache size and static shapes follow the
-        target.
+        """The drafter of an EAGLE-3 head for ``target``: device, dtype and cache size follow the target, static shapes
+        too except on a CPU under ``weights="auto"`` (:func:`~specdec.drafters.eagle_steps.draft_backend`).
 
         Args:
             head: a head folder (or file) in any supported checkpoint format, or a loaded :class:`Eagle3Head`.
