@@ -10,8 +10,9 @@
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
   itself); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path
-  exists for, off on a CPU: there each process compiles for minutes per bucket, and while plain decoding on static
-  shapes ran 1.79x the eager path (frozen, tuned GEMMs; AMD Zen 3), EAGLE-3 on them ran 0.65x that (results page).
+  exists for, off on a CPU: there each process compiles for minutes per bucket, though every method ran faster on
+  static shapes (plain decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path: frozen, tuned GEMMs, the
+  draft head eager on int8; AMD Zen 3, results page).
 
 :func:`prepare_model` applies both to a *copy* of the caller's model that shares its tensors
 (:func:`~specdec.backends.kernels.shared_copy`), so the caller's model object is never changed; ``in_place=True``
