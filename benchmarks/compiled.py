@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         row = {
             "tokens_per_s": rate,
             "compiled_over_eager": rate["compiled"] / rate["eager"],
-            "tau": {name: tokens[name] / forwards[name] for name in gens},
+            "tau": {name: tokens[name] / forwards[name] for name in paths},  # HF generate reports no cycles
             "same_tokens": sum(a == b for a, b in zip(emitted["eager"], emitted["compiled"], strict=True)),
             "over_own_vanilla": {name: rate[name] / vanilla[name] for name in paths if name in vanilla},
         }

@@ -56,13 +56,13 @@ def warm_up(gen, sampling: SamplingParams | None = None) -> float:
     prompt = torch.arange(2 + sum(commits), device=target.device) % target.vocab_size
     hidden = target.prefill(prompt).hidden
     g = torch.Generator(device=target.device).manual_seed(0)
-    twin, grow = drafter, copy.deepcopy(policy).grow  # the drafter itself: its buffers' addresses (module docstring)
-    twin.prefill(prompt[:1], hidden.select(torch.arange(1, device=target.device)))
-    grow(twin, prompt[1], sampling, g)  # a drafter's first forward (the prompt) may run eagerly
+    grow = copy.deepcopy(policy).grow  # on the drafter itself: its buffers' addresses (module docstring)
+    drafter.prefill(prompt[:1], hidden.select(torch.arange(1, device=target.device)))
+    grow(drafter, prompt[1], sampling, g)  # a drafter's first forward (the prompt) may run eagerly
     pos = 1
     for k in commits:
-        twin.commit(prompt[pos : pos + k], hidden.select(torch.arange(pos, pos + k, device=target.device)))
+        drafter.commit(prompt[pos : pos + k], hidden.select(torch.arange(pos, pos + k, device=target.device)))
         pos += k
-        grow(twin, prompt[pos], sampling, g)
+        grow(drafter, prompt[pos], sampling, g)
     target.reset()
     return time.perf_counter() - start
