@@ -1,12 +1,14 @@
 """The compiled static-shape target (``--backend compile``) against the eager fast path, side by side.
 
     python benchmarks/compiled.py [--methods vanilla eagle3] [--prompts 4] [--new-tokens 64] [--threads 2]
-                                  [--hf] [--json out.json]
+                                  [--hf] [--json out.json] [--compiled static|aot]
 
 Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN-packed linears), one on
 ``"compile"`` (:mod:`specdec.compiled`: static cache, bucketed trees, inductor with frozen weights). Prints:
 
 * the compile time of each bucket (:meth:`HFTarget.warm_up`; a second run of this script reads inductor's cache);
+  with ``--compiled aot`` the compiled path is the model's ahead-of-time package (:mod:`specdec.backends.aot`: built
+  in the first bucket's time if this machine has none, else loaded there);
 * per method, tokens/s of each path on the same MT-bench questions at T=0, run alternately prompt by prompt (so a
   noisy machine slows both alike), the ratio compiled / eager, τ, and whether the tokens are the same;
 * with ``--hf``, HF ``generate`` on the stock model, run in the same alternation as the vanilla rows;
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hf", action="store_true", help="HF generate beside the vanilla rows")
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--compiled", choices=("static", "aot"), default="static", help="how the compiled path runs")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sampling = SamplingParams(temperature=0.0)
@@ -54,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     compiled_model, _ = load_smollm2()
     ids = [chat_ids(tokenizer, p) for p in mtbench_prompts()[: args.prompts]]
     paths = {
-        "eager": HFTarget(eager_model, max_len=args.max_len, weights="auto"),
-        "compiled": HFTarget(compiled_model, max_len=args.max_len, static_shapes=True),
+        "eager": HFTarget(eager_model, max_len=args.max_len, weights="auto", static_shapes=False),
+        "compiled": HFTarget(
+            compiled_model, max_len=args.max_len, static_shapes="aot" if args.compiled == "aot" else True
+        ),
     }
     print(f"threads={args.threads} prompts={args.prompts} new_tokens={args.new_tokens} max_len={args.max_len}")
     out: dict = {"threads": args.threads, "prompts": args.prompts, "new_tokens": args.new_tokens, "methods": {}}

@@ -271,10 +271,11 @@ def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, st
     if static:
         parser.add_argument(
             "--static-shapes",
-            choices=("auto", "on", "off"),
+            choices=("auto", "on", "off", "aot"),
             default="auto",
             help="run forwards at fixed, bucketed shapes under torch.compile (inductor on CPU, CUDA graphs on GPU); "
-            "auto (default): on for CUDA, off on a CPU",
+            "aot: from the model's ahead-of-time package (CPU; built once per machine, minutes, then loaded in "
+            "seconds); auto (default): on for CUDA; on a CPU, from the package where this machine has one, else off",
         )
 
 
@@ -285,9 +286,9 @@ def target_backend(args: argparse.Namespace) -> dict[str, Any]:
     Static shapes compile plain weights (inductor packs them itself): packed or int8 weights with them are refused.
     """
     choice = getattr(args, "static_shapes", "auto")
-    static = {"auto": "auto", "on": True, "off": False}[choice]
-    if static is True or (static == "auto" and str(getattr(args, "device", "cpu")).startswith("cuda")):
-        why = "--static-shapes on" if static is True else "--static-shapes auto on a CUDA device"
+    static = {"auto": "auto", "on": True, "off": False, "aot": "aot"}[choice]
+    if static in (True, "aot") or (static == "auto" and str(getattr(args, "device", "cpu")).startswith("cuda")):
+        why = f"--static-shapes {choice}" if static != "auto" else "--static-shapes auto on a CUDA device"
         for option, value in (("--weights", args.weights), ("--draft-weights", getattr(args, "draft_weights", None))):
             if value in ("packed", "int8"):
                 raise UsageError(

@@ -79,7 +79,10 @@ class MethodOptions(BaseModel):
         adapt_depth: let the adaptive budget shorten the expansion depth when deep levels do not pay.
         deferred_budget: the adaptive budget sizes each tree from the previous cycle's draft values, which ride on
             the decoding loop's one host sync, instead of reading this cycle's values (one more sync per cycle).
-            None (default): deferred on a static (``"compile"``) target, where one sync per cycle is the point.
+            None (default): deferred on a static-shape target on CUDA, where one sync per cycle is the point (a
+            CPU never waits for a sync, and the level-by-level choice drafts fewer levels: on the ahead-of-time
+            package path of AMD Zen 3, EAGLE-3 ran 0.90x its vanilla level by level against 0.83x deferred, one
+            process: ``docs/results/2026-11-28-aot-zen3/deferred_ab.py``).
         draft_weights: how EAGLE heads' weights run (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU, eager
             steps there even on a static-shape target, :func:`specdec.drafters.eagle_steps.draft_backend`). Static
             shapes otherwise, and the small-LM drafter's layers (the target's own), follow the target.

@@ -223,7 +223,8 @@ def _dynamic_tree(target: HFTarget, o: MethodOptions, reserve: int = 0) -> TreeP
         max(2, o.max_total_tokens - reserve),
         curve,
         adapt_depth=o.adapt_depth,
-        deferred=target.static if o.deferred_budget is None else o.deferred_budget,
+        # one host sync per cycle matters where the device runs ahead of the host (CUDA); a CPU never waits
+        deferred=(target.static and target.device.type == "cuda") if o.deferred_budget is None else o.deferred_budget,
     )
 
 

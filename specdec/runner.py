@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from specdec.attention import AttentionLayout
+from specdec.backends.aot import MAX_ROWS, AotForward
 from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes, run_compiled
 from specdec.interfaces import HiddenRequest, TargetHidden
 from specdec.kvcache import CacheFullError, PositionCache
@@ -42,6 +43,8 @@ class ModelRunner:
         buckets: forward sizes of static shapes.
         cache_dtype: the cache's keys/values dtype (None: the model's; float64 for row-invariant numerics, whose
             attention reads float64 keys/values, :mod:`specdec.backends.gqa`); eager shapes only.
+        aot: with ``static``, the compiled forward is the model's ahead-of-time package
+            (:mod:`specdec.backends.aot`): any row count up to its limit without padding, nothing compiled here.
 
     Attributes:
         cache: the :class:`~specdec.kvcache.PositionCache` (static: ``max(buckets)`` slots of room for padding rows).
@@ -55,12 +58,16 @@ class ModelRunner:
         static: bool = False,
         buckets: tuple[int, ...] = BUCKETS,
         cache_dtype: torch.dtype | None = None,
+        aot: bool = False,
     ) -> None:
-        self.model, self.layout, self.capacity, self.static = model, layout, capacity, static
+        self.model, self.layout, self.capacity, self.static, self.aot = model, layout, capacity, static, aot and static
         self.buckets = tuple(sorted(buckets))
         layers = int(model.config.get_text_config().num_hidden_layers)
         self.cache = PositionCache(layers, capacity + max(self.buckets) * static, static, cache_dtype)
-        self._run = compile_forward(model) if static else model
+        self._run = model
+        if static:
+            self._run = AotForward(model, layout.cache_kwarg, layout.mask) if self.aot else compile_forward(model)
+        self._rows = MAX_ROWS if self.aot else max(self.buckets)  # the most rows a compiled forward takes
 
     @property
     def compiled(self) -> bool:
@@ -105,7 +112,7 @@ class ModelRunner:
         run, rows = self.model, keep
         mask = None  # causal over the cache: the model's own mask logic
         if self.static:
-            compiled = may_compile and n <= max(self.buckets) and bool(self.cache.layers[0].is_initialized)
+            compiled = may_compile and n <= self._rows and bool(self.cache.layers[0].is_initialized)
             ids, positions, mask = self._static_inputs(ids, positions, start, allowed, keys, compiled)
             if compiled:
                 run, rows = self._run, 0  # a compiled graph keeps every row
@@ -155,7 +162,7 @@ class ModelRunner:
             causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
             allowed = torch.cat([torch.ones(n, start, dtype=torch.bool, device=device), causal], dim=1)
             keys = torch.cat([torch.arange(start, device=device), positions])
-        b = bucket(n, self.buckets) if compiled else n
+        b = bucket(n, self.buckets) if compiled and not self.aot else n  # a package takes any row count
         capacity = self.cache.max_len
         full = torch.zeros(b, capacity, dtype=torch.bool, device=device)
         full[:n, : start + n] = allowed

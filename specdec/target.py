@@ -55,8 +55,10 @@ class HFTarget(Target):
         hidden: hidden states every forward should return (drafters add theirs via :meth:`request_hidden`).
         weights: how the weights run (:mod:`specdec.backends`): ``"auto"`` (default) packs the linears for oneDNN
             where that pays on this CPU (float32), ``"packed"`` packs every linear, ``"stock"`` runs them as loaded.
-        static_shapes: fixed-shape forwards compiled once per bucket (:mod:`specdec.backends.compiled`); ``"auto"``
-            (default): on for CUDA, off on a CPU.
+        static_shapes: fixed-shape forwards compiled once per bucket (:mod:`specdec.backends.compiled`); ``"aot"``:
+            the same forward from the model's ahead-of-time package, built once per machine (CPU,
+            :mod:`specdec.backends.aot`); ``"auto"`` (default): on for CUDA; on a CPU, from the package where this
+            machine has one, else off.
         buckets: forward sizes of static shapes (a tree is padded to the next one).
         in_place: transform ``model`` itself instead of a copy that shares its tensors (saves the packed weights'
             memory; the model then runs this way for every holder of it). Default: ``model`` is left as it was.
@@ -107,7 +109,10 @@ class HFTarget(Target):
         self.max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)
         self.hidden = hidden or HiddenRequest()
         self.static: bool = self.execution.static
-        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets, self.execution.cache_dtype)
+        execution = self.execution
+        self.runner = ModelRunner(
+            model, self.layout, max_len, self.static, buckets, execution.cache_dtype, execution.aot
+        )
         self.buckets, self.cache = self.runner.buckets, self.runner.cache
         self.length = 0
 
@@ -123,7 +128,7 @@ class HFTarget(Target):
             max_len,
             None,
             self.weights_choice,
-            self.static,
+            self.execution.static_shapes,
             self.buckets,
             in_place=True,
             invariant=self.execution.invariant,

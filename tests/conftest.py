@@ -4,7 +4,8 @@
 the most transformed form of a model. ``"auto"`` on an Intel CPU with MKL packs only vocabulary projections, a
 mix of packed and stock linears that these suites cover from both sides; the choice itself is tested in
 ``tests/test_fastpath.py`` under both profiles. ``SPECDEC_TUNE_GEMMS=0``: compiled CPU graphs skip inductor's GEMM
-autotuning. A value already set in the environment wins.
+autotuning. ``SPECDEC_PACKAGES=off``: ``static_shapes="auto"`` does not pick up ahead-of-time packages cached on the
+machine. A value already set in the environment wins.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ os.environ.setdefault("SPECDEC_CPU_GEMM", "onednn")
 # compiled CPU graphs freeze their weights without inductor's GEMM autotuning (minutes per tiny graph set); the
 # tuned form runs in tests/test_compiled.py's heavy test
 os.environ.setdefault("SPECDEC_TUNE_GEMMS", "0")
+# static_shapes="auto" ignores ahead-of-time packages this machine may have cached (a fresh clone has none);
+# tests/test_aot.py turns them back on in a cache of its own
+os.environ.setdefault("SPECDEC_PACKAGES", "off")
 
 
 def pytest_sessionstart(session) -> None:

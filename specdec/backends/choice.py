@@ -9,10 +9,13 @@
   build; the reason is reported).
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
-  itself); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path
-  exists for, off on a CPU: there each process compiles for minutes per bucket, though every method ran faster on
-  static shapes (plain decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path: frozen, tuned GEMMs, the
-  draft head eager on int8; AMD Zen 3, results page).
+  itself); ``"aot"`` (CPU) runs the same static forward from the model's ahead-of-time package
+  (:mod:`specdec.backends.aot`: built once per machine, loaded in seconds by later processes); ``False`` runs eagerly;
+  ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path exists for; on a CPU, from the
+  model's package where this machine has one, else off: compiling there takes minutes (per bucket in every process
+  under ``torch.compile``, once per machine for a package), though every method ran faster on static shapes (plain
+  decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path: frozen, tuned GEMMs, the draft head eager on
+  int8; AMD Zen 3, results page).
 
 :func:`prepare_model` applies both to a *copy* of the caller's model that shares its tensors
 (:func:`~specdec.backends.kernels.shared_copy`), so the caller's model object is never changed; ``in_place=True``
@@ -31,6 +34,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from specdec.backends.aot import cached_package, package_path
 from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
 from specdec.backends.gqa import GQA_NAMES, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
@@ -67,7 +71,7 @@ __all__ = [
 
 Weights = Literal["auto", "stock", "packed", "int8"]
 WEIGHTS: tuple[str, ...] = ("auto", "stock", "packed", "int8")
-StaticShapes = bool | Literal["auto"]
+StaticShapes = bool | Literal["auto", "aot"]
 Invariant = bool | Literal["auto"]
 STATIC_MARK = "_specdec_static"  # set on a model prepared for static shapes
 
@@ -84,6 +88,8 @@ class Execution:
         weights: ``"stock"``, ``"packed"`` (every linear), ``"packed-vocab"`` (the vocabulary projection only: the
             rule's choice on an Intel CPU with MKL), ``"packed-some"`` (another subset, as measured) or ``"int8"``.
         static: fixed-shape compiled forwards.
+        aot: with ``static``, served by the model's ahead-of-time package (:mod:`specdec.backends.aot`, CPU) instead
+            of compiling in this process.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
@@ -104,6 +110,12 @@ class Execution:
     norms: int = 0
     stacked: int = 0
     padded: int = 0
+    aot: bool = False
+
+    @property
+    def static_shapes(self) -> StaticShapes:
+        """The ``static_shapes`` choice that reproduces this execution on another holder of the model."""
+        return "aot" if self.aot else self.static
 
     @property
     def cache_dtype(self) -> torch.dtype | None:
@@ -114,11 +126,16 @@ class Execution:
     @property
     def label(self) -> str:
         """``"packed"``, ``"stock+static"``, ``"packed+invariant"``, ... (file names, stats lines)."""
-        return self.weights + ("+static" if self.static else "") + ("+invariant" if self.invariant else "")
+        return (
+            self.weights
+            + ("+aot" if self.aot else "+static" if self.static else "")
+            + ("+invariant" if self.invariant else "")
+        )
 
     def describe(self) -> str:
         """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
         shapes = "static shapes (compiled)" if self.static else "eager shapes"
+        shapes = "static shapes (ahead-of-time package)" if self.aot else shapes
         counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
@@ -148,12 +165,14 @@ def resolve(
     """
     if weights not in WEIGHTS:
         raise BackendError(f"unknown weights {weights!r}; choose from {', '.join(WEIGHTS)}")
-    if static_shapes not in (True, False, "auto"):
-        raise BackendError(f"static_shapes must be True, False or 'auto', got {static_shapes!r}")
+    if static_shapes not in (True, False, "auto", "aot"):
+        raise BackendError(f"static_shapes must be True, False, 'auto' or 'aot', got {static_shapes!r}")
     if weights == "int8" and not draft:
         raise BackendError("weights 'int8' approximate the model and are for drafters only; a target runs exactly")
     device, dtype = _params(model)
-    static = bool(device is not None and device.type == "cuda") if static_shapes == "auto" else bool(static_shapes)
+    if static_shapes == "aot" and (device is None or device.type != "cpu"):
+        raise BackendError(f"ahead-of-time packages (static_shapes='aot') run on a CPU; the model is on {device}")
+    static = bool(static_shapes) if static_shapes != "auto" else _auto_static(model, device, draft, weights)
     if static:
         if weights in ("packed", "int8"):
             raise BackendError(
@@ -187,12 +206,29 @@ def resolve(
     return ("stock", False, unavailable) if unavailable else ("packed", False, "")
 
 
+def _auto_static(model: nn.Module, device: torch.device | None, draft: bool, weights: str) -> bool:
+    """``static_shapes="auto"``: on for CUDA; on a CPU, on where this machine has the model's ahead-of-time package
+    (built once by ``static_shapes="aot"``: then no process compiles; the module docstring's figures) and the weights
+    asked for can run static (``"auto"`` or ``"stock"``), else off."""
+    if device is None or draft or weights not in ("auto", "stock"):
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and cached_package(model) is not None)
+
+
+def _aot(model: nn.Module, static_shapes: StaticShapes) -> bool:
+    """Whether a static model runs from its ahead-of-time package: asked for, or ``"auto"`` found one."""
+    device = _params(model)[0]
+    return static_shapes == "aot" or (static_shapes == "auto" and device is not None and device.type == "cpu")
+
+
 def execution_label(model: nn.Module) -> str:
-    """What a model currently runs, read from its modules: ``"stock+static"`` if it was prepared for static shapes,
+    """What a model currently runs, read from its modules: ``"stock+static"`` if it was prepared for static shapes
+    (``"stock+aot"`` served by its ahead-of-time package),
     ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its vocabulary projections are,
     ``"packed-some"`` if some other subset is (as measured: :mod:`specdec.backends.measured`), else ``"stock"``."""
-    if getattr(model, STATIC_MARK, False):
-        return "stock+static"
+    static = getattr(model, STATIC_MARK, False)
+    if static:
+        return "stock+aot" if static == "aot" else "stock+static"
     modules = list(model.modules())
     if not any(runs_packed(m) for m in modules):
         return "stock"
@@ -239,6 +275,8 @@ def apply(
     """
     if invariant not in (True, False, "auto"):
         raise BackendError(f"invariant must be True, False or 'auto', got {invariant!r}")
+    if invariant is True and static_shapes == "auto":  # asked for: eager shapes, even where a package is cached
+        static_shapes = False
     if invariant is True:  # refuse before changing the model where the choices alone tell
         resolved, static, _ = resolve(model, weights, static_shapes)
         if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl" and not measuring()):
@@ -304,10 +342,13 @@ def _apply_weights(
     """:func:`apply` without the numerics choice."""
     resolved, static, reason = resolve(model, weights, static_shapes)
     dtype, slow = _params(model)[1], _slow_dtype(model)
-    setattr(model, STATIC_MARK, static)
+    aot = static and _aot(model, static_shapes)
+    if aot:  # the package's name, from the model as given (before the attention switch below changes its config)
+        package_path(model)
+    setattr(model, STATIC_MARK, "aot" if aot else static)
     if static:  # plain linears for inductor, GQA attention without copies
         _restore(model)
-        return Execution("stock", True, attention=use_gqa_attention(model))
+        return Execution("stock", True, attention=use_gqa_attention(model), aot=aot)
     if resolved == "stock":
         _restore(model)
         if getattr(getattr(model, "config", None), "_attn_implementation", None) in GQA_NAMES:

@@ -41,7 +41,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["BUCKETS", "bucket", "compile_forward", "compiled_graphs", "cpu_options", "freezes", "run_compiled"]
+__all__ = [
+    "BUCKETS",
+    "PackageError",
+    "bucket",
+    "compile_forward",
+    "compiled_graphs",
+    "cpu_options",
+    "freezes",
+    "run_compiled",
+]
 
 #: Forward sizes compiled by default: the 1-token step and tree sizes up to the adaptive budget's largest (64,
 #: ``MethodOptions.max_total_tokens``).
@@ -50,6 +59,11 @@ BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
 TUNE_ENV = "SPECDEC_TUNE_GEMMS"
 #: Graphs dynamo may keep per forward function (see :func:`compile_forward`).
 RECOMPILE_LIMIT = 64
+
+
+class PackageError(RuntimeError):
+    """An ahead-of-time package could not be built, loaded or run for this model (:mod:`specdec.backends.aot`; the
+    runner falls back to the eager static forward, :func:`run_compiled`)."""
 
 
 def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
@@ -136,9 +150,10 @@ def run_compiled(
         return eager(**inputs), False
     try:
         return compiled(**inputs), False
-    except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+    except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit, PackageError) as e:
+        what = "an ahead-of-time package" if isinstance(e, PackageError) else "torch.compile"
         warnings.warn(
-            f"torch.compile cannot serve this model ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
+            f"{what} cannot serve this model ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
             "running the static-shape path eagerly",
             FastPathWarning,
             stacklevel=4,  # the caller of the forward that tried to compile

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from specdec.assets import Prompt
 from specdec.bench.plan import DEFAULT_TEMPERATURES
@@ -112,9 +112,10 @@ class BenchConfig(BaseModel):
 
     @field_validator("static_shapes", "invariant")
     @classmethod
-    def _auto_or_bool(cls, value: bool | str) -> bool | str:
-        if value != "auto" and not isinstance(value, bool):
-            raise ValueError(f"must be 'auto', True or False, got {value!r}")
+    def _auto_or_bool(cls, value: bool | str, info: ValidationInfo) -> bool | str:
+        named = ("auto", "aot") if info.field_name == "static_shapes" else ("auto",)
+        if value not in named and not isinstance(value, bool):
+            raise ValueError(f"must be {', '.join(repr(n) for n in named)}, True or False, got {value!r}")
         return value
 
     @property

@@ -89,7 +89,10 @@ class SmallLMDrafter(Drafter):
         self.layout = AttentionLayout.of(model, warn=False)
         self.vocab_size = vocab
         self.max_len = max_len
-        self.runner = ModelRunner(model, self.layout, max_len, self.static, buckets, self.execution.cache_dtype)
+        execution = self.execution
+        self.runner = ModelRunner(
+            model, self.layout, max_len, self.static, buckets, execution.cache_dtype, execution.aot
+        )
         self.buckets, self.cache = self.runner.buckets, self.runner.cache
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -152,7 +155,7 @@ class SmallLMDrafter(Drafter):
             layers,
             target.max_len,
             target.weights_choice,
-            target.static,
+            "auto" if target.execution.aot else target.static,  # its own package where this machine has one
             target.buckets,
             in_place=True,
             invariant=target.execution.invariant,  # the modules are the target's own
@@ -162,7 +165,13 @@ class SmallLMDrafter(Drafter):
         """The same model (shared) with a cache of its own for another sequence."""
         twin = copy.copy(self)
         twin.runner = ModelRunner(
-            self.model, self.layout, self.max_len, self.static, self.buckets, self.execution.cache_dtype
+            self.model,
+            self.layout,
+            self.max_len,
+            self.static,
+            self.buckets,
+            self.execution.cache_dtype,
+            self.execution.aot,
         )
         twin.cache = twin.runner.cache
         twin.reset()

@@ -1,0 +1,229 @@
+"""Ahead-of-time packages: the static-shape forward compiled once per machine, loaded in seconds by every process.
+
+On a CPU, ``torch.compile``'s frozen graphs are compiled again in every process (minutes per bucket for SmolLM2 on 2
+cores, :mod:`specdec.backends.compiled`): the static path was the fastest one there (plain decoding 1.77x the eager
+path) and still off by default. An AOTInductor package holds the same frozen forward, its GEMMs tuned on the CPU at
+hand, as a shared library: exported once (``torch.export``), compiled once, cached under ``cache_dir()/aot/``, and
+loaded by later processes in seconds (``static_shapes="aot"``; :mod:`specdec.backends.choice`).
+
+One package per model serves every forward the static runner makes: the number of rows ``n`` (``1 ..``
+:data:`MAX_ROWS`) and the cache's capacity ``C`` are dynamic dimensions, so trees need no padding to a bucket and one
+package serves every ``max_len``.
+
+The package's function (:class:`AotStep`) takes what :class:`~specdec.runner.ModelRunner`'s static forward takes
+and writes the cache in place:
+
+* ``ids``, ``positions``: ``[1, n]`` long; ``mask``: the layout's mask over the whole capacity, ``[1, 1, n, C]`` (or
+  its dict of them for hybrid layouts); ``write_pos``: a 0-d long tensor, the slot of the first row;
+* ``keys``, ``values``: every layer's ``[1, H_kv, C, D]`` cache tensors (transformers' ``StaticLayer`` s);
+* returns the logits ``[1, n, V]`` and the hidden states (embeddings, then every layer's output) ``[1, n, d]``.
+
+Contract (exactness: a package is never run for another model): the file name holds a digest of everything that
+decides the compiled code and its constants: the model's weights (every tensor's bytes), its config, dtype and
+attention implementation, the machine (CPU model and flags, torch version, thread count:
+:func:`~specdec.backends.measured.machine_key`), transformers' version and :data:`FORMAT`. A package that fails to
+build or load raises :class:`PackageError`; the runner then warns once and runs the same static forward eagerly
+(:func:`~specdec.backends.compiled.run_compiled`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from specdec.backends.compiled import PackageError, cpu_options
+from specdec.backends.measured import machine_key
+from specdec.kvcache import PositionCache
+
+__all__ = ["FORMAT", "MAX_ROWS", "AotForward", "AotStep", "PackageError", "cached_package", "package_path"]
+
+#: The environment switch that hides cached packages from ``static_shapes="auto"`` (:func:`cached_package`).
+PACKAGES_ENV = "SPECDEC_PACKAGES"
+#: Bump when :class:`AotStep`'s inputs or outputs change: older packages are then never found.
+FORMAT = 1
+#: The most rows one forward of a package takes (the adaptive budget's largest tree, as the largest bucket).
+MAX_ROWS = 64
+#: Rows and capacity of the example the package is exported from (not 0 or 1: torch.export specializes those).
+_EXAMPLE_ROWS, _EXAMPLE_CAPACITY = 4, 16
+
+log = logging.getLogger(__name__)
+
+
+class AotStep(nn.Module):
+    """The static forward with the cache's tensors as inputs (the module docstring's contract)."""
+
+    def __init__(self, model: nn.Module, cache_kwarg: str) -> None:
+        super().__init__()
+        self.model, self.cache_kwarg = model, cache_kwarg
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: Any,
+        write_pos: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, ...]:
+        cache = PositionCache(len(keys), keys[0].shape[2], static=True)
+        for layer, k, v in zip(cache.layers, keys, values, strict=True):
+            layer.lazy_initialization(k[:, :, :1], v[:, :, :1])  # sets the layer's dtype, device and flags
+            layer.keys, layer.values = k, v
+            layer.cumulative_length = write_pos.clone()  # StaticLayer advances it in place: a private copy
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            output_hidden_states=True,
+            **{self.cache_kwarg: cache},
+        )
+        return (out.logits, *out.hidden_states)
+
+
+def _model_digest(model: nn.Module) -> str:
+    """sha256 over the model's config, dtype, attention implementation and every tensor's name, shape and bytes."""
+    digest = hashlib.sha256()
+    config = getattr(model, "config", None)
+    digest.update((config.to_json_string() if config is not None else type(model).__name__).encode())
+    digest.update(str(getattr(config, "_attn_implementation", "")).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:20]
+
+
+def _machine_digest(dtype: torch.dtype) -> str:
+    key = {**machine_key(dtype), "transformers": transformers.__version__, "format": FORMAT, "options": cpu_options()}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def package_path(model: nn.Module) -> Path:
+    """Where ``model``'s package lives on this machine (the module docstring's key). Hashes the weights (~0.4 s per
+    500 MB) once per model object and state: a tensor replaced or changed in place is hashed again, a config change
+    alone is not (the static preparation switches the attention function after naming the package from the model as
+    the caller gave it, :func:`specdec.backends.choice.apply`)."""
+    from specdec.models import cache_dir
+
+    dtype = next(model.parameters()).dtype
+    state = model.state_dict()
+    seen = tuple((t.data_ptr(), t._version) for t in state.values())  # an in-place change bumps a tensor's version
+    memo = getattr(model, "_specdec_aot_name", None)
+    if memo is None or memo[0] != seen:
+        memo = (seen, f"{_machine_digest(dtype)}-{_model_digest(model)}.pt2")
+        model._specdec_aot_name = memo
+    name = memo[1]
+    return cache_dir() / "aot" / name
+
+
+def cached_package(model: nn.Module) -> Path | None:
+    """``model``'s package if one is on disk for this machine, else None (cheap where no package of this machine is
+    cached: the weights are hashed only then). ``SPECDEC_PACKAGES=off`` hides every package from this lookup (what
+    ``static_shapes="auto"`` consults; the test suite runs so, whatever a machine has cached); ``"on"`` (default)."""
+    from specdec.models import cache_dir
+
+    switch = os.environ.get(PACKAGES_ENV, "on")
+    if switch not in ("on", "off"):
+        raise ValueError(f"{PACKAGES_ENV} must be 'on' or 'off', got {switch!r}")
+    if switch == "off":
+        return None
+
+    folder = cache_dir() / "aot"
+    if not any(folder.glob(f"{_machine_digest(next(model.parameters()).dtype)}-*.pt2")):
+        return None
+    path = package_path(model)
+    return path if path.exists() else None
+
+
+def _example(model: nn.Module, cache: PositionCache, mask_of: Any) -> tuple:
+    """Inputs of :class:`AotStep` at the example's sizes, shaped like ``cache``'s layers."""
+    layer, n, capacity = cache.layers[0], _EXAMPLE_ROWS, _EXAMPLE_CAPACITY
+    device = layer.keys.device
+    ids = torch.zeros(1, n, dtype=torch.long, device=device)
+    positions = torch.arange(n, device=device)
+    allowed = torch.ones(n, capacity, dtype=torch.bool, device=device).tril()  # row i sees slots 0 .. i
+    mask = mask_of(allowed, torch.arange(capacity, device=device), positions)
+
+    def room(t: torch.Tensor) -> torch.Tensor:
+        return t.new_zeros(t.shape[0], t.shape[1], capacity, t.shape[3])
+
+    keys = [room(layer.keys) for layer in cache.layers]
+    values = [room(layer.values) for layer in cache.layers]
+    return ids, positions[None], mask, torch.tensor(0, device=device), keys, values
+
+
+def build_package(model: nn.Module, cache_kwarg: str, cache: PositionCache, mask_of: Any, path: Path) -> None:
+    """Export :class:`AotStep` over ``model`` with dynamic rows and capacity and compile it into ``path`` (minutes for
+    a 100M-parameter model on 2 cores; written to a temporary name first, so a killed build leaves no package)."""
+    from torch.export import Dim
+
+    rows, capacity = Dim("rows", min=1, max=MAX_ROWS), Dim("capacity", min=2)
+    example = _example(model, cache, mask_of)
+    layers = len(example[4])
+    kv = [{2: capacity}] * layers
+    mask = torch.utils._pytree.tree_map(lambda _: {2: rows, 3: capacity}, example[2])
+    shapes = ({1: rows}, {1: rows}, mask, None, kv, kv)
+    start = time.perf_counter()
+    log.warning("specdec: compiling this model's ahead-of-time package once for this machine (minutes): %s", path)
+    try:
+        with torch.no_grad():
+            program = torch.export.export(AotStep(model, cache_kwarg), example, dynamic_shapes=shapes, strict=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial.pt2")
+        torch._inductor.aoti_compile_and_package(program, package_path=str(partial), inductor_configs=cpu_options())
+        partial.rename(path)
+    except Exception as error:  # export or inductor refusing the model: the runner falls back, with this reason
+        raise PackageError(f"could not build the ahead-of-time package ({type(error).__name__}: {error})") from error
+    log.warning("specdec: package built in %.0f s", time.perf_counter() - start)
+
+
+class AotForward:
+    """The static runner's compiled forward served by ``model``'s package (built on first use if missing).
+
+    Called like the model (the runner's keyword inputs: ``input_ids``, ``position_ids``, ``attention_mask`` and the
+    static :class:`~specdec.kvcache.PositionCache` under ``cache_kwarg``); returns a ``CausalLMOutputWithPast`` with
+    the logits of every row and every hidden state.
+    """
+
+    def __init__(self, model: nn.Module, cache_kwarg: str, mask_of: Any) -> None:
+        self.model, self.cache_kwarg, self.mask_of = model, cache_kwarg, mask_of
+        self.package: Any = None
+
+    def load(self, cache: PositionCache) -> None:
+        """Load the package (building it first where this machine has none); :class:`PackageError` if impossible."""
+        path = package_path(self.model)
+        if not path.exists():
+            build_package(self.model, self.cache_kwarg, cache, self.mask_of, path)
+        try:
+            self.package = torch._inductor.aoti_load_package(str(path))
+        except Exception as error:  # set aside, so "auto" no longer finds it and "aot" builds it again
+            path.rename(path.with_suffix(".broken"))
+            raise PackageError(f"could not load the ahead-of-time package {path} ({error}); moved aside") from error
+
+    def __call__(self, **inputs: Any) -> CausalLMOutputWithPast:
+        cache: PositionCache = inputs[self.cache_kwarg]
+        if self.package is None:
+            self.load(cache)
+        ids = inputs["input_ids"]
+        if ids.shape[1] > MAX_ROWS:
+            raise PackageError(f"a package runs at most {MAX_ROWS} rows per forward, got {ids.shape[1]}")
+        layers = cache.layers
+        out = self.package(
+            ids,
+            inputs["position_ids"],
+            inputs["attention_mask"],
+            layers[0].cumulative_length,
+            [layer.keys for layer in layers],
+            [layer.values for layer in layers],
+        )
+        return CausalLMOutputWithPast(logits=out[0], hidden_states=tuple(out[1:]))

@@ -1,0 +1,153 @@
+"""Ahead-of-time packages (:mod:`specdec.backends.aot`): the static forward compiled once per machine and loaded.
+
+What is shown here, on tiny random Llamas, with specdec's cache in a temporary folder:
+
+* greedy exactness: vanilla and speculative decoding (an EAGLE-3 head, dynamic trees of any size up to 8 nodes,
+  unpadded) on a target served by the package emit the eager stock target's tokens, and a tree forward's logits
+  match the eager forward's;
+* compiled once: the first target builds one package; a second target of the same model loads it (building is
+  patched to fail, so a build would show), and ``static_shapes="auto"`` on a CPU finds it; a model with other
+  weights gets another file name and stays eager under ``"auto"`` (the control: a key that ignored the weights would
+  hand it the first model's package);
+* a package that cannot be loaded is not a crash: one FastPathWarning, then the same static forward eagerly, with
+  the eager tokens, and the file is set aside (``"auto"`` then stays eager);
+* ``"aot"`` off a CPU is refused by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.backends import BackendError, FastPathWarning, resolve
+from specdec.backends import aot as aot_module
+from specdec.backends.aot import package_path
+from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
+from specdec.models import tiny_llama
+from specdec.sampling import SamplingParams
+from specdec.target import HFTarget
+from specdec.tree import DraftTree
+from specdec.trees import DynamicTreePolicy, StaticTreePolicy
+from specdec.verify import GreedyVerifier
+from tests.factories import make_drafter
+
+pytestmark = pytest.mark.filterwarnings("error::specdec.backends.FastPathWarning")
+
+GREEDY = SamplingParams(temperature=0.0)
+MAX_LEN = 96
+STOP = StopCondition(max_new_tokens=24, eos_token_ids=())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """specdec's cache (packages among it) in a folder of this module's own, seen by ``static_shapes="auto"``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECDEC_CACHE", str(tmp_path_factory.mktemp("specdec-cache")))
+        patch.setenv("SPECDEC_PACKAGES", "on")  # the suite hides packages from "auto" (conftest); here they count
+        yield
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab_size=6, hidden_size=16, num_layers=3, logit_scale=1.5)
+
+
+@pytest.fixture(scope="module")
+def built(model, private_cache) -> HFTarget:
+    """The first target of ``model`` with ``"aot"``: builds the package at its first static forward."""
+    target = HFTarget(model, max_len=MAX_LEN, static_shapes="aot")
+    target.warm_up()
+    return target
+
+
+def prompts() -> list[torch.Tensor]:
+    return [torch.randint(0, 6, (5 + s,), generator=torch.Generator().manual_seed(s)) for s in range(3)]
+
+
+def test_package_target_is_greedy_exact(model, built) -> None:
+    assert built.execution.label == "stock+aot" and built.runner.aot and built.runner.compiled
+    assert package_path(built.model).exists() and len(list(package_path(built.model).parent.glob("*.pt2"))) == 1
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock")
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8)
+    trees = [DynamicTreePolicy(topk=2, depth=3, total_tokens=8), StaticTreePolicy.chain(2)]  # 8 and 3 rows
+    specs = [SpeculativeGenerator(built, drafter, policy, GreedyVerifier()) for policy in trees]
+    sizes, accepted = set(), 0
+    for p in prompts():
+        want = VanillaGenerator(eager).generate(p, GREEDY, STOP).tokens
+        assert VanillaGenerator(built).generate(p, GREEDY, STOP).tokens == want
+        for spec in specs:
+            result = spec.generate(p, GREEDY, STOP)
+            assert result.tokens == want
+            sizes.update(result.metrics.tree_sizes)
+            accepted += sum(result.metrics.accept_lengths)
+    assert accepted > 0 and 3 in sizes and 8 in sizes  # drafts accepted; 3 rows ran unpadded (no bucket of 3)
+    assert built.runner.compiled, "the package fell back to eager"
+
+
+def test_tree_forward_logits_match_eager(model, built) -> None:
+    """A 5-node tree (two branches) through the package: the eager stock forward's logits, row for row."""
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock")
+    parents = torch.tensor([-1, 0, 0, 1, 2])
+    tree = DraftTree.from_parents(torch.tensor([1, 2, 3, 4, 5]), parents, 5)
+    out = []
+    for target in (eager, built):
+        target.prefill(torch.arange(7) % 6)
+        out.append(target.forward_tree(tree).logits)
+        target.reset()
+    assert out[0].shape == out[1].shape == (5, 6)
+    torch.testing.assert_close(out[1], out[0], atol=1e-5, rtol=1e-5)
+
+
+def test_later_targets_load_the_package_and_auto_finds_it(model, built, monkeypatch) -> None:
+    def no_build(*args, **kwargs):
+        raise AssertionError("a package was built again")
+
+    monkeypatch.setattr(aot_module, "build_package", no_build)
+    again = HFTarget(model, max_len=MAX_LEN + 10, static_shapes="aot")  # another capacity: the same package
+    auto = HFTarget(model, max_len=MAX_LEN)
+    assert auto.execution.aot and auto.static and auto.execution.label == "stock+aot"
+    want = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompts()[0], GREEDY, STOP)
+    for target in (again, auto):
+        assert VanillaGenerator(target).generate(prompts()[0], GREEDY, STOP).tokens == want.tokens
+    other = tiny_llama(vocab_size=6, hidden_size=16, num_layers=3, logit_scale=1.5, seed=11)  # control: other weights
+    assert package_path(other) != package_path(model)
+    assert not HFTarget(other, max_len=MAX_LEN).static  # no package of its own: eager under "auto"
+
+
+def test_a_package_that_cannot_load_falls_back_with_one_warning(built) -> None:
+    model = tiny_llama(vocab_size=16, hidden_size=16, num_layers=2, seed=4)
+    path = package_path(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a package")
+    prompt = torch.arange(5)
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock", static_shapes=False)
+    want = VanillaGenerator(eager).generate(prompt, GREEDY, STOP)
+    target = HFTarget(model, max_len=MAX_LEN)  # "auto" finds the file
+    with pytest.warns(FastPathWarning, match="ahead-of-time package cannot serve this model") as caught:
+        assert VanillaGenerator(target).generate(prompt, GREEDY, STOP).tokens == want.tokens
+    assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
+    assert target.execution.aot and not target.runner.compiled
+    assert not path.exists() and not HFTarget(model, max_len=MAX_LEN).static  # set aside: "auto" finds none now
+
+
+def test_aot_is_refused_off_a_cpu() -> None:
+    with torch.device("meta"):
+        model = tiny_llama(vocab_size=6, hidden_size=16, num_layers=1)
+    with pytest.raises(BackendError, match="run on a CPU"):
+        resolve(model, "auto", "aot")
+
+
+def test_the_command_line_and_bench_take_aot() -> None:
+    from argparse import Namespace
+
+    from specdec.bench.config import BenchConfig
+    from specdec.cli_options import target_backend
+    from specdec.errors import UsageError
+
+    args = Namespace(static_shapes="aot", weights="auto", draft_weights=None, invariant="auto")
+    assert target_backend(args)["static_shapes"] == "aot"
+    with pytest.raises(UsageError, match="--weights packed cannot run with static shapes"):
+        target_backend(Namespace(static_shapes="aot", weights="packed", draft_weights=None, invariant="auto"))
+    assert BenchConfig(static_shapes="aot").static_shapes == "aot"
+    with pytest.raises(ValueError, match="'auto', 'aot', True or False"):
+        BenchConfig(static_shapes="ahead")
