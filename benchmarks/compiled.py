@@ -1,7 +1,7 @@
 """The compiled static-shape target (``--backend compile``) against the eager fast path, side by side.
 
     python benchmarks/compiled.py [--methods vanilla eagle3] [--prompts 4] [--new-tokens 64] [--threads 2]
-                                  [--hf] [--json out.json] [--compiled static|aot]
+                                  [--hf] [--json out.json] [--compiled static|aot] [--speculate always|auto]
 
 Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN-packed linears), one on
 ``"compile"`` (:mod:`specdec.compiled`: static cache, bucketed trees, inductor with frozen weights). Prints:
@@ -12,11 +12,13 @@ Two copies of SmolLM2-135M-Instruct: one on the eager ``"auto"`` backend (oneDNN
 * per method, tokens/s of each path on the same MT-bench questions at T=0, run alternately prompt by prompt (so a
   noisy machine slows both alike), the ratio compiled / eager, τ, and whether the tokens are the same;
 * with ``--hf``, HF ``generate`` on the stock model, run in the same alternation as the vanilla rows;
+* with ``--speculate auto``, each speculative generator keeps one :class:`~specdec.pace.Pace` across the prompts
+  (each cycle a speculative one or a plain step, whichever has emitted more tokens per second so far);
 * each method's tokens/s over its own path's vanilla (when ``vanilla`` runs first).
 
 On the compiled path the drafters follow the target (:func:`specdec.drafters.eagle_steps.draft_backend`: on a CPU the
 EAGLE heads stay eager on int8 weights, with CUDA graphs they are compiled), with the deferred tree budget (one host
-sync per cycle); the eager path runs the defaults (int8 draft heads, the budget reading its values itself). Every
+sync per cycle) on CUDA, the budget reading this cycle's values elsewhere (the defaults, as on the eager path). Every
 shape is compiled before timing (:func:`specdec.warm.warm_up`), then one untimed generation per path warms the rest.
 """
 
@@ -34,6 +36,7 @@ from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
 from specdec.methods import method as method_record
 from specdec.models import load_smollm2
+from specdec.pace import Pace
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.warm import warm_up
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf", action="store_true", help="HF generate beside the vanilla rows")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--compiled", choices=("static", "aot"), default="static", help="how the compiled path runs")
+    parser.add_argument("--speculate", choices=("always", "auto"), default="always", help="see the docstring")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sampling = SamplingParams(temperature=0.0)
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"threads": args.threads, "prompts": args.prompts, "new_tokens": args.new_tokens, "methods": {}}
     vanilla: dict[str, float] = {}
     for method in args.methods:
-        options = {"eager": MethodOptions(), "compiled": MethodOptions(deferred_budget=True)}
+        options = {"eager": MethodOptions(), "compiled": MethodOptions()}  # deferred budget: the default (CUDA only)
         gens = {name: build_method(method, t, method_record(method).narrow(options[name])) for name, t in paths.items()}
         compile_s = paths["compiled"].warm_up()  # compiles each bucket once (later methods reuse the graphs)
         if compile_s and "compile_seconds" not in out:
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             gen.generate(ids[0], sampling, StopCondition(max_new_tokens=32))
             execution = getattr(getattr(gen, "drafter", None), "execution", None)  # a composite has none
             print(f"  warm-up {method} {execution.label if execution else ''}: {time.perf_counter() - start:.1f} s")
+        paces = {name: Pace() if args.speculate == "auto" else "always" for name in gens}  # one per generator
         seconds = dict.fromkeys(gens, 0.0)
         tokens = dict.fromkeys(gens, 0)
         forwards = dict.fromkeys(gens, 0)
@@ -87,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         for x in ids:
             for name, gen in gens.items():
                 start = time.perf_counter()
-                result = gen.generate(x, sampling, stop)
+                extra = {"speculate": paces[name]} if name != "hf" else {}
+                result = gen.generate(x, sampling, stop, **extra)
                 seconds[name] += time.perf_counter() - start
                 tokens[name] += len(result.tokens)
                 forwards[name] += result.metrics.cycles + 1

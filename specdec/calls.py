@@ -29,6 +29,7 @@ __all__ = [
     "call_settings",
     "check_claim",
     "claim",
+    "encode_prompt",
     "make_generator",
     "prepare_call",
 ]
@@ -336,3 +337,24 @@ def prepare_call(
             "max_new_tokens"
         )
     return input_ids.to(target.device, torch.long), stop
+
+
+def encode_prompt(prompt: Prompt | str, tokenizer: Any) -> Prompt:
+    """A text prompt as ``tokenizer(text)`` encodes it (raw text, no chat template); ids as given.
+
+    Raises:
+        TypeError: a text prompt without a tokenizer.
+        EmptyPromptError: an empty text prompt.
+    """
+    from specdec.target import EmptyPromptError
+
+    if not isinstance(prompt, str):
+        return prompt
+    if tokenizer is None:
+        raise TypeError(
+            "the prompt is a string but no tokenizer was given: pass tokenizer=... to encode it as raw text, or pass "
+            "token ids (specdec.chat_ids(tokenizer, text) wraps a chat model's prompt in its chat template)"
+        )
+    if not prompt:
+        raise EmptyPromptError("the prompt is an empty string; pass some text to start from")
+    return tokenizer(prompt, return_tensors="pt")

@@ -74,7 +74,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     tokens: list[int] = []
     shown = ""
     t0 = time.perf_counter()
-    for token in generator.stream(ids, sampling, stop, metrics=metrics):
+    for token in generator.stream(ids, sampling, stop, metrics=metrics, speculate=args.speculate or "always"):
         tokens.append(token)
         text = tokenizer.decode(tokens, skip_special_tokens=True)
         if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
@@ -126,7 +126,9 @@ def _generate_many(generator, encoded, sampling, stop, tokenizer, args: argparse
 
     t0 = time.perf_counter()
     try:
-        results = generator.generate_batch(encoded, sampling, stop, max_batch=args.max_batch)
+        results = generator.generate_batch(
+            encoded, sampling, stop, max_batch=args.max_batch, speculate=args.speculate or "auto"
+        )
     except BatchRowError as e:
         results = e.results
     wall = time.perf_counter() - t0
@@ -168,6 +170,14 @@ def add_generate(sub: Any) -> None:
         "PROMPT is then ignored",
     )
     g.add_argument("--max-batch", type=at_least(1), default=None, help="rows decoded at once (default: all prompts)")
+    g.add_argument(
+        "--speculate",
+        choices=("auto", "always"),
+        default=None,
+        help="auto: each cycle speculates or takes a plain step, whichever has emitted more tokens per second so far "
+        "(exact; sampled tokens then depend on timings); always: every cycle speculates. Default: always for one "
+        "prompt, auto for a --prompts-file batch",
+    )
     add_sampled_tree_option(g)
     g.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     add_backend_options(g)

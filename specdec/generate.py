@@ -34,16 +34,16 @@ from specdec.calls import (
     call_settings,
     check_claim,
     claim,
+    encode_prompt,
     make_generator,
     prepare_call,
 )
 from specdec.curve_watch import watch_of
-from specdec.cycle import Cycle, Row, draft, judge, settle
+from specdec.cycle import Cycle, Row, draft, draft_root, judge, judge_step, settle, settle_plain
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError, TreeTooLargeError
 from specdec.pace import Always, Pace
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
-from specdec.target import EmptyPromptError
 from specdec.verify import check_verifier, verifier_for
 
 if TYPE_CHECKING:
@@ -59,25 +59,6 @@ __all__ = [
     "SpeculativeGenerator",
     "VanillaGenerator",
 ]
-
-
-def _encode(prompt: Prompt | str, tokenizer: PreTrainedTokenizerBase | None) -> Prompt:
-    """A text prompt as ``tokenizer(text)`` encodes it (raw text, no chat template); ids as given.
-
-    Raises:
-        TypeError: a text prompt without a tokenizer.
-        EmptyPromptError: an empty text prompt.
-    """
-    if not isinstance(prompt, str):
-        return prompt
-    if tokenizer is None:
-        raise TypeError(
-            "the prompt is a string but no tokenizer was given: pass tokenizer=... to encode it as raw text, or pass "
-            "token ids (specdec.chat_ids(tokenizer, text) wraps a chat model's prompt in its chat template)"
-        )
-    if not prompt:
-        raise EmptyPromptError("the prompt is an empty string; pass some text to start from")
-    return tokenizer(prompt, return_tensors="pt")
 
 
 def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
@@ -107,8 +88,10 @@ class _Loop(ABC):
         parts: tuple,
         generator: torch.Generator | None,
         metrics: GenerationMetrics,
+        pace: Pace | None = None,
     ) -> Iterator[int]:
-        """The generated token ids of one prepared call, as they are decided (``parts``: :meth:`_parts`')."""
+        """The generated token ids of one prepared call, as they are decided (``parts``: :meth:`_parts`'; ``pace``:
+        a speculative loop's choice of cycle or step, :mod:`specdec.pace`, None: every cycle speculates)."""
 
     def _prepared(
         self, input_ids, sampling, stop, tokenizer
@@ -116,7 +99,7 @@ class _Loop(ABC):
         """The call's prompt, settings, the cache room a cycle needs beyond the tokens, and its parts."""
         sampling, stop = call_settings(sampling, stop)
         room, parts = self._parts(sampling)
-        input_ids, stop = prepare_call(self.target, _encode(input_ids, tokenizer), stop, room)
+        input_ids, stop = prepare_call(self.target, encode_prompt(input_ids, tokenizer), stop, room)
         return input_ids, sampling, stop, room, parts
 
     def stream(
@@ -128,6 +111,7 @@ class _Loop(ABC):
         metrics: GenerationMetrics | None = None,
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        speculate: str | Pace = "always",
     ) -> Iterator[int]:
         """Yield generated token ids as they are decided (a speculative cycle yields all it accepted).
 
@@ -141,6 +125,9 @@ class _Loop(ABC):
             metrics: filled in as tokens come.
             tokenizer: encodes a string prompt as raw text, ``tokenizer(text)`` (no chat template: for a chat model
                 pass :func:`specdec.chat_ids` ``(tokenizer, text)`` instead).
+            speculate: ``"always"`` (default): every cycle speculates; ``"auto"``: each cycle speculates or takes a
+                plain step, whichever has emitted more tokens per second in this call (:mod:`specdec.pace`: exact,
+                but sampled tokens then depend on timings); or a :class:`~specdec.pace.Pace` kept across calls.
 
         Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned:
         ``TypeError`` for a string without a tokenizer or ids that are not integers, ``ValueError`` for a batch of
@@ -153,7 +140,8 @@ class _Loop(ABC):
         (one stream per target at a time; :meth:`~specdec.target.HFTarget.sibling` gives another cache).
         """
         input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
-        return self._tokens(input_ids, sampling, stop, parts, generator, metrics or GenerationMetrics())
+        metrics = metrics or GenerationMetrics()
+        return self._tokens(input_ids, sampling, stop, parts, generator, metrics, self._pace(speculate))
 
     def generate(
         self,
@@ -163,11 +151,12 @@ class _Loop(ABC):
         generator: torch.Generator | None = None,
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        speculate: str | Pace = "always",
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
         input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
         metrics = GenerationMetrics()
-        tokens = list(self._tokens(input_ids, sampling, stop, parts, generator, metrics))
+        tokens = list(self._tokens(input_ids, sampling, stop, parts, generator, metrics, self._pace(speculate)))
         return GenerationResult(tokens, stop.check(tokens) or "length", metrics, input_ids.tolist())
 
     def _row_parts(self, parts: tuple, rows: int) -> tuple | None:
@@ -188,7 +177,7 @@ class _Loop(ABC):
             ids, row, _ = p
             try:
                 parts = self._parts(row.sampling)[1]
-                for token in self._tokens(ids, row.sampling, row.stop, parts, row.g, row.metrics):
+                for token in self._tokens(ids, row.sampling, row.stop, parts, row.g, row.metrics, pace):
                     row.out.append(token)
                     yield RowEvent(index, token)
             except ROW_FAILURES as error:
@@ -296,6 +285,7 @@ class VanillaGenerator(_Loop):
         parts: tuple,
         generator: torch.Generator | None,
         metrics: GenerationMetrics,
+        pace: Pace | None = None,
     ) -> Iterator[int]:
         g = make_generator(sampling, self.target.device, generator)
         t0 = time.perf_counter()
@@ -400,6 +390,7 @@ class SpeculativeGenerator(_Loop):
         parts: tuple,
         generator: torch.Generator | None,
         metrics: GenerationMetrics,
+        pace: Pace | None = None,
     ) -> Iterator[int]:
         target, drafter = self.target, self.drafter
         row = self._row(sampling, stop, parts, make_generator(sampling, target.device, generator), metrics)
@@ -418,7 +409,7 @@ class SpeculativeGenerator(_Loop):
             return
         while True:
             check_claim(target, mine)  # the drafter's state belongs to the same stream as the target's cache
-            cycle = self._cycle(row)
+            cycle = self._cycle(row, pace)
             row.root = cycle.root
             for token in cycle.emitted:
                 out.append(token)
@@ -428,22 +419,27 @@ class SpeculativeGenerator(_Loop):
                 if stop.check(out):
                     return
 
-    def _cycle(self, row: Row) -> Cycle:
+    def _cycle(self, row: Row, pace: Pace | None = None) -> Cycle:
         """One cycle (:mod:`specdec.cycle`): draft, target, verify, one host sync, commit; times into the row's
-        metrics."""
+        metrics. A plain step instead where ``pace`` chooses one (the drafter still takes its token)."""
+        speculate = pace is None or pace.choose()
+        draft_, judge_, settle_ = (draft, judge, settle) if speculate else (draft_root, judge_step, settle_plain)
         t1 = time.perf_counter()
-        drafted = draft(row)
+        drafted = draft_(row)
         t2 = time.perf_counter()
         step = self.target.forward_tree(drafted.tree)
         t3 = time.perf_counter()
         if row.watch is not None:  # a synchronous device: t3 - t2 is the forward's work
             row.watch.record(drafted.tree.num_nodes, t3 - t2)
-        values = judge(row, drafted, step).tolist()  # the cycle's one host sync
+        values = judge_(row, drafted, step).tolist()  # the cycle's one host sync
         t4 = time.perf_counter()
-        cycle = settle(row, drafted, step, values)
-        assert drafted.accepted is not None
-        self.target.commit(drafted.accepted, len(cycle.path))
+        cycle = settle_(row, drafted, step, values)
+        accepted = drafted.accepted if speculate else drafted.tree.tokens.new_zeros(1)  # a step keeps its root
+        assert accepted is not None
+        self.target.commit(accepted, len(cycle.path))
         t5 = time.perf_counter()
+        if pace is not None:
+            pace.record(speculate, len(cycle.emitted), t5 - t1)
         metrics = row.metrics
         metrics.time_draft += t2 - t1
         metrics.time_target += t3 - t2

@@ -1,9 +1,12 @@
-"""Speculate or step: the batched loop's choice, for the whole batch, from what each has paid in this call.
+"""Speculate or step: a decoding loop's choice each cycle, from what each mode has paid so far.
 
-A speculative cycle of ``B`` rows costs every row's drafting and a forward of every row's tree; a plain step costs a
-forward of ``B`` tokens. Which emits more tokens per second depends on the machine, the batch size and the drafter's
-acceptance (on a 2-core CPU a batch of 8 runs its plain steps ~1.6x faster than its speculative cycles; at one row
-speculation wins), so it is measured: :class:`Pace` keeps, for each mode, the tokens the batch emitted per second
+The batched loop makes it for the whole batch (``generate_batch``, ``speculate="auto"`` by default), the one-sequence
+loop where asked (``generate(..., speculate="auto")`` or a :class:`Pace` kept across calls). A speculative cycle of
+``B`` rows costs every row's drafting and a forward of every row's tree; a plain step costs a forward of ``B``
+tokens. Which emits more tokens per second depends on the machine, the backend, the batch size and the drafter's
+acceptance (on a 2-core CPU a batch of 8 runs its plain steps ~1.6x faster than its speculative cycles; one sequence
+on an ahead-of-time package steps faster than EAGLE-3 speculates, whose trees are compute-bound there), so it is
+measured: :class:`Pace` keeps, for each mode, the tokens the batch emitted per second
 of its cycles (decayed sums), runs the better one, and runs the other one cycle in ``explore_every`` to keep its
 figure current.
 

@@ -13,8 +13,8 @@ Proofs, each with a negative control that must fail:
   budget overflow the cache fails alone (:class:`BatchRowError`) while the others finish as alone.
 * Law: at T > 0 each of 3 rows (different prompt lengths, temperatures, top-k and top-p) emits its own target law
   (G-test per row at a family-wise level of 1e-3, fixed seeds; control: the rotated sync fails it), also when the
-  batch alternates speculative cycles and plain steps (:mod:`specdec.pace`; control: a step that samples the
-  untempered logits fails it).
+  batch alternates speculative cycles and plain steps (:mod:`specdec.pace`), and when the one-sequence loop does
+  (``generate(..., speculate=...)``, each prompt alone); control: a step that samples the untempered logits fails both.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import specdec.batched as batched
+import specdec.generate as generate
 from specdec.batched import BatchRowError
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import DraftTree
@@ -149,7 +150,8 @@ def test_a_row_that_sees_a_rejected_slot_is_caught():
 
 @pytest.mark.parametrize("kind", ["vanilla"] + [f"{d}/{p}" for d, p in PIPELINES])
 @pytest.mark.parametrize(
-    ("max_batch", "pace"), [(None, "always"), (2, "always"), (None, "alternate"), (None, "auto"), (1, "auto")]
+    ("max_batch", "pace"),
+    [(None, "always"), (2, "always"), (None, "alternate"), (None, "auto"), (1, "auto"), (1, "alternate")],
 )
 def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
     target = target_of(model)
@@ -161,7 +163,7 @@ def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
     results = gen.generate_batch(PROMPTS, None, stops, max_batch=max_batch, speculate=speculate)
     assert [r.tokens for r in results] == [alone[0], alone[1][:5], alone[2]]
     assert [r.finish_reason for r in results] == ["length"] * 3
-    if kind != "vanilla" and (pace == "always" or max_batch == 1):
+    if kind != "vanilla" and pace == "always":
         assert any(a > 0 for r in results for a in r.metrics.accept_lengths)  # multi-token accepts happened
     if kind != "vanilla" and pace == "alternate":  # both kinds of cycle ran
         assert {min(n, 2) for r in results for n in r.metrics.tree_sizes} == {1, 2}
@@ -237,8 +239,11 @@ LAW_SAMPLING = [
 ]
 
 
-def row_law_p_values(kind: str, n_runs: int, seed: int = 0, pace: type[Pace] | None = None) -> list[float]:
-    """Per row, the G-test p-value of ``n_runs`` batched calls' first tokens against that row's exact law."""
+def row_law_p_values(
+    kind: str, n_runs: int, seed: int = 0, pace: type[Pace] | None = None, max_batch: int | None = None
+) -> list[float]:
+    """Per row, the G-test p-value of ``n_runs`` batched calls' first tokens against that row's exact law
+    (``max_batch=1``: each prompt through the one-sequence loop)."""
     model = tiny_llama(vocab_size=LAW_VOCAB, hidden_size=16, num_layers=2, seed=3, logit_scale=1.5)
     target = HFTarget(model, max_len=64, weights="packed")
     gen = decoder(kind, model, target)
@@ -249,7 +254,8 @@ def row_law_p_values(kind: str, n_runs: int, seed: int = 0, pace: type[Pace] | N
         seeds = torch.randint(0, 2**62, (len(LAW_PROMPTS),), generator=g).tolist()
         settings = [s.model_copy(update={"seed": x}) for s, x in zip(LAW_SAMPLING, seeds, strict=True)]
         speculate = "always" if pace is None else pace()
-        for r, result in enumerate(gen.generate_batch(LAW_PROMPTS, settings, stop, speculate=speculate)):
+        results = gen.generate_batch(LAW_PROMPTS, settings, stop, speculate=speculate, max_batch=max_batch)
+        for r, result in enumerate(results):
             tokens[r].append(result.tokens)
     p_values = []
     for prompt, sampling, rows in zip(LAW_PROMPTS, LAW_SAMPLING, tokens, strict=True):
@@ -284,13 +290,16 @@ def test_rotated_rows_fail_the_law(monkeypatch):
     assert min(p_values) < ALPHA / 9
 
 
-def test_each_row_emits_its_own_law_when_the_batch_alternates_cycles_and_steps():
-    p_values = row_law_p_values("eagle3/stochastic", 300, pace=Alternate)
+# the batch, and each prompt through the one-sequence loop (heavy: its greedy switch runs in the fast suite)
+@pytest.mark.parametrize("max_batch", [None, pytest.param(1, marks=pytest.mark.heavy)])
+def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(max_batch):
+    p_values = row_law_p_values("eagle3/stochastic", 300, pace=Alternate, max_batch=max_batch)
     print("alternating p-values", p_values)
     assert min(p_values) > ALPHA / 9
 
 
-def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch):
+@pytest.mark.parametrize("max_batch", [None, pytest.param(1, marks=pytest.mark.heavy)])
+def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch, max_batch):
     """Negative control of the switch: the batch's plain step samples the untempered, unfiltered logits."""
 
     def untempered(row, drafted, step):
@@ -299,7 +308,8 @@ def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch):
         return torch.stack([token, torch.ones((), dtype=torch.long)])
 
     monkeypatch.setattr(batched, "judge_step", untempered)
-    p_values = row_law_p_values("eagle3/stochastic", 150, pace=Alternate)
+    monkeypatch.setattr(generate, "judge_step", untempered)  # the one-sequence loop's step
+    p_values = row_law_p_values("eagle3/stochastic", 150, pace=Alternate, max_batch=max_batch)
     print("untempered steps' p-values", p_values)
     assert min(p_values) < ALPHA / 9
 

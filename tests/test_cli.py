@@ -124,6 +124,9 @@ def test_generate_smollm2_ngram(capsys):
     stats = captured.err.strip().splitlines()[-1]
     assert stats.startswith("[ngram, T=0") and "8 tokens" in stats and "tau=" in stats
     assert captured.out.strip()  # the streamed text
+    # --speculate auto: each cycle speculates or steps by measured pace; greedy, the same text
+    assert main(["generate", "What is 2+2?", "--method", "ngram", "--max-new-tokens", "8", "--speculate", "auto"]) == 0
+    assert capsys.readouterr().out == captured.out
 
 
 @pytest.mark.parametrize(
