@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    target = HFTarget(model, max_len=1024)
+    target = HFTarget(model, max_len=1024, static_shapes=False)  # batched rows run eager shapes
     ids = [chat_ids(tokenizer, p.text) for p in mtbench_prompts()[: args.prompts]]
     stop = StopCondition(max_new_tokens=args.new_tokens)
     gens = {m: VanillaGenerator(target) if m == "vanilla" else build_method(m, target) for m in args.methods}

@@ -175,7 +175,9 @@ def rss_probe(backend: str, context: int, dtype: str) -> None:
     # a transformed copy that shares the caller's tensors while the caller keeps its model
     weights, copy_mode = backend.removesuffix("-copy"), backend.endswith("-copy")
     invariant = False if weights == "stock" else "auto"  # the stock side is the model as loaded, on purpose
-    target = HFTarget(model, max_len=context + 16, weights=weights, in_place=not copy_mode, invariant=invariant)
+    target = HFTarget(
+        model, max_len=context + 16, weights=weights, in_place=not copy_mode, invariant=invariant, static_shapes=False
+    )
     with torch.no_grad():
         target.prefill(torch.arange(context) % target.vocab_size)
         for _ in range(8):
@@ -219,12 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         rss_probe(args.rss_probe, args.context, args.dtype)
         return 0
     stock_model, tokenizer = load_smollm2(dtype=DTYPES[args.dtype])
-    fast = HFTarget(stock_model, max_len=1024)  # a transformed copy sharing the stock model's tensors
-    sides = {"stock": HFTarget(stock_model, max_len=1024, weights="stock", invariant=False), "fast": fast}
+    eager = {"static_shapes": False}  # the eager fast path, even where a package is cached (specdec.backends.aot)
+    fast = HFTarget(stock_model, max_len=1024, **eager)  # a transformed copy sharing the stock model's tensors
+    sides = {"stock": HFTarget(stock_model, max_len=1024, weights="stock", invariant=False, **eager), "fast": fast}
     if fast.execution.weights != "packed":  # what packing every linear would give on this CPU
-        sides["packed"] = HFTarget(stock_model, max_len=1024, weights="packed")
+        sides["packed"] = HFTarget(stock_model, max_len=1024, weights="packed", **eager)
     if fast.execution.invariant:  # what the row-invariant numerics cost
-        sides["fast-var"] = HFTarget(stock_model, max_len=1024, invariant=False)
+        sides["fast-var"] = HFTarget(stock_model, max_len=1024, invariant=False, **eager)
     print(
         f"device=cpu threads={args.threads} torch={torch.__version__} cpu={cpu_name()} dtype={args.dtype} "
         f"fast: {fast.execution.describe()}, attention={fast.model.config._attn_implementation}"

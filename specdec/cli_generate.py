@@ -52,6 +52,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     options = method_options(args)
     head = check_head(args, [method])
     backend = target_backend(args)
+    if args.prompts_file and backend["static_shapes"] == "auto":  # batched rows run eager shapes (specdec.rows)
+        backend["static_shapes"] = False
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_target_model(args)

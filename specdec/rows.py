@@ -56,8 +56,9 @@ class BatchRows:
     def __init__(self, target, capacity: int | None = None) -> None:
         if getattr(target, "static", False):
             raise BatchUnsupportedError(
-                "batched decoding runs on eager shapes; this target runs static shapes (compiled or CUDA graphs): "
-                "build it with static_shapes=False for several prompts, or decode them one at a time"
+                "batched decoding runs on eager shapes; this target runs static shapes (compiled, CUDA graphs, or "
+                "an ahead-of-time package that static_shapes='auto' found on this machine): build it with "
+                "static_shapes=False for several prompts, or decode them one at a time"
             )
         self.target = target
         self.capacity = capacity or target.max_len
