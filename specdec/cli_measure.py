@@ -61,6 +61,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import torch
 
     from specdec.backends import resolve
+    from specdec.backends.aot import cached_package
     from specdec.backends.cpu import cpu_gemm_profile, machine_summary
     from specdec.backends.kernels import packing_pays, plain_linear
     from specdec.backends.measured import (
@@ -99,8 +100,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         for group, wins in {stacked_shape(g): (g, w) for g, w in groups}.values():  # one line per distinct shape
             members = "+".join(KernelTable.name(linear_shape(m)) for m in group)
             print(f"  group {members}: {'packed and stacked' if wins else 'each member by its own row'}")
+        package = cached_package(model)
+        print(
+            f"  static_shapes='auto' on a CPU: {'the ahead-of-time package ' + str(package) if package else 'eager'}"
+            + ("" if package else " (no package of this model here: --static-shapes aot builds one, minutes)")
+        )
         del model
+    _print_packages()
     return 0
+
+
+def _print_packages() -> None:
+    """The ahead-of-time packages cached on this machine (:func:`specdec.backends.aot.packages`)."""
+    from specdec.backends.aot import packages
+
+    found = packages()
+    total = sum(p["bytes"] for p in found) / 2**30
+    print(f"\nahead-of-time packages: {len(found)}, {total:.2f} GiB (delete a file to free its space)")
+    for p in found:
+        built = f"built in {p.get('built_seconds', '?')} s on {p.get('cpu', '?')}"
+        what = f"{p.get('model', '?')} {p.get('dtype', '')}, {built}"
+        mine = "this machine" if p["this_machine"] else "another machine, torch or thread count: never used here"
+        print(f"  {p['path']}: {p['bytes'] / 2**30:.2f} GiB, {what}; {mine}")
 
 
 def add_measuring(sub: Any) -> None:

@@ -157,3 +157,15 @@ def test_the_command_line_and_bench_take_aot() -> None:
     assert BenchConfig(static_shapes="aot").static_shapes == "aot"
     with pytest.raises(ValueError, match="'auto', 'aot', True or False"):
         BenchConfig(static_shapes="ahead")
+
+
+def test_doctor_lists_the_packages(built, capsys) -> None:
+    from specdec.backends.aot import packages
+    from specdec.cli_measure import _print_packages
+
+    found = [p for p in packages() if p["path"] == str(package_path(built.model))]
+    assert len(found) == 1 and found[0]["this_machine"] and found[0]["dtype"] == "float32"
+    assert found[0]["parameters"] == sum(p.numel() for p in built.model.parameters()) and found[0]["bytes"] > 0
+    _print_packages()
+    out = capsys.readouterr().out
+    assert "ahead-of-time packages:" in out and f"{found[0]['path']}:" in out and "this machine" in out

@@ -45,7 +45,16 @@ from specdec.backends.compiled import PackageError, cpu_options
 from specdec.backends.measured import machine_key
 from specdec.kvcache import PositionCache
 
-__all__ = ["FORMAT", "MAX_ROWS", "AotForward", "AotStep", "PackageError", "cached_package", "package_path"]
+__all__ = [
+    "FORMAT",
+    "MAX_ROWS",
+    "AotForward",
+    "AotStep",
+    "PackageError",
+    "cached_package",
+    "package_path",
+    "packages",
+]
 
 #: The environment switch that hides cached packages from ``static_shapes="auto"`` (:func:`cached_package`).
 PACKAGES_ENV = "SPECDEC_PACKAGES"
@@ -145,6 +154,24 @@ def cached_package(model: nn.Module) -> Path | None:
     return path if path.exists() else None
 
 
+def packages() -> list[dict]:
+    """Every package cached under ``cache_dir()/aot/``: its path, size in bytes, whether it was built for this
+    machine (its name's machine digest, any dtype), and what its build recorded (model, dtype, parameters, CPU,
+    torch, build seconds; empty for a package without that record)."""
+    from specdec.models import cache_dir
+
+    ours = {_machine_digest(dtype) for dtype in (torch.float32, torch.bfloat16, torch.float16)}
+    found = []
+    for path in sorted((cache_dir() / "aot").glob("*.pt2")):
+        if path.name.endswith(".partial.pt2"):
+            continue
+        about = path.with_suffix(".json")
+        record = json.loads(about.read_text()) if about.exists() else {}
+        this = path.name.split("-")[0] in ours
+        found.append({"path": str(path), "bytes": path.stat().st_size, "this_machine": this, **record})
+    return found
+
+
 def _example(model: nn.Module, cache: PositionCache, mask_of: Any) -> tuple:
     """Inputs of :class:`AotStep` at the example's sizes, shaped like ``cache``'s layers."""
     layer, n, capacity = cache.layers[0], _EXAMPLE_ROWS, _EXAMPLE_CAPACITY
@@ -184,7 +211,18 @@ def build_package(model: nn.Module, cache_kwarg: str, cache: PositionCache, mask
         partial.rename(path)
     except Exception as error:  # export or inductor refusing the model: the runner falls back, with this reason
         raise PackageError(f"could not build the ahead-of-time package ({type(error).__name__}: {error})") from error
-    log.warning("specdec: package built in %.0f s", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    log.warning("specdec: package built in %.0f s", seconds)
+    config = getattr(model, "config", None)
+    about = {
+        "model": str(getattr(config, "_name_or_path", "") or type(model).__name__),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "cpu": machine_key(next(model.parameters()).dtype)["cpu"],
+        "torch": torch.__version__,
+        "built_seconds": round(seconds, 1),
+    }
+    path.with_suffix(".json").write_text(json.dumps(about, indent=1))  # for `specdec doctor` (packages())
 
 
 class AotForward:
