@@ -153,6 +153,7 @@ def _bench_config(args: argparse.Namespace, options: Any, **backend: Any) -> Any
             deferred_rows=args.deferred_rows,
             dynamic_rows=args.dynamic_rows,
             batch_sizes=tuple(args.batch_sizes or ()),
+            speculate=args.speculate,
         )
     except ValidationError as e:  # a backstop: the parser's types refuse these first
         error = e.errors()[0]
@@ -286,6 +287,14 @@ def _add_bench(sub: Any) -> None:
         default=None,
         help="decode the prompts several at a time, at each of these batch sizes, against batched vanilla and HF "
         "generate (batch.jsonl, batch.md) instead of one at a time",
+    )
+    b.add_argument(
+        "--speculate",
+        choices=("always", "auto"),
+        default="always",
+        help="auto: each speculative method keeps a pace across the prompts, each cycle speculating or taking a "
+        "plain step, whichever has emitted more tokens per second so far (exact); always (default): every cycle "
+        "speculates",
     )
     b.add_argument(
         "--deferred-rows",

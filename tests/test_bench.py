@@ -428,3 +428,15 @@ def test_a_static_bench_compiles_every_shape_before_timing(tmp_path, monkeypatch
     monkeypatch.setattr(runner, "WARMUP_TOKENS", 1)
     rows, report = measured(tiny_llama(vocab_size=VOCAB, hidden_size=40, num_layers=2, seed=6), tmp_path / "b")
     assert sum(r["compiles"] for r in rows) >= 1 and "**Graphs compiled during timed generations:" in report
+
+
+def test_a_paced_bench_keeps_greedy_equal(tiny, tmp_path):
+    """``speculate="auto"``: each speculative row keeps one pace across the prompts; greedy rows still equal
+    vanilla's tokens, and both kinds of cycle ran (a plain step is a tree of one node)."""
+    path = bench(tiny, tmp_path, methods=("ngram",), speculate="auto")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows and all(r["status"] == "ok" and r["greedy_equal"] is True for r in rows)
+    sizes = {min(n, 2) for r in rows if r["method"] == "ngram" for n in r["tree_sizes"]}
+    assert sizes == {1, 2}  # the pace's warm-up runs both modes
+    with pytest.raises(ValueError, match="speculate"):
+        BenchConfig(methods=("ngram",), dataset=tuple(PROMPTS), speculate="sometimes")

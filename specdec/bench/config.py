@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -52,6 +53,9 @@ class BenchConfig(BaseModel):
         batch_sizes: measure the prompts decoded several at a time instead, at each of these batch sizes
             (:mod:`specdec.bench.batched`: throughput against batched vanilla and HF ``generate``; tree sweeps and
             the deferred/dynamic rows do not apply). Default: none (one prompt at a time).
+        speculate: ``"always"`` (default): every cycle of a speculative method speculates; ``"auto"``: each method
+            keeps one :class:`~specdec.pace.Pace` across the run's prompts (each cycle speculation or a plain step,
+            whichever has emitted more tokens per second so far).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -78,6 +82,7 @@ class BenchConfig(BaseModel):
     top_k: int = Field(0, ge=0)
     max_len: int | None = Field(None, ge=2)
     batch_sizes: tuple[int, ...] = ()
+    speculate: Literal["always", "auto"] = "always"
 
     @field_validator("batch_sizes")
     @classmethod

@@ -70,6 +70,7 @@ from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerat
 from specdec.kvcache import CacheFullError
 from specdec.methods import build_method, method
 from specdec.models import MissingAssetError
+from specdec.pace import Pace
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.warm import warm_up
@@ -192,6 +193,7 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
     run = _Run(
         model, tokenizer, target, prompts, encoded, results, results.done(), max_new_tokens, c.seed, top_p, top_k
     )
+    run.speculate = c.speculate
     rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
     todo = [
         Generation(v.name, v.method, t, int(ids.shape[0]))
@@ -286,6 +288,8 @@ class _Run:
     top_k: int
     bar: Any = None
     reference: dict[str, list[int]] = field(default_factory=dict)  # vanilla's greedy tokens per prompt id
+    speculate: str = "always"
+    paces: dict[str, Pace] = field(default_factory=dict)  # speculate="auto": one per row kept across prompts
 
     def __post_init__(self) -> None:
         self.reference = {  # vanilla greedy references already measured (resume)
@@ -362,7 +366,9 @@ class _Run:
         self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
         graphs = compiled_graphs()
         try:
-            result = gen.generate(ids, sampling, stop)
+            paced = self.speculate == "auto" and isinstance(gen, SpeculativeGenerator)
+            extra = {"speculate": self.paces.setdefault(v.name, Pace())} if paced else {}
+            result = gen.generate(ids, sampling, stop, **extra)
         except MEASURED_FAILURES as e:  # a failing method must not lose the others' measurements
             self.results.append(
                 status_row(v, sampling.temperature, self.max_new_tokens, "error", f"{type(e).__name__}: {e}")
