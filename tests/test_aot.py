@@ -169,3 +169,18 @@ def test_doctor_lists_the_packages(built, capsys) -> None:
     _print_packages()
     out = capsys.readouterr().out
     assert "ahead-of-time packages:" in out and f"{found[0]['path']}:" in out and "this machine" in out
+
+
+def test_a_small_lm_drafter_cut_from_a_package_target(model, built) -> None:
+    """The small-LM drafter made of the package target's first layer runs eager shapes (it has no package of its
+    own: "auto" never compiles unasked) on modules it shares with the target; greedy tokens stay the eager loop's."""
+    from specdec.drafters import SmallLMDrafter
+
+    drafter = SmallLMDrafter.from_target(built, num_layers=1)
+    assert not drafter.static and built.runner.aot
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock", static_shapes=False)
+    policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
+    spec = SpeculativeGenerator(built, drafter, policy, GreedyVerifier())
+    for p in prompts():
+        assert spec.generate(p, GREEDY, STOP).tokens == VanillaGenerator(eager).generate(p, GREEDY, STOP).tokens
+    assert built.runner.compiled and built.execution.label == "stock+aot"
