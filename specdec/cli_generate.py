@@ -66,6 +66,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ids = max(encoded, key=len)
     target = HFTarget(model, max_len=cache_size(args, ids.shape[0], model), **backend, in_place=True)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed, **sampling_filters(args))
+    if target.execution.aot:  # load the package now, not inside the timed generation (seconds, once per process)
+        target.warm_up()
     generator = build_method(method, target, options)
     eos = sorted({*target.eos_token_ids, tokenizer.eos_token_id} - {None})
     stop = StopCondition(max_new_tokens=args.max_new_tokens, eos_token_ids=eos)
