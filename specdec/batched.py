@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, call_settings, make_generator
-from specdec.cycle import Drafted, Row, draft, draft_root, judge, judge_step, settle, settle_plain, settle_step
+from specdec.cycle import Drafted, Row, phases
 from specdec.errors import SpecdecError
 from specdec.pace import Pace
 from specdec.rows import BatchRows
@@ -168,10 +168,8 @@ class _Batch:
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
         speculate = self.pace is not None and self.pace.choose()
-        if speculate:
-            draft_, judge_, settle_ = draft, judge, settle
-        else:  # a plain step (a speculative row's drafter still takes the token)
-            draft_, judge_, settle_ = draft_root, judge_step, settle_step if self.pace is None else settle_plain
+        # a plain step where not speculating (a speculative row's drafter still takes the token)
+        draft_, judge_, settle_ = phases(speculate, speculative=self.pace is not None)
         t0 = time.perf_counter()
         emitted = 0
         events: list[RowEvent] = []

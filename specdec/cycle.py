@@ -16,6 +16,7 @@ A vanilla step is the same cycle with a root-only tree (:func:`draft_root`, :fun
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +38,7 @@ __all__ = [
     "judge",
     "judge_step",
     "pack_sync",
+    "phases",
     "settle",
     "settle_plain",
     "settle_step",
@@ -236,3 +238,12 @@ def settle_plain(row: Row, drafted: Drafted, step: TargetStep, values: list) -> 
     assert row.drafter is not None
     row.drafter.commit(drafted.tree.tokens[:1], step.hidden.select(drafted.tree.tokens.new_zeros(1)))
     return cycle
+
+
+def phases(speculate: bool, speculative: bool = True) -> tuple[Callable, Callable, Callable]:
+    """A cycle's ``(draft, judge, settle)``: a speculative cycle's, else a plain step's (a speculative row's drafter
+    still takes the token, :func:`settle_plain`; a vanilla row has no drafter, :func:`settle_step`). Both loops take
+    their phases here, the one-sequence loop and the batch (:mod:`specdec.pace` chooses between the two)."""
+    if speculate:
+        return draft, judge, settle
+    return draft_root, judge_step, settle_plain if speculative else settle_step

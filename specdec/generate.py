@@ -39,7 +39,7 @@ from specdec.calls import (
     prepare_call,
 )
 from specdec.curve_watch import watch_of
-from specdec.cycle import Cycle, Row, draft, draft_root, judge, judge_step, settle, settle_plain
+from specdec.cycle import Cycle, Row, phases
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError, TreeTooLargeError
 from specdec.pace import Always, Pace
@@ -423,7 +423,7 @@ class SpeculativeGenerator(_Loop):
         """One cycle (:mod:`specdec.cycle`): draft, target, verify, one host sync, commit; times into the row's
         metrics. A plain step instead where ``pace`` chooses one (the drafter still takes its token)."""
         speculate = pace is None or pace.choose()
-        draft_, judge_, settle_ = (draft, judge, settle) if speculate else (draft_root, judge_step, settle_plain)
+        draft_, judge_, settle_ = phases(speculate)
         t1 = time.perf_counter()
         drafted = draft_(row)
         t2 = time.perf_counter()

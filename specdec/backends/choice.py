@@ -210,9 +210,9 @@ def _auto_static(model: nn.Module, device: torch.device | None, draft: bool, wei
     """``static_shapes="auto"``: on for CUDA; on a CPU, on where this machine has the model's ahead-of-time package
     (built once by ``static_shapes="aot"``: then no process compiles; the module docstring's figures) and the weights
     asked for can run static (``"auto"`` or ``"stock"``), else off."""
-    if device is None or draft or weights not in ("auto", "stock"):
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and cached_package(model) is not None)
+    if device is None or device.type == "cuda":
+        return device is not None
+    return device.type == "cpu" and not draft and weights in ("auto", "stock") and cached_package(model) is not None
 
 
 def _aot(model: nn.Module, static_shapes: StaticShapes) -> bool:

@@ -191,9 +191,19 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
         out, target, dtype, variants, temperatures, len(prompts), max_new_tokens, c.tree_sizes, top_p, top_k, run_info
     )
     run = _Run(
-        model, tokenizer, target, prompts, encoded, results, results.done(), max_new_tokens, c.seed, top_p, top_k
+        model,
+        tokenizer,
+        target,
+        prompts,
+        encoded,
+        results,
+        results.done(),
+        max_new_tokens,
+        c.seed,
+        top_p,
+        top_k,
+        speculate=c.speculate,
     )
-    run.speculate = c.speculate
     rows_at = {float(t): [v for v in variants if not (v.sampling_only and float(t) == 0.0)] for t in temperatures}
     todo = [
         Generation(v.name, v.method, t, int(ids.shape[0]))
