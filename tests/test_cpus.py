@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from specdec.backends import FastPathWarning, choice, cpu, execution_label, kernels, measured
+from specdec.budget import forward_cost_curve
 from specdec.drafters import NGramDrafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
@@ -151,6 +152,19 @@ def test_auto_packs_what_measured_faster_and_caches_it_per_machine(measuring, mo
     target = HFTarget(model_fp32(), max_len=32)
     assert target.execution.weights == "packed" and len(calls) == 2 * len(measured_once)
     assert len(list((measuring / "kernels").glob("float32-*.json"))) == 2
+
+
+def test_a_measured_subset_carries_to_siblings_and_the_cost_curve(measuring, monkeypatch) -> None:
+    """A target whose measured choice packs some linears (``"packed-some"``, seen on an Intel Xeon, family 6 model
+    106) gives its siblings the same subset: the dynamic tree's cost curve probes a sibling, which once failed there
+    with ``unknown weights 'packed-some'`` before the first token of every speculative method."""
+    planted(monkeypatch, lambda n_in, n_out: "packed" if n_out == 96 else "stock")
+    target = HFTarget(model_fp32(), max_len=32)
+    assert target.weights_choice == "auto"
+    sibling = target.sibling(max_len=24)
+    assert sibling.execution.weights == "packed-some" and packed_shapes(sibling) == {(32, 96)}
+    curve = forward_cost_curve(target, sizes=(1, 2), repeats=1, context=8)
+    assert curve.sizes == (1, 2) and packed_shapes(target) == {(32, 96)}
 
 
 def test_stock_measured_faster_everywhere_is_a_choice_not_a_fallback(measuring, monkeypatch) -> None:
