@@ -120,8 +120,10 @@ class HFTarget(Target):
     def weights_choice(self) -> str:
         """The ``weights`` choice that reproduces this adapter's weights on modules of :attr:`model` (idempotent):
         ``"auto"`` where it packed a subset (``"packed-vocab"`` by the rule, ``"packed-some"`` as measured: the same
-        rule or the cached measurement chooses the same subset again)."""
-        return "auto" if self.execution.weights in ("packed-vocab", "packed-some") else self.execution.weights
+        rule or the cached measurement chooses the same subset again), and where single rows run stock (only ``"auto"``
+        chooses that)."""
+        subset = self.execution.weights in ("packed-vocab", "packed-some")
+        return "auto" if subset or self.execution.single_stock else self.execution.weights
 
     def sibling(self, max_len: int) -> HFTarget:
         """Another adapter, with a cache of its own of ``max_len``, over this one's (already prepared) model."""

@@ -9,6 +9,7 @@ this CPU's business, what ``auto`` does with a table is not) and once for real.
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 
@@ -203,6 +204,7 @@ def test_a_failed_or_tied_measurement_leaves_the_shape_to_the_rule(measuring, mo
 
 def test_measuring_switched_off_applies_the_rule(measuring, monkeypatch) -> None:
     calls: list = []
+    monkeypatch.setattr(choice, "cpu_gemm_profile", lambda: "onednn")  # the AMD rule, whatever CPU runs this
     planted(monkeypatch, lambda n_in, n_out: "stock", calls)
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls  # the onednn rule
@@ -256,3 +258,69 @@ def test_a_dtype_without_native_instructions_says_what_it_costs_measured(measuri
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")  # not measuring: the warning says no figure
     _, said = caught(lambda: HFTarget(model, max_len=32))
     assert len(said) == 1 and "float32's time" not in said[0]
+
+
+# ------------------------------------------------------------------------------ one row stock, the rest packed
+def one_row_stock_faster(monkeypatch) -> None:
+    """Planted: stock takes half packed's time for 1 row and 3x for 8 (MKL's GEMV against oneDNN's GEMM on an Intel
+    Xeon, family 6 model 106, had this form: 0.086 / 0.324 ms stock against 0.134 / 0.160 packed for 576 x 576)."""
+
+    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+        size = mods["stock"][0].in_features * mods["stock"][0].out_features * 1e-9
+        scale = {"stock": {1: 1.0, 8: 6.0}, "packed": {1: 2.0, 8: 2.0}}
+        return {k: {n: [size * scale[k][n]] * repeats for n in rows} for k in mods}
+
+    monkeypatch.setattr(measured, "time_shape", time_shape)
+
+
+def test_a_packed_linear_can_run_one_row_stock() -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 96)
+    packed = kernels.PackedLinear(linear)
+    assert packed.stock_single_rows(True) == 96 * 32 * 4 and packed.stock_single_rows(True) == 96 * 32 * 4
+    one, rows = torch.randn(1, 1, 32), torch.randn(8, 32)
+    assert torch.equal(packed(one), torch.nn.functional.linear(one, linear.weight, linear.bias))
+    assert torch.equal(packed(rows), packed.gemm(rows))  # more rows: the packed GEMM
+    clone = copy.deepcopy(packed)
+    assert clone.single_row_weight is not None and torch.equal(clone(one), packed(one))
+    assert packed.stock_single_rows(False) == 0 and packed.single_row_weight is None
+    packed.pad_single_row = True  # row-invariant numerics: a single row runs the tree's kernel
+    with pytest.raises(ValueError, match="padded"):
+        packed.stock_single_rows(True)
+    tied = kernels.PackedLinear(linear, keep_weight=True)
+    assert tied.stock_single_rows(True) == 0  # the kept (tied) weight serves: nothing added
+
+
+def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(measuring, monkeypatch) -> None:
+    """Packed wins ``T(1) + T(8)`` (every linear packed), stock wins one row: a 1-token step runs stock, a tree
+    packed; greedy output = HF ``generate``'s, the sampled law through the loop = the target's (negative control: a
+    verifier that does not renormalise the residual moves it). Not where measuring is off, weights are asked for by
+    name, or the numerics must be row-invariant."""
+    one_row_stock_faster(monkeypatch)
+    model = tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1)
+    target = HFTarget(model, max_len=64)
+    ex = target.execution
+    assert (
+        ex.weights == "packed" and ex.single_stock == 1 + 2 * 4
+    )  # lm_head; per layer q/k/v (stacked), o, gate/up, down
+    assert ex.single_stock_bytes > 0 and "running a single row stock" in ex.describe()
+    assert "packed, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
+    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+    greedy, stop = SamplingParams(temperature=0.0), StopCondition(max_new_tokens=16, eos_token_ids=())
+    with torch.no_grad():
+        hf = model.generate(prompt[None], do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=0)
+    assert VanillaGenerator(target).generate(prompt, greedy, stop).tokens == hf[0, len(prompt) :].tolist()
+    hot = SamplingParams(temperature=1.0)
+    exact = exact_sequence_distribution(model, prompt, hot, 3)
+
+    def law(verifier=None) -> torch.Tensor:
+        decoder = SpeculativeGenerator(target, NGramDrafter(vocab_size=6), DynamicTreePolicy(2, 3, 6), verifier)
+        return pipeline_law(decoder, prompt, hot, 3).law
+
+    assert (law() - exact).abs().max() < 1e-6
+    assert (law(ResidualNotRenormalisedVerifier()) - exact).abs().max() > 1e-4
+    assert target.sibling(max_len=32).execution.single_stock == ex.single_stock
+    assert HFTarget(model, max_len=32, weights="packed").execution.single_stock == 0
+    assert HFTarget(model, max_len=32, invariant=True).execution.single_stock == 0
+    monkeypatch.setenv("SPECDEC_KERNELS", "rule")
+    assert HFTarget(model, max_len=32).execution.single_stock == 0

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from specdec.backends import PackedLinear, apply, execution_label, prepare_model
+from specdec.backends.cpu import slow_dtype_reason
 from specdec.backends.kernels import pack_linears, unpack_linears
+from specdec.backends.row_probe import set_row_padding
 from specdec.backends.stacking import StackedSlice, stack_projections, unstack_projections
 from specdec.models import load_smollm2, tiny_llama
 from specdec.target import HFTarget
@@ -147,13 +149,22 @@ def logits(model: nn.Module) -> torch.Tensor:
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_smollm2_logits_are_bitwise_with_stacked_projections(dtype: torch.dtype) -> None:
+    """Bitwise, every row count. Where this CPU packs bfloat16 without native instructions (AVX-512 only: an Intel
+    Xeon, family 6 model 106), oneDNN's one-row bfloat16 kernel groups its sums by the output width, so a stacked
+    group's single row differed from its members' there (up to 0.31 in a logit, 75 % of the 1-token step's logits,
+    every argmax the same) while every forward of more rows stayed bitwise: there single rows run the GEMM kernel
+    on both sides (padded to two rows, as row-invariant numerics do where a CPU's probe asks for it)."""
     skip_unless_packs(dtype)  # bfloat16 where this CPU packs it; float32 everywhere
     model, execution = prepare_model(smollm2(dtype)[0], weights="packed", invariant=False)
     assert execution.stacked == 60
+    gemv_by_width = dtype == torch.bfloat16 and slow_dtype_reason(dtype) is not None
+    set_row_padding(model, gemv_by_width)
     stacked = logits(model)
     unstack_projections(model)
     pack_linears(model)
+    set_row_padding(model, gemv_by_width)
     assert torch.equal(stacked, logits(model))
+    set_row_padding(model, False)
     if dtype == torch.float32:  # negative control: k and v take each other's columns (the check can fail)
         stack_projections(model)
         attn = model.model.layers[5].self_attn

@@ -50,7 +50,7 @@ from specdec.backends.kernels import (
     shared_copy,
     unpack_linears,
 )
-from specdec.backends.measured import auto_packs, dtype_cost, measuring
+from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.stacking import stack_projections, unstack_projections
@@ -98,6 +98,8 @@ class Execution:
         stacked: groups of projections run as one GEMM (``q/k/v``, ``gate/up``: :mod:`specdec.backends.stacking`).
         padded: with ``invariant``, packed linears that pad a single row to two (where this CPU's kernel needs it,
             :func:`~specdec.backends.row_probe.single_row_padding`).
+        single_stock: packed linears that run a single row stock, as measured faster here
+            (:func:`~specdec.backends.measured.stock_single_rows`); single_stock_bytes: the plain weights they keep.
     """
 
     weights: str
@@ -111,6 +113,8 @@ class Execution:
     stacked: int = 0
     padded: int = 0
     aot: bool = False
+    single_stock: int = 0
+    single_stock_bytes: int = 0
 
     @property
     def static_shapes(self) -> StaticShapes:
@@ -140,6 +144,9 @@ class Execution:
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         padded = f", {self.padded} linears padding single rows" if self.padded else ""
+        if self.single_stock:
+            mb = self.single_stock_bytes / 2**20
+            weights += f", {self.single_stock} of them running a single row stock (plain weights kept: {mb:.0f} MB)"
         numerics = f", row-invariant numerics (float64 attention and KV cache{padded})" if self.invariant else ""
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
@@ -299,11 +306,20 @@ def apply(
         on, padded = False, set_row_padding(model, False)
         reason = f"row-invariant numerics off: {error}; greedy output may differ from vanilla's at near-ties"
         _warn(warn, "row-invariant numerics off", str(error))
+    single = stock_single_rows(model, on=weights == "auto" and not on)  # a row's kernel is the tree's where on
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
     reason = "; ".join(r for r in (execution.reason, reason) if r)
-    return replace(execution, attention=attention, reason=reason, invariant=on, padded=padded)
+    return replace(
+        execution,
+        attention=attention,
+        reason=reason,
+        invariant=on,
+        padded=padded,
+        single_stock=single[0],
+        single_stock_bytes=single[1],
+    )
 
 
 _INVARIANT_NEEDS = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"

@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from specdec.backends.cpu import PACKED_DTYPES
@@ -92,6 +93,8 @@ class PackedLinear(nn.Module):
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         self._weight = linear.weight if keep_weight else None
         self.pad_single_row = False  # row-invariant numerics (set_row_padding)
+        #: The plain ``[out, in]`` weight a single row runs on stock (:meth:`stock_single_rows`), or None.
+        self.single_row_weight: torch.Tensor | None = None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -103,9 +106,29 @@ class PackedLinear(nn.Module):
             raise TypeError(f"this PackedLinear runs {self.dtype} CPU inputs, got {x.dtype} on {x.device}")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"this PackedLinear takes [..., {self.in_features}] inputs, got {list(x.shape)}")
-        if self.pad_single_row and x.numel() == self.in_features:  # one row runs oneDNN's GEMV kernel: pad it
-            return self.gemm(x.reshape(1, -1).expand(2, -1))[:1].reshape(*x.shape[:-1], self.out_features)
+        if x.numel() == self.in_features:  # one row
+            if self.pad_single_row:  # oneDNN's GEMV kernel groups sums otherwise: pad it to two rows
+                return self.gemm(x.reshape(1, -1).expand(2, -1))[:1].reshape(*x.shape[:-1], self.out_features)
+            if self.single_row_weight is not None:  # measured faster stock here (MKL's GEMV on an Intel Xeon)
+                return F.linear(x, self.single_row_weight, self.bias)
         return self.gemm(x)
+
+    def stock_single_rows(self, on: bool) -> int:
+        """Run a single row (a 1-token step) on the stock kernel over a plain copy of the weight, every other row
+        count packed; returns the bytes this keeps beside the packed weight (0 for a kept, tied weight).
+
+        Both kernels give a row the same values up to the grouping of its sums, so a 1-token step and a tree
+        forward may differ in the last bits (as stock and packed do): not with row-invariant numerics
+        (:attr:`pad_single_row` and this exclude each other)."""
+        if on and self.pad_single_row:
+            raise ValueError("a single row runs padded (row-invariant numerics) or stock, not both")
+        if not on:
+            self.single_row_weight = None
+            return 0
+        if self.single_row_weight is None:
+            self.single_row_weight = self.weight.detach() if self._weight is not None else self.packed.to_dense()
+        kept = self._weight is not None and self.single_row_weight.data_ptr() == self._weight.data_ptr()
+        return 0 if kept else self.single_row_weight.nbytes
 
     def gemm(self, x: torch.Tensor) -> torch.Tensor:
         """The packed GEMM on ``x [..., in_features]`` as it is (no row padding, no checks)."""
@@ -126,6 +149,7 @@ class PackedLinear(nn.Module):
         linear = copy.deepcopy(self.to_linear(), memo)
         clone = PackedLinear(linear, keep_weight=self._weight is not None)
         clone.pad_single_row = self.pad_single_row
+        clone.stock_single_rows(self.single_row_weight is not None)
         for attr in _HOOK_DICTS:
             setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
         clone.train(self.training)

@@ -18,6 +18,14 @@ stacked GEMM once all are packed (:mod:`specdec.backends.stacking`), so a group 
 stacked packed GEMM beats its members run stock, the whole group is packed (on AMD Zen 3 a lone 576 -> 192 ``k``
 projection runs faster stock, its stacked ``q/k/v`` faster packed).
 
+One row stock, the rest packed (:func:`stock_single_rows`): where a packed shape's single row measured faster stock
+(by more than :data:`TIE`), the packed linear keeps a plain copy of its weight and runs a 1-token step's row on the
+stock kernel, every larger row count packed: on an Intel Xeon (family 6 model 106, AVX-512, 2 threads) MKL's GEMV ran
+one row of SmolLM2's 576 -> 576 in 0.086 ms against oneDNN's 0.134 ms, and oneDNN eight rows in 0.160 against 0.324;
+the eager 1-token step ran 0.85x its time with every such linear so (A/B in one process), for 318 MB of plain float32
+weights beside the packed ones (a tied vocabulary projection keeps its weight anyway: nothing added). Only under
+``weights="auto"`` and without row-invariant numerics (a row's kernel must then be the tree's).
+
 Cached as JSON under ``cache_dir()/kernels/``, keyed by everything that decides a kernel's speed: the CPU's model name,
 family, model and flags, the torch version, the thread count and the dtype (:func:`machine_key`); another CPU or
 torch never reuses a table. Measuring a SmolLM2 model's shapes takes a few seconds, once.
@@ -47,7 +55,7 @@ import torch
 from torch import nn
 
 from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
-from specdec.backends.kernels import FastPathWarning, PackedLinear, plain_linear, runs_packed
+from specdec.backends.kernels import FastPathWarning, PackedLinear, packed_linear, plain_linear, runs_packed
 from specdec.backends.stacking import stackable_groups
 
 __all__ = [
@@ -66,6 +74,7 @@ __all__ = [
     "RULE_KEPT",
     "model_table",
     "sides",
+    "stock_single_rows",
     "table_path",
     "time_shape",
 ]
@@ -241,6 +250,12 @@ class KernelTable:
         best = min(cost, key=cost.get)
         return best if min(cost.values()) < (1 - TIE) * max(cost.values()) else None
 
+    def single_row_stock(self, shape: Shape) -> bool:
+        """Whether one row of a packed ``shape`` runs faster stock: its stock ``T(1)`` under ``1 - TIE`` of packed's
+        (both measured)."""
+        ms = self.ms.get(self.name(shape), {})
+        return "stock" in ms and "packed" in ms and ms["stock"]["1"] < (1 - TIE) * ms["packed"]["1"]
+
     def to_json(self) -> dict:
         """The measured shapes (failed ones are measured again by the next process)."""
         return {"key": self.key, "ms": self.ms}
@@ -252,6 +267,8 @@ class KernelTable:
             ms = self.ms.get(name, {})
             cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in KERNELS]
             said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
+            if said == "packed" and self.single_row_stock(self.shape(name)):
+                said += ", 1 row stock"
             if rule and name in rule:
                 said += f" (rule: {rule[name]})"
             lines.append(f"{name:>16s}  " + "  ".join(cells) + f"  {said}")
@@ -339,6 +356,21 @@ def auto_packs(model: nn.Module, rule: Callable[[nn.Linear], bool]) -> tuple[Cal
         return rule(linear) if chosen is None else chosen == "packed"
 
     return pack, f"kernels chosen by measurement on this CPU ({table_path(dtype).name}; `specdec doctor` shows it)"
+
+
+def stock_single_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
+    """``(linears, bytes)``: with ``on`` (and :func:`measuring`), every packed linear of ``model`` (a stacked group's
+    once) whose shape's single row measured faster stock here runs one row stock on a kept plain weight
+    (:meth:`~specdec.backends.kernels.PackedLinear.stock_single_rows`), the other row counts packed; the bytes those
+    plain weights add. Off: none does (row-invariant numerics need a row's kernel to be the tree's)."""
+    linears = {id(lin): lin for lin in (packed_linear(m) for m in model.modules() if runs_packed(m))}.values()
+    if not linears:
+        return 0, 0
+    on = on and measuring()
+    table = kernel_table([linear_shape(lin) for lin in linears], next(iter(linears)).dtype) if on else None
+    chosen = [table is not None and table.single_row_stock(linear_shape(lin)) for lin in linears]
+    added = [lin.stock_single_rows(c) for lin, c in zip(linears, chosen, strict=True)]
+    return sum(chosen), sum(added)
 
 
 def dtype_cost(model: nn.Module, kernel: str) -> str:

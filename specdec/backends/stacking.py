@@ -20,7 +20,10 @@ Assumption: one thread runs a given model at a time (the decoding loop's case).
 The members' outputs are column slices of the product (``[..., out]`` views with stride 1 in the last dimension:
 transformers' ``.view(..., heads, head_dim)`` and elementwise ops take them as they are). Each output is computed from
 the same weight row over the same input as before; ``tests/test_stacking.py`` checks SmolLM2's logits bit for bit
-against the unstacked model in float32 and bfloat16. Saving writes every member's rows under its own
+against the unstacked model in float32 and bfloat16. (Except one case: where oneDNN packs bfloat16 without native
+instructions, an Intel Xeon with AVX-512 only, its one-row kernel groups sums by the output width, so a stacked
+single row can differ in the last bit; rows of every other count, and single rows padded as row-invariant numerics
+pad them, are bitwise.) Saving writes every member's rows under its own
 ``<name>.weight`` key, as the ``nn.Linear`` it replaced.
 """
 
