@@ -67,11 +67,12 @@ STEPS=("$@")
 [[ ${#STEPS[@]} -eq 0 ]] && STEPS=("${ALL[@]}")
 
 command_of() {  # the command line of one step (run from the repository root)
-  local bench="$SPECDEC bench --dataset mtbench --max-new-tokens 128 --no-progress"
+  # the eager path, also where this machine has built a package (its columns are measured apart: docs/results.md)
+  local bench="$SPECDEC bench --dataset mtbench --max-new-tokens 128 --no-progress --static-shapes off"
   case $1 in
     machine) echo "lscpu; grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16' /proc/cpuinfo | sort | uniq -c; $PY -c 'import torch, transformers; from specdec.backends.cpu import cpu_name; print(cpu_name()); print(\"torch\", torch.__version__, \"transformers\", transformers.__version__); print(torch.__config__.show())'; git log -1 --format='commit %H %s'" ;;
     doctor) echo "$SPECDEC doctor --refresh" ;;
-    specbench-short) echo "$SPECDEC bench --dataset spec-bench --limit 5 --max-new-tokens 96 --no-progress --methods hf-generate eagle3 composite --temperatures 0 --threads 2 --out $OUT/specbench-short" ;;
+    specbench-short) echo "$SPECDEC bench --dataset spec-bench --limit 5 --max-new-tokens 96 --no-progress --methods hf-generate eagle3 composite --temperatures 0 --threads 2 --static-shapes off --out $OUT/specbench-short" ;;
     fastpath-fp32) echo "$PY benchmarks/fastpath.py --dtype float32 --out $OUT/fastpath_fp32.json" ;;
     fastpath-bf16) echo "$PY benchmarks/fastpath.py --dtype bfloat16 --out $OUT/fastpath_bf16.json" ;;
     invariant-tests) echo "$PY -m pytest -q -p no:cacheprovider tests/test_invariant.py" ;;

@@ -22,9 +22,10 @@ One row stock, the rest packed (:func:`stock_single_rows`): where a packed shape
 (by more than :data:`TIE`), the packed linear keeps a plain copy of its weight and runs a 1-token step's row on the
 stock kernel, every larger row count packed: on an Intel Xeon (family 6 model 106, AVX-512, 2 threads) MKL's GEMV ran
 one row of SmolLM2's 576 -> 576 in 0.086 ms against oneDNN's 0.134 ms, and oneDNN eight rows in 0.160 against 0.324;
-the eager 1-token step ran 0.85x its time with every such linear so (A/B in one process), for 318 MB of plain float32
-weights beside the packed ones (a tied vocabulary projection keeps its weight anyway: nothing added). Only under
-``weights="auto"`` and without row-invariant numerics (a row's kernel must then be the tree's).
+the eager 1-token step ran 0.79-0.85x its time with every such linear so and vanilla decoding 1.17-1.29x faster (A/B
+in one process, two runs), for 304 MB of plain float32 weights beside the packed ones (a tied vocabulary projection
+keeps its weight anyway: nothing added). Only under ``weights="auto"`` and without row-invariant numerics (a row's
+kernel must then be the tree's).
 
 Cached as JSON under ``cache_dir()/kernels/``, keyed by everything that decides a kernel's speed: the CPU's model name,
 family, model and flags, the torch version, the thread count and the dtype (:func:`machine_key`); another CPU or
