@@ -77,10 +77,20 @@ def test_bfloat16_that_cannot_be_packed_decodes_exactly(avx2_only) -> None:
     """The fallback's output: greedy = the model's own greedy ``generate``; sampled speculative decoding's exact law
     (enumerated through the loop, :func:`~specdec.testing.pipeline.pipeline_law`) = the target's. Negative control: a
     verifier that does not renormalise the residual, on the same fallback target, moves the law."""
-    model = tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1).to(torch.bfloat16)
-    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
+    model = exactness_model().to(torch.bfloat16)
     target, said = caught(lambda: HFTarget(model, max_len=64))
     assert target.execution.weights == "stock" and len(said) == 1
+    assert_decodes_exactly(model, target)
+
+
+def exactness_model() -> torch.nn.Module:
+    return tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1)
+
+
+def assert_decodes_exactly(model: torch.nn.Module, target: HFTarget) -> None:
+    """Greedy = ``model``'s own greedy ``generate``; sampled speculative decoding's exact law through the loop =
+    the target's; negative control: a verifier that does not renormalise the residual moves the law."""
+    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
     greedy, stop = SamplingParams(temperature=0.0), StopCondition(max_new_tokens=16, eos_token_ids=())
     tokens = VanillaGenerator(target).generate(prompt, greedy, stop).tokens
     with torch.no_grad():
@@ -297,28 +307,13 @@ def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(me
     verifier that does not renormalise the residual moves it). Not where measuring is off, weights are asked for by
     name, or the numerics must be row-invariant."""
     one_row_stock_faster(monkeypatch)
-    model = tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=1)
+    model = exactness_model()
     target = HFTarget(model, max_len=64)
     ex = target.execution
-    assert (
-        ex.weights == "packed" and ex.single_stock == 1 + 2 * 4
-    )  # lm_head; per layer q/k/v (stacked), o, gate/up, down
+    assert ex.weights == "packed" and ex.single_stock == 1 + 2 * 4  # lm_head; per layer q/k/v, o, gate/up, down
     assert ex.single_stock_bytes > 0 and "running a single row stock" in ex.describe()
     assert "packed, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
-    prompt = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])
-    greedy, stop = SamplingParams(temperature=0.0), StopCondition(max_new_tokens=16, eos_token_ids=())
-    with torch.no_grad():
-        hf = model.generate(prompt[None], do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=0)
-    assert VanillaGenerator(target).generate(prompt, greedy, stop).tokens == hf[0, len(prompt) :].tolist()
-    hot = SamplingParams(temperature=1.0)
-    exact = exact_sequence_distribution(model, prompt, hot, 3)
-
-    def law(verifier=None) -> torch.Tensor:
-        decoder = SpeculativeGenerator(target, NGramDrafter(vocab_size=6), DynamicTreePolicy(2, 3, 6), verifier)
-        return pipeline_law(decoder, prompt, hot, 3).law
-
-    assert (law() - exact).abs().max() < 1e-6
-    assert (law(ResidualNotRenormalisedVerifier()) - exact).abs().max() > 1e-4
+    assert_decodes_exactly(model, target)
     assert target.sibling(max_len=32).execution.single_stock == ex.single_stock
     assert HFTarget(model, max_len=32, weights="packed").execution.single_stock == 0
     assert HFTarget(model, max_len=32, invariant=True).execution.single_stock == 0
