@@ -127,8 +127,7 @@ class PackedLinear(nn.Module):
             return 0
         if self.single_row_weight is None:
             self.single_row_weight = self.weight.detach() if self._weight is not None else self.packed.to_dense()
-        kept = self._weight is not None and self.single_row_weight.data_ptr() == self._weight.data_ptr()
-        return 0 if kept else self.single_row_weight.nbytes
+        return 0 if self._weight is not None else self.single_row_weight.nbytes  # a kept weight is shared, not copied
 
     def gemm(self, x: torch.Tensor) -> torch.Tensor:
         """The packed GEMM on ``x [..., in_features]`` as it is (no row padding, no checks)."""
