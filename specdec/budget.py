@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from specdec.backends import GQA_INVARIANT, execution_label
+from specdec.backends.measured import row_kernels
 from specdec.curve_watch import watch_curve
 from specdec.interfaces import TreePolicy
 from specdec.models import cache_dir
@@ -173,11 +174,12 @@ def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None
 
     The backend (:func:`specdec.backends.execution_label`) is part of the name: the packed path has its own, flatter
     curve, so the adaptive budget picks its tree sizes from the costs of the path that will actually run. So are
-    row-invariant numerics (their attention costs more per tree row) and the dtype (in the fingerprint).
+    row-invariant numerics (their attention costs more per tree row), the packed linears' row kernels
+    (:func:`~specdec.backends.measured.row_kernels`) and the dtype (in the fingerprint).
     """
     threads = threads or torch.get_num_threads()
     invariant = getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_INVARIANT
-    label = execution_label(model) + ("+invariant" if invariant else "")
+    label = execution_label(model) + row_kernels(model) + ("+invariant" if invariant else "")
     name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{label}.json"
     return cache_dir() / "budget" / name
 

@@ -227,18 +227,20 @@ def test_generate_finds_the_shipped_heads_from_any_folder(tmp_path):
 def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, monkeypatch, capsys):
     """``specdec doctor``: the CPU line, then per dtype each shape's times per kernel and the choice (planted times
     here: 32 -> 64 packed, the rest stock), with the rule's beside it and the stackable groups."""
-    from specdec.backends import cpu, measured
+    from specdec.backends import cpu, kernel_times
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
     monkeypatch.setenv("SPECDEC_KERNELS", "measure")  # on every CPU, those that keep their rule too
     monkeypatch.setattr(cpu, "cpu_gemm_profile", lambda: "onednn")  # the rule beside it: AMD's, whatever CPU runs this
 
-    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         wide = mods["stock"][0].out_features == 2 * mods["stock"][0].in_features  # 32x64: gate, up
-        return {k: {n: [1e-3 if (k == "packed") == wide else 3e-3] * repeats for n in rows} for k in mods}
+        return {
+            k: {n: [1e-3 if (k == "packed") == wide and k != "mkl" else 3e-3] * repeats for n in rows} for k in mods
+        }
 
-    monkeypatch.setattr(measured, "time_shape", time_shape)
+    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
     assert main(["doctor", "--dtypes", "float32", "--model", str(tiny_llama_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU: ") and "kernel flags:" in out and "decides by measurement" in out

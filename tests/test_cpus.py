@@ -16,8 +16,8 @@ import warnings
 import pytest
 import torch
 
-from specdec.backends import FastPathWarning, choice, cpu, execution_label, kernels, measured
-from specdec.budget import forward_cost_curve
+from specdec.backends import FastPathWarning, choice, cpu, execution_label, kernel_times, kernels, measured
+from specdec.budget import curve_path, forward_cost_curve
 from specdec.drafters import NGramDrafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
@@ -114,7 +114,7 @@ def measuring(monkeypatch, tmp_path):
     monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
     monkeypatch.setenv("SPECDEC_KERNELS", "measure")
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(measured, "_TABLES", {})
+    monkeypatch.setattr(kernel_times, "_TABLES", {})
     return tmp_path
 
 
@@ -122,7 +122,7 @@ def planted(monkeypatch, faster, calls: list | None = None) -> None:
     """``time_shape`` answers with planted times, proportional to the weight's size: ``faster(in, out)`` names the
     kernel that takes 1 us per 1,000 weights (the other takes twice that); ``calls`` collects the shapes measured."""
 
-    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         first = mods["stock"][0]
         if calls is not None:
             calls.append((first.in_features, first.out_features))
@@ -130,7 +130,7 @@ def planted(monkeypatch, faster, calls: list | None = None) -> None:
         size = first.in_features * first.out_features * 1e-9
         return {k: {n: [size if k == win else 2 * size] * repeats for n in rows} for k in mods}
 
-    monkeypatch.setattr(measured, "time_shape", time_shape)
+    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
 
 
 def model_fp32():
@@ -155,11 +155,11 @@ def test_auto_packs_what_measured_faster_and_caches_it_per_machine(measuring, mo
     [path] = (measuring / "kernels").glob("float32-*.json")
     assert json.loads(path.read_text())["key"] == measured.machine_key(torch.float32)
     planted(monkeypatch, lambda n_in, n_out: "packed", calls)  # would pack everything, were it asked
-    monkeypatch.setattr(measured, "_TABLES", {})  # a new process: the cache file answers
+    monkeypatch.setattr(kernel_times, "_TABLES", {})  # a new process: the cache file answers
     assert packed_shapes(HFTarget(model_fp32(), max_len=32)) == {(32, 96)} and sorted(calls) == measured_once
     # another CPU (or torch, or thread count) never reuses the table: it is measured anew, under another name
     info = {**cpu.cpu_info(), "model name": "Another CPU"}
-    monkeypatch.setattr(measured, "cpu_info", lambda: info)
+    monkeypatch.setattr(kernel_times, "cpu_info", lambda: info)
     target = HFTarget(model_fp32(), max_len=32)
     assert target.execution.weights == "packed" and len(calls) == 2 * len(measured_once)
     assert len(list((measuring / "kernels").glob("float32-*.json"))) == 2
@@ -190,7 +190,7 @@ def test_a_failed_or_tied_measurement_leaves_the_shape_to_the_rule(measuring, mo
     here: pack) decides it; a tie (under 5 %) is the rule's too, without a warning."""
     real = measured.time_shape
 
-    def broken(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+    def broken(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         n_in, n_out = mods["stock"][0].in_features, mods["stock"][0].out_features
         if (n_in, n_out) == (32, 96):
             raise RuntimeError("a kernel failed")
@@ -200,13 +200,13 @@ def test_a_failed_or_tied_measurement_leaves_the_shape_to_the_rule(measuring, mo
             return {k: {n: [1e-3, 1e-3, 9e-3, 9e-3, 1e-3, 9e-3, 1e-3] for n in rows} for k in mods}
         return {k: {n: [1e-3 if k == "stock" else 1.02e-3] * repeats for n in rows} for k in mods}  # a tie
 
-    monkeypatch.setattr(measured, "time_shape", broken)
+    monkeypatch.setattr(kernel_times, "time_shape", broken)
     monkeypatch.setattr(choice, "cpu_gemm_profile", lambda: "onednn")  # the rule's profile, where choice reads it
     target, said = caught(lambda: HFTarget(model_fp32(), max_len=32))
     assert target.execution.weights == "packed"  # every shape went to the rule, which packs on this profile
     assert sorted(s.split(" linear failed")[0].split()[-1] for s in said) == ["32x64", "32x96", "64x32"], said
     assert any("a kernel failed" in s for s in said) and any("spread" in s for s in said)
-    monkeypatch.setattr(measured, "time_shape", real)
+    monkeypatch.setattr(kernel_times, "time_shape", real)
     assert measured.table_path(torch.float32).exists()  # the measured (tied) shapes are cached, failed ones not
     cached = json.loads(measured.table_path(torch.float32).read_text())["ms"]
     assert "32x96" not in cached and "32x32" in cached
@@ -220,12 +220,12 @@ def test_measuring_switched_off_applies_the_rule(measuring, monkeypatch) -> None
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls  # the onednn rule
     monkeypatch.setenv("SPECDEC_KERNELS", "auto")  # a CPU whose results row was measured under the rule keeps it
     zen4 = {**cpu.cpu_info(), "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17"}
-    monkeypatch.setattr(measured, "cpu_info", lambda: zen4)
+    monkeypatch.setattr(kernel_times, "cpu_info", lambda: zen4)
     assert measured.rule_kept().startswith("AMD Zen 4")
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "packed" and not calls
     monkeypatch.setenv("SPECDEC_KERNELS", "measure")  # unless asked to measure
     assert HFTarget(model_fp32(), max_len=32).execution.weights == "stock" and calls
-    monkeypatch.setattr(measured, "cpu_info", lambda: {**zen4, "model": "1"})  # Zen 3: no row before this one
+    monkeypatch.setattr(kernel_times, "cpu_info", lambda: {**zen4, "model": "1"})  # Zen 3: no row before this one
     monkeypatch.setenv("SPECDEC_KERNELS", "auto")
     assert measured.rule_kept() is None and measured.measuring()
     monkeypatch.setenv("SPECDEC_KERNELS", "maybe")
@@ -243,9 +243,10 @@ def test_a_real_measurement_times_every_candidate(measuring) -> None:
         assert "spread" in table.failed["576x192"] and any("576x192" in str(w.message) for w in seen)
         pytest.skip(f"this CPU was too busy to time the shape: {table.failed['576x192']}")
     ms = table.ms["576x192"]
-    assert set(ms) == {"stock", "packed"} and all(set(by_rows) == {"1", "8"} for by_rows in ms.values())
+    offered = {"mkl"} if measured.mkl_offered(torch.float32) else set()  # MKL tree rows, where this build packs them
+    assert set(ms) == {"stock", "packed", *offered} and all(set(by_rows) == {"1", "8"} for by_rows in ms.values())
     assert all(t > 0 for by_rows in ms.values() for t in by_rows.values())
-    assert table.choice((576, 192, False)) in ("stock", "packed", None)
+    assert table.choice((576, 192, False)) in ("stock", "packed", *offered, None)
     lines = table.rows({"576x192": "packed"})
     assert lines[1].lstrip().startswith("576x192") and "(rule: packed)" in lines[1]
 
@@ -254,14 +255,14 @@ def test_a_dtype_without_native_instructions_says_what_it_costs_measured(measuri
     """The one warning gives the dtype's measured cost against float32 (both tables, planted here: bfloat16 stock
     takes half float32's time for 1 row and 3x for 8), for a 1-token step and for a draft tree."""
 
-    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         first = mods["stock"][0]
         size = first.in_features * first.out_features * 1e-9
         low = first.weight.dtype == torch.bfloat16
         scale = {1: 0.5, 8: 3.0} if low else {1: 1.0, 8: 1.0}
         return {k: {n: [size * scale[n] * (1 if k == "stock" else 1.5)] * repeats for n in rows} for k in mods}
 
-    monkeypatch.setattr(measured, "time_shape", time_shape)
+    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
     model = tiny_llama(vocab_size=32, hidden_size=32, num_layers=2, seed=0).to(torch.bfloat16)
     _, said = caught(lambda: HFTarget(model, max_len=32))
     assert len(said) == 1 and "0.50x float32's time for 1 row" in said[0] and "3.00x for 8 rows" in said[0], said
@@ -275,12 +276,12 @@ def one_row_stock_faster(monkeypatch) -> None:
     """Planted: stock takes half packed's time for 1 row and 3x for 8 (MKL's GEMV against oneDNN's GEMM on an Intel
     Xeon, family 6 model 106, had this form: 0.086 / 0.324 ms stock against 0.134 / 0.160 packed for 576 x 576)."""
 
-    def time_shape(mods, rows=measured.ROWS, repeats=measured.REPEATS):
+    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         size = mods["stock"][0].in_features * mods["stock"][0].out_features * 1e-9
-        scale = {"stock": {1: 1.0, 8: 6.0}, "packed": {1: 2.0, 8: 2.0}}
+        scale = {"stock": {1: 1.0, 8: 6.0}, "packed": {1: 2.0, 8: 2.0}, "mkl": {1: 1.0, 8: 4.0}}
         return {k: {n: [size * scale[k][n]] * repeats for n in rows} for k in mods}
 
-    monkeypatch.setattr(measured, "time_shape", time_shape)
+    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
 
 
 def test_a_packed_linear_can_run_one_row_stock() -> None:
@@ -313,9 +314,100 @@ def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(me
     assert ex.weights == "packed" and ex.single_stock == 1 + 2 * 4  # lm_head; per layer q/k/v, o, gate/up, down
     assert ex.single_stock_bytes > 0 and "running a single row stock" in ex.describe()
     assert "packed, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
+    assert curve_path(target.model, target.device).name.endswith("-packed+1stock.json")  # its own cost curve
     assert_decodes_exactly(model, target)
     assert target.sibling(max_len=32).execution.single_stock == ex.single_stock
     assert HFTarget(model, max_len=32, weights="packed").execution.single_stock == 0
     assert HFTarget(model, max_len=32, invariant=True).execution.single_stock == 0
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")
     assert HFTarget(model, max_len=32).execution.single_stock == 0
+
+
+# ------------------------------------------------------------------------------------------------ MKL tree rows
+needs_mkl = pytest.mark.skipif(
+    cpu.mkl_packing_error(torch.float32) is not None,
+    reason=f"MKL tree rows cannot run here: {cpu.mkl_packing_error(torch.float32)}",
+)
+
+
+@needs_mkl
+def test_a_packed_linear_runs_tree_rows_on_mkl_packs() -> None:
+    """Every row count (padded to a packed count, chunked, stock beyond) gives each row its own linear of its own
+    input: equal to ``F.linear`` up to the grouping of float32 sums, a single row bitwise (it runs stock); the mode
+    survives a deep copy and turns back to oneDNN's weight; it excludes padded single rows and single-row choices."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80)
+    packed = kernels.PackedLinear(linear)
+    assert packed.mkl_tree_rows(True) == len(kernels.MKL_ROWS) * 80 * 48 * 4 and packed.packed is None
+    assert torch.equal(packed.weight, linear.weight)  # the plain weight is kept: MKL's packs need it
+    for n in (1, 2, 7, 8, 9, 16, 17, 40, kernels.MKL_CHUNKED, kernels.MKL_CHUNKED + 1, 200):
+        x = torch.randn(n, 48)
+        ref = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        assert torch.allclose(packed(x), ref, rtol=1e-5, atol=1e-5), n
+    one = torch.randn(1, 1, 48)
+    assert torch.equal(packed(one), torch.nn.functional.linear(one, linear.weight, linear.bias))
+    rows = torch.randn(2, 5, 48)
+    assert packed(rows).shape == (2, 5, 80)
+    other = rows.clone()
+    other[1] += 1.0  # another row's input changes nothing in this one's output (same packed row count)
+    assert torch.equal(packed(other)[0], packed(rows)[0]) and not torch.equal(packed(other)[1], packed(rows)[1])
+    clone = copy.deepcopy(packed)
+    assert clone.mkl and torch.equal(clone(rows), packed(rows))
+    with pytest.raises(ValueError, match="MKL tree rows"):
+        packed.stock_single_rows(False)
+    assert packed.mkl_tree_rows(False) == 0 and not packed.mkl and packed.single_row_weight is None
+    assert torch.allclose(packed(rows), linear(rows), rtol=1e-5, atol=1e-5)  # oneDNN's packed weight again
+    packed.pad_single_row = True
+    with pytest.raises(ValueError, match="row-invariant"):
+        packed.mkl_tree_rows(True)
+
+
+def mkl_faster(monkeypatch) -> None:
+    """Planted: MKL tree rows win ``T(1) + T(8)`` (stock's single row, the cheapest 8 rows), the form measured on an
+    Intel Xeon (family 6 model 106): 576 x 576 for 1 / 8 rows 0.074 / 0.310 ms stock, 0.129 / 0.133 oneDNN-packed,
+    0.070 / 0.083 on MKL's 8-row pack."""
+
+    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
+        size = mods["stock"][0].in_features * mods["stock"][0].out_features * 1e-9
+        scale = {"stock": {1: 1.0, 8: 4.0}, "packed": {1: 2.0, 8: 2.0}, "mkl": {1: 1.0, 8: 1.0}}
+        return {k: {n: [size * scale[k][n]] * repeats for n in rows} for k in mods}
+
+    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
+
+
+@needs_mkl
+def test_auto_runs_tree_rows_on_mkl_where_measured_faster_and_decodes_exactly(measuring, monkeypatch) -> None:
+    """Where MKL tree rows measured fastest, every linear runs them (a stacked group's GEMM too): greedy output = HF
+    ``generate``'s and the sampled law through the loop = the target's (with its negative control). Not where
+    weights are asked for by name, the numerics must be row-invariant, measuring is off, or this CPU's results row
+    was measured before the candidate existed (AMD Zen 3)."""
+    mkl_faster(monkeypatch)
+    model = exactness_model()
+    target = HFTarget(model, max_len=64)
+    ex = target.execution
+    assert ex.weights == "packed" and ex.mkl == 1 + 2 * 4 and ex.single_stock == 0  # lm_head; q/k/v, o, gate/up, down
+    assert ex.mkl_bytes > 0 and "tree rows on MKL's packs" in ex.describe()
+    assert "MKL tree rows, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
+    assert_decodes_exactly(model, target)
+    assert target.weights_choice == "auto" and target.sibling(max_len=32).execution.mkl == ex.mkl
+    by_name = HFTarget(model, max_len=32, weights="packed")
+    assert by_name.execution.mkl == 0 and by_name.execution.weights == ex.weights
+    assert curve_path(target.model, target.device).name.endswith("-packed+mkl.json")  # not the oneDNN rows' curve
+    assert curve_path(by_name.model, by_name.device).name.endswith("-packed.json")
+    assert HFTarget(model, max_len=32, invariant=True).execution.mkl == 0
+    zen3 = {**cpu.cpu_info(), "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1"}
+    monkeypatch.setattr(kernel_times, "cpu_info", lambda: zen3)
+    monkeypatch.setenv("SPECDEC_KERNELS", "auto")
+    assert not measured.mkl_offered(torch.float32) and HFTarget(model, max_len=32).execution.mkl == 0
+    monkeypatch.setenv("SPECDEC_KERNELS", "rule")
+    assert HFTarget(model, max_len=32).execution.mkl == 0
+
+
+def test_no_mkl_in_the_build_leaves_the_candidate_out(measuring, monkeypatch) -> None:
+    """A torch build or CPU where MKL cannot pack: the candidate is not timed, nothing runs on it."""
+    monkeypatch.setattr(cpu, "_mkl_trial", lambda: "no MKL here")
+    mkl_faster(monkeypatch)
+    assert "no MKL here" in cpu.mkl_packing_error(torch.float32) and not measured.mkl_offered(torch.float32)
+    target = HFTarget(exactness_model(), max_len=32)
+    assert target.execution.mkl == 0 and target.execution.weights == "packed"
+    assert "mkl" not in measured.sides((16, 6, False), torch.float32, torch.Generator())

@@ -1,65 +1,57 @@
-"""Kernels chosen by measurement on the CPU at hand: every linear shape of a model timed stock and packed, once.
+"""Kernels chosen by measurement on the CPU at hand: every linear shape of a model timed on each candidate, once.
 
 ``weights="auto"`` packs a linear where the packed kernel measured faster *on this machine*, instead of a rule
 written for one vendor (:func:`~specdec.backends.kernels.packing_pays`, which stays the choice where measuring is
 switched off). The candidates per shape are the kernels a target can run exactly: ``stock`` (``F.linear``: MKL's
-sgemm for float32, whatever this torch build runs for bfloat16) and ``packed``
-(:class:`~specdec.backends.kernels.PackedLinear`, where oneDNN can pack the dtype here). Both give a row the same
-values up to the grouping of its sums; the row-invariant numerics probe whichever runs
-(:func:`~specdec.backends.row_probe.single_row_padding`).
-
-How a shape is timed (:func:`time_shape`): in a decoding step every weight comes from memory, not from cache, so each
-candidate runs over enough copies of a weight of that shape to exceed :data:`COLD_BYTES`, one call per copy, for
-1 row (a 1-token step) and 8 rows (a draft tree); the candidates and row counts are interleaved pass by pass and a
-call's time is the median pass divided by the copies. The choice minimises ``T(1) + T(8)``: a speculative cycle runs
-one tree forward and vanilla decoding one 1-row step, and both should gain. A difference under :data:`TIE` is noise
-on these machines and keeps the rule's choice. Projections that read one input (``q/k/v``, ``gate/up``) run as one
-stacked GEMM once all are packed (:mod:`specdec.backends.stacking`), so a group is also timed stacked: where the
-stacked packed GEMM beats its members run stock, the whole group is packed (on AMD Zen 3 a lone 576 -> 192 ``k``
-projection runs faster stock, its stacked ``q/k/v`` faster packed).
+sgemm for float32, whatever this torch build runs for bfloat16), ``packed`` (:class:`~specdec.backends.kernels.
+PackedLinear`, where oneDNN can pack the dtype here) and ``mkl`` (below). All give a row the same values up to the
+grouping of its sums; the row-invariant numerics probe whichever runs (:mod:`~specdec.backends.row_probe`).
 
 One row stock, the rest packed (:func:`stock_single_rows`): where a packed shape's single row measured faster stock
-(by more than :data:`TIE`), the packed linear keeps a plain copy of its weight and runs a 1-token step's row on the
-stock kernel, every larger row count packed: on an Intel Xeon (family 6 model 106, AVX-512, 2 threads) MKL's GEMV ran
-one row of SmolLM2's 576 -> 576 in 0.086 ms against oneDNN's 0.134 ms, and oneDNN eight rows in 0.160 against 0.324;
-the eager 1-token step ran 0.79-0.85x its time with every such linear so and vanilla decoding 1.17-1.29x faster (A/B
-in one process, two runs), for 304 MB of plain float32 weights beside the packed ones (a tied vocabulary projection
-keeps its weight anyway: nothing added). Only under ``weights="auto"`` and without row-invariant numerics (a row's
+(by more than :data:`~specdec.backends.kernel_times.TIE`), the packed linear keeps a plain copy of its weight and runs
+a 1-token step's row stock, larger row counts packed (Intel Xeon family 6 model 106: MKL's GEMV beat oneDNN on every
+packed shape's single row; the eager 1-token step 0.79-0.85x, 304 MB of plain float32 weights for SmolLM2:
+docs/results/2026-11-29-intel-f6m106). Only under ``weights="auto"`` and without row-invariant numerics (a row's
 kernel must then be the tree's).
 
-Cached as JSON under ``cache_dir()/kernels/``, keyed by everything that decides a kernel's speed: the CPU's model name,
-family, model and flags, the torch version, the thread count and the dtype (:func:`machine_key`); another CPU or
-torch never reuses a table. Measuring a SmolLM2 model's shapes takes a few seconds, once.
+MKL tree rows (:func:`mkl_tree_rows`, float32, the third candidate ``mkl``): a single row stock and trees on MKL's
+packed sgemm, packed once per row count of :data:`~specdec.backends.kernels.MKL_ROWS` in place of oneDNN's weight
+(:meth:`~specdec.backends.kernels.PackedLinear.mkl_tree_rows`). Chosen per shape like the others, and off with
+row-invariant numerics. Not offered on the CPUs of :data:`~specdec.backends.kernel_times.BEFORE_MKL` until their
+rows are measured with it.
 
-Switches: ``SPECDEC_KERNELS=rule`` (or a forced ``SPECDEC_CPU_GEMM`` profile) skips measuring and applies the rule;
-``SPECDEC_KERNELS=measure`` measures on every CPU; unset, it measures except on the CPUs whose results rows were
-measured under the rule (:data:`RULE_KEPT`: Zen 4, Zen 5, the Xeon), which keep it until their rows are re-run. A
-measurement that fails or looks broken (a kernel raising, a time of zero, passes spread over more than :data:`NOISY`
-of their median) falls back to the rule for that shape with one :class:`~specdec.backends.kernels.FastPathWarning`
-naming it.
+The timing, the table and its cache, and which CPUs measure: :mod:`specdec.backends.kernel_times`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import os
-import statistics
-import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
-from specdec.backends.kernels import FastPathWarning, PackedLinear, packed_linear, plain_linear, runs_packed
+from specdec.backends.kernel_times import (
+    COLD_BYTES,
+    KERNELS,
+    ROWS,
+    RULE_KEPT,
+    TIE,
+    KernelTable,
+    kernel_table,
+    linear_shape,
+    machine_key,
+    measuring,
+    mkl_offered,
+    rule_kept,
+    sides,
+    stacked_shape,
+    table_path,
+    time_shape,
+)
+from specdec.backends.kernels import PackedLinear, packed_linear, plain_linear, runs_packed
 from specdec.backends.stacking import stackable_groups
 
-__all__ = [
+__all__ = [  # the timing names are kernel_times', here too for the callers that read them here
     "auto_packs",
     "COLD_BYTES",
     "dtype_cost",
@@ -71,6 +63,9 @@ __all__ = [
     "stacked_shape",
     "machine_key",
     "measuring",
+    "mkl_offered",
+    "mkl_tree_rows",
+    "row_kernels",
     "rule_kept",
     "RULE_KEPT",
     "model_table",
@@ -79,265 +74,6 @@ __all__ = [
     "table_path",
     "time_shape",
 ]
-
-KERNELS = ("stock", "packed")
-#: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
-#: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
-#: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
-ROWS = (1, 8)
-#: Weight bytes each candidate's copies add up to (above the L3 caches of the CPUs met so far: 32 MB).
-COLD_BYTES = 48 << 20
-#: Copies of one shape at most (a tiny model's weights stay cached whatever the count; this bounds the time).
-MAX_COPIES = 128
-#: Relative difference of ``T(1) + T(8)`` below which two candidates tie (the rule decides).
-TIE = 0.05
-#: Interquartile range of the passes, relative to their median, above which a measurement is too noisy to decide.
-NOISY = 0.5
-REPEATS = 7
-#: Seconds of passes per shape below which more passes are run (up to MAX_REPEATS).
-MIN_SECONDS = 0.25
-MAX_REPEATS = 41
-#: Rounds of passes per shape before a noisy measurement is given up (the rule decides that shape).
-ATTEMPTS = 3
-#: Bumped when the method changes (a table measured otherwise is measured again).
-VERSION = 3
-
-Shape = tuple[int, int, bool]  # (in_features, out_features, bias)
-
-
-#: CPUs whose rows on the results page were measured under the rule (:func:`~specdec.backends.kernels.packing_pays`):
-#: ``auto`` keeps the rule on them until that row is measured again with the measured choice, so that a choice made
-#: on one CPU never costs another (``SPECDEC_KERNELS=measure`` measures there too). ``(vendor, family, model)``, a
-#: model of None for every model of the family -> the row.
-RULE_KEPT: dict[tuple[str, str, str | None], str] = {
-    ("AuthenticAMD", "25", "17"): "AMD Zen 4 (docs/results/2026-11-27-amd-f25m17)",
-    ("AuthenticAMD", "26", None): "AMD Zen 5 (docs/results/2026-11-25-cpu-selfdistilled)",
-    ("GenuineIntel", "6", "207"): "Intel Xeon (docs/results/2026-11-26-eagle3-continued)",
-}
-
-
-def rule_kept() -> str | None:
-    """The results-page row this CPU's rule is kept for (:data:`RULE_KEPT`), or None."""
-    info = cpu_info()
-    vendor, family, model = info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
-    return RULE_KEPT.get((vendor, family, model)) or RULE_KEPT.get((vendor, family, None))
-
-
-def measuring() -> bool:
-    """Whether ``weights="auto"`` measures: ``SPECDEC_KERNELS=measure`` or ``rule``; unset (``auto``): measure, except
-    on the CPUs of :data:`RULE_KEPT`. A forced ``SPECDEC_CPU_GEMM`` profile means the rule."""
-    mode = os.environ.get("SPECDEC_KERNELS", "auto")
-    if mode not in ("auto", "measure", "rule"):
-        raise ValueError(f"SPECDEC_KERNELS must be 'auto', 'measure' or 'rule', got {mode!r}")
-    if mode == "rule" or os.environ.get("SPECDEC_CPU_GEMM"):
-        return False
-    return mode == "measure" or rule_kept() is None
-
-
-def machine_key(dtype: torch.dtype) -> dict:
-    """What decides a kernel's speed here: CPU model and flags, torch version, thread count, dtype."""
-    info = cpu_info()
-    return {
-        "cpu": info.get("model name", ""),
-        "family": info.get("cpu family", ""),
-        "model": info.get("model", ""),
-        "flags": sorted(cpu_flags()),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "dtype": str(dtype),
-        "version": VERSION,
-    }
-
-
-def table_path(dtype: torch.dtype) -> Path:
-    """Where this machine's table for ``dtype`` is cached (a hash of :func:`machine_key` names it)."""
-    from specdec.models import cache_dir
-
-    key = machine_key(dtype)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / "kernels" / f"{key['dtype'].removeprefix('torch.')}-{key['threads']}t-{digest}.json"
-
-
-def sides(
-    shape: Shape, dtype: torch.dtype, generator: torch.Generator, cold_bytes: int = COLD_BYTES
-) -> dict[str, list[nn.Module]]:
-    """``{kernel: [copies of a linear of shape]}`` over ``cold_bytes`` of weights (at most :data:`MAX_COPIES`): plain
-    ``nn.Linear`` s and, where oneDNN packs ``dtype`` here, their packed twins (same values)."""
-    n_in, n_out, bias = shape
-    plain = []
-    for _ in range(min(MAX_COPIES, max(1, math.ceil(cold_bytes / (n_in * n_out * dtype.itemsize))))):
-        lin = nn.Linear(n_in, n_out, bias=bias, dtype=dtype)
-        with torch.no_grad():
-            lin.weight.copy_(torch.randn(n_out, n_in, generator=generator) / math.sqrt(n_in))
-        plain.append(lin)
-    mods = {"stock": plain}
-    if packing_error(dtype) is None:
-        mods["packed"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
-    return mods
-
-
-@torch.no_grad()
-def time_shape(
-    mods: dict[str, list[nn.Module]], rows: tuple[int, ...] = ROWS, repeats: int = REPEATS
-) -> dict[str, dict[int, list[float]]]:
-    """Seconds per call of every pass for every (kernel, row count), interleaved pass by pass after a warm-up pass;
-    at least ``repeats`` passes, more where a round of them takes under :data:`MIN_SECONDS` / ``repeats`` (short
-    passes are the noisy ones), at most :data:`MAX_REPEATS`."""
-    first = next(iter(mods.values()))[0]
-    xs = {n: torch.randn(n, first.in_features).to(first.weight.dtype) for n in rows}
-    times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in rows} for k in mods}
-    t0 = time.perf_counter()
-    for layers in mods.values():  # the warm-up round, which also sizes the number of passes
-        for x in xs.values():
-            for layer in layers:
-                layer(x)
-    passes = min(MAX_REPEATS, max(repeats, math.ceil(MIN_SECONDS / max(time.perf_counter() - t0, 1e-6))))
-    for _ in range(passes):
-        for kernel, layers in mods.items():
-            for n, x in xs.items():
-                t0 = time.perf_counter()
-                for layer in layers:
-                    layer(x)
-                times[kernel][n].append((time.perf_counter() - t0) / len(layers))
-    return times
-
-
-def _problem(passes: dict[str, dict[int, list[float]]]) -> str:
-    """Why a shape's passes cannot decide (a time of zero, too noisy), or ``""``."""
-    for kernel, by_rows in passes.items():
-        for n, v in by_rows.items():
-            median = statistics.median(v)
-            if not median > 0:
-                return f"{kernel} timed {median} s for {n} rows"
-            q = statistics.quantiles(v, n=4) if len(v) > 1 else [median, median, median]
-            if (q[2] - q[0]) / median > NOISY:
-                return f"{kernel} passes for {n} rows spread {(q[2] - q[0]) / median:.0%} of their median"
-    return ""
-
-
-@dataclass
-class KernelTable:
-    """Measured milliseconds per call, ``ms[shape][kernel][rows]``, for one machine key and dtype; ``failed[shape]``
-    says why a shape could not be measured (the rule decides it)."""
-
-    key: dict
-    ms: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-
-    @staticmethod
-    def name(shape: Shape) -> str:
-        return f"{shape[0]}x{shape[1]}" + ("+bias" if shape[2] else "")
-
-    @staticmethod
-    def shape(name: str) -> Shape:
-        """The inverse of :meth:`name`."""
-        n_in, n_out = (int(p) for p in name.removesuffix("+bias").split("x"))
-        return (n_in, n_out, name.endswith("+bias"))
-
-    def has(self, shape: Shape) -> bool:
-        return self.name(shape) in self.ms or self.name(shape) in self.failed
-
-    def cost(self, shape: Shape, kernel: str) -> float | None:
-        """``T(1) + T(8)`` in ms of ``kernel`` on ``shape``; None where not measured."""
-        by_rows = self.ms.get(self.name(shape), {}).get(kernel)
-        return None if by_rows is None else sum(by_rows[str(n)] for n in ROWS)
-
-    def choice(self, shape: Shape) -> str | None:
-        """The kernel with the least ``T(1) + T(8)``; None where the shape failed, has one candidate or the two tie."""
-        ms = self.ms.get(self.name(shape))
-        if not ms or len(ms) < 2:
-            return next(iter(ms)) if ms else None
-        cost = {kernel: self.cost(shape, kernel) for kernel in ms}
-        best = min(cost, key=cost.get)
-        return best if min(cost.values()) < (1 - TIE) * max(cost.values()) else None
-
-    def single_row_stock(self, shape: Shape) -> bool:
-        """Whether one row of a packed ``shape`` runs faster stock: its stock ``T(1)`` under ``1 - TIE`` of packed's
-        (both measured)."""
-        ms = self.ms.get(self.name(shape), {})
-        return "stock" in ms and "packed" in ms and ms["stock"]["1"] < (1 - TIE) * ms["packed"]["1"]
-
-    def to_json(self) -> dict:
-        """The measured shapes (failed ones are measured again by the next process)."""
-        return {"key": self.key, "ms": self.ms}
-
-    def rows(self, rule: dict[str, str] | None = None) -> list[str]:
-        """The table as lines: shape, each kernel's ms for 1 and 8 rows, the measured choice (and the rule's)."""
-        lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' 1/8 rows (ms)':>26s}" for k in KERNELS) + "  choice"]
-        for name in sorted({*self.ms, *self.failed}, key=self.shape):
-            ms = self.ms.get(name, {})
-            cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in KERNELS]
-            said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
-            if said == "packed" and self.single_row_stock(self.shape(name)):
-                said += ", 1 row stock"
-            if rule and name in rule:
-                said += f" (rule: {rule[name]})"
-            lines.append(f"{name:>16s}  " + "  ".join(cells) + f"  {said}")
-        return lines
-
-
-_TABLES: dict[Path, KernelTable] = {}  # this process's tables (failed shapes are not measured twice in a process)
-
-
-def _load(path: Path, key: dict) -> KernelTable:
-    if path in _TABLES and _TABLES[path].key == key:
-        return _TABLES[path]
-    try:
-        data = json.loads(path.read_text())
-        if data.get("key") == key:
-            return KernelTable(key, data["ms"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # missing or damaged: measured again
-    return KernelTable(key)
-
-
-def kernel_table(shapes: list[Shape] | tuple[Shape, ...], dtype: torch.dtype, refresh: bool = False) -> KernelTable:
-    """This machine's table for ``dtype`` with every shape in ``shapes``: read from the cache, the missing shapes
-    measured (warning once for each that fails) and the cache rewritten."""
-    key, path = machine_key(dtype), table_path(dtype)
-    table = KernelTable(key) if refresh else _load(path, key)
-    missing = [s for s in dict.fromkeys(shapes) if not table.has(s)]
-    if not missing:
-        return table
-    generator = torch.Generator().manual_seed(0)
-    for shape in missing:
-        name = KernelTable.name(shape)
-        try:
-            mods = sides(shape, dtype, generator)
-            for _ in range(ATTEMPTS):  # a noisy round (another process woke up) is measured again
-                passes = time_shape(mods)
-                problem = _problem(passes) if len(passes) > 1 else ""  # one candidate: nothing to decide
-                if not problem:
-                    break
-            del mods
-        except RuntimeError as error:  # a kernel raising in this build: the rule decides this shape
-            passes, problem = {}, f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
-        if problem:
-            table.failed[name] = problem
-            warnings.warn(
-                f"kernel measurement for the {dtype} {name} linear failed ({problem}); the rule decides it",
-                FastPathWarning,
-                stacklevel=3,
-            )
-        else:
-            table.ms[name] = {
-                k: {str(n): statistics.median(v) * 1e3 for n, v in by_rows.items()} for k, by_rows in passes.items()
-            }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table.to_json(), indent=1))
-    tmp.replace(path)
-    _TABLES[path] = table
-    return table
-
-
-def linear_shape(linear: nn.Linear) -> Shape:
-    return (linear.in_features, linear.out_features, linear.bias is not None)
-
-
-def stacked_shape(group: list[nn.Linear]) -> Shape:
-    """The shape of a group's stacked linear (:mod:`specdec.backends.stacking`): the members' outputs summed."""
-    return (group[0].in_features, sum(m.out_features for m in group), group[0].bias is not None)
 
 
 def auto_packs(model: nn.Module, rule: Callable[[nn.Linear], bool]) -> tuple[Callable[[nn.Linear], bool], str]:
@@ -354,7 +90,7 @@ def auto_packs(model: nn.Module, rule: Callable[[nn.Linear], bool]) -> tuple[Cal
         if id(linear) in stacked:
             return True
         chosen = table.choice(linear_shape(linear))
-        return rule(linear) if chosen is None else chosen == "packed"
+        return rule(linear) if chosen is None else chosen in ("packed", "mkl")
 
     return pack, f"kernels chosen by measurement on this CPU ({table_path(dtype).name}; `specdec doctor` shows it)"
 
@@ -364,14 +100,43 @@ def stock_single_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
     once) whose shape's single row measured faster stock here runs one row stock on a kept plain weight
     (:meth:`~specdec.backends.kernels.PackedLinear.stock_single_rows`), the other row counts packed; the bytes those
     plain weights add. Off: none does (row-invariant numerics need a row's kernel to be the tree's)."""
-    linears = {id(lin): lin for lin in (packed_linear(m) for m in model.modules() if runs_packed(m))}.values()
+    linears = [lin for lin in _packed(model) if not lin.mkl]  # MKL tree rows run a single row stock already
     if not linears:
         return 0, 0
     on = on and measuring()
-    table = kernel_table([linear_shape(lin) for lin in linears], next(iter(linears)).dtype) if on else None
+    table = kernel_table([linear_shape(lin) for lin in linears], linears[0].dtype) if on else None
     chosen = [table is not None and table.single_row_stock(linear_shape(lin)) for lin in linears]
     added = [lin.stock_single_rows(c) for lin, c in zip(linears, chosen, strict=True)]
     return sum(chosen), sum(added)
+
+
+def mkl_tree_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
+    """``(linears, bytes)``: with ``on`` (and :func:`measuring`), every packed linear of ``model`` (a stacked group's
+    once) whose shape measured fastest on MKL tree rows here runs them
+    (:meth:`~specdec.backends.kernels.PackedLinear.mkl_tree_rows`: a single row stock, trees on MKL's packs); the
+    resident bytes of those packs. Off: every one runs oneDNN's packed weight (row-invariant numerics need it)."""
+    linears = _packed(model)
+    if not linears:
+        return 0, 0
+    on = on and measuring() and mkl_offered(linears[0].dtype)
+    table = kernel_table([linear_shape(lin) for lin in linears], linears[0].dtype) if on else None
+    chosen = [table is not None and table.choice(linear_shape(lin)) == "mkl" for lin in linears]
+    held = [lin.mkl_tree_rows(c) for lin, c in zip(linears, chosen, strict=True)]
+    return sum(chosen), sum(held)
+
+
+def row_kernels(model: nn.Module) -> str:
+    """``"+mkl"`` and/or ``"+1stock"`` where some packed linears of ``model`` run tree rows on MKL's packs, or a single
+    row stock beside oneDNN's tree rows; ``""`` where none does (a cost curve's name carries it: the same weights
+    label can run other row kernels)."""
+    linears = _packed(model)
+    single = any(lin.single_row_weight is not None and not lin.mkl for lin in linears)
+    return ("+mkl" if any(lin.mkl for lin in linears) else "") + ("+1stock" if single else "")
+
+
+def _packed(model: nn.Module) -> list[PackedLinear]:
+    """``model``'s packed linears, a stacked group's once."""
+    return list({id(lin): lin for lin in (packed_linear(m) for m in model.modules() if runs_packed(m))}.values())
 
 
 def dtype_cost(model: nn.Module, kernel: str) -> str:
@@ -411,7 +176,8 @@ def model_table(model: nn.Module, refresh: bool = False) -> tuple[KernelTable, l
     table = kernel_table(shapes, linears[0].weight.dtype, refresh=refresh)
     decided = []
     for group in groups:
-        stacked = table.cost(stacked_shape(group), "packed")
+        costs = [table.cost(stacked_shape(group), kernel) for kernel in ("packed", "mkl")]
+        stacked = min((c for c in costs if c is not None), default=None)
         members = [table.cost(linear_shape(m), "stock") for m in group]
         decided.append((group, stacked is not None and None not in members and stacked < (1 - TIE) * sum(members)))
     return table, decided

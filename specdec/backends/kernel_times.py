@@ -1,0 +1,352 @@
+"""Kernel timings on the CPU at hand: each linear shape timed on every candidate kernel, cached per machine.
+
+How a shape is timed (:func:`time_shape`): in a decoding step every weight comes from memory, not from cache, so each
+candidate runs over enough copies of a weight of that shape to exceed :data:`COLD_BYTES`, one call per copy, for
+1 row (a 1-token step) and 8 rows (a draft tree); the candidates and row counts are interleaved pass by pass and a
+call's time is the median pass divided by the copies. The choice minimises ``T(1) + T(8)``: a speculative cycle runs
+one tree forward and vanilla decoding one 1-row step, and both should gain. A difference under :data:`TIE` is noise
+on these machines and keeps the rule's choice. Projections that read one input (``q/k/v``, ``gate/up``) run as one
+stacked GEMM once all are packed (:mod:`specdec.backends.stacking`), so a group is also timed stacked: where the
+stacked packed GEMM beats its members run stock, the whole group is packed (on AMD Zen 3 a lone 576 -> 192 ``k``
+projection runs faster stock, its stacked ``q/k/v`` faster packed).
+
+Cached as JSON under ``cache_dir()/kernels/``, keyed by everything that decides a kernel's speed: the CPU's model name,
+family, model and flags, the torch version, the thread count and the dtype (:func:`machine_key`); another CPU or
+torch never reuses a table. Measuring a SmolLM2 model's shapes takes a few seconds, once.
+
+Switches: ``SPECDEC_KERNELS=rule`` (or a forced ``SPECDEC_CPU_GEMM`` profile) skips measuring and applies the rule;
+``SPECDEC_KERNELS=measure`` measures on every CPU; unset, it measures except on the CPUs whose results rows were
+measured under the rule (:data:`RULE_KEPT`: Zen 4, Zen 5, the Xeon), which keep it until their rows are re-run. A
+measurement that fails or looks broken (a kernel raising, a time of zero, passes spread over more than :data:`NOISY`
+of their median) falls back to the rule for that shape with one :class:`~specdec.backends.kernels.FastPathWarning`
+naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specdec.backends.cpu import cpu_flags, cpu_info, mkl_packing_error, packing_error
+from specdec.backends.kernels import FastPathWarning, PackedLinear
+
+__all__ = [
+    "ATTEMPTS",
+    "BEFORE_MKL",
+    "COLD_BYTES",
+    "KERNELS",
+    "KernelTable",
+    "ROWS",
+    "RULE_KEPT",
+    "TIE",
+    "kernel_table",
+    "linear_shape",
+    "machine_key",
+    "measuring",
+    "mkl_offered",
+    "rule_kept",
+    "sides",
+    "stacked_shape",
+    "table_path",
+    "time_shape",
+]
+
+KERNELS = ("stock", "packed", "mkl")
+#: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
+#: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
+#: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
+ROWS = (1, 8)
+#: Weight bytes each candidate's copies add up to (above the L3 caches of the CPUs met so far: 32 MB).
+COLD_BYTES = 48 << 20
+#: Copies of one shape at most (a tiny model's weights stay cached whatever the count; this bounds the time).
+MAX_COPIES = 128
+#: Relative difference of ``T(1) + T(8)`` below which two candidates tie (the rule decides).
+TIE = 0.05
+#: Interquartile range of the passes, relative to their median, above which a measurement is too noisy to decide.
+NOISY = 0.5
+REPEATS = 7
+#: Seconds of passes per shape below which more passes are run (up to MAX_REPEATS).
+MIN_SECONDS = 0.25
+MAX_REPEATS = 41
+#: Rounds of passes per shape before a noisy measurement is given up (the rule decides that shape).
+ATTEMPTS = 3
+#: Bumped when the method changes (a table measured otherwise is measured again).
+VERSION = 4
+
+Shape = tuple[int, int, bool]  # (in_features, out_features, bias)
+
+
+#: CPUs whose rows on the results page were measured under the rule (:func:`~specdec.backends.kernels.packing_pays`):
+#: ``auto`` keeps the rule on them until that row is measured again with the measured choice, so that a choice made
+#: on one CPU never costs another (``SPECDEC_KERNELS=measure`` measures there too). ``(vendor, family, model)``, a
+#: model of None for every model of the family -> the row.
+RULE_KEPT: dict[tuple[str, str, str | None], str] = {
+    ("AuthenticAMD", "25", "17"): "AMD Zen 4 (docs/results/2026-11-27-amd-f25m17)",
+    ("AuthenticAMD", "26", None): "AMD Zen 5 (docs/results/2026-11-25-cpu-selfdistilled)",
+    ("GenuineIntel", "6", "207"): "Intel Xeon (docs/results/2026-11-26-eagle3-continued)",
+}
+
+
+def rule_kept() -> str | None:
+    """The results-page row this CPU's rule is kept for (:data:`RULE_KEPT`), or None."""
+    return _row(RULE_KEPT)
+
+
+#: CPUs whose results rows were measured with the measured choice before MKL tree rows were a candidate: ``auto``
+#: leaves that candidate out there until the row is measured again with it (``SPECDEC_KERNELS=measure`` offers it).
+BEFORE_MKL: dict[tuple[str, str, str | None], str] = {
+    ("AuthenticAMD", "25", "1"): "AMD Zen 3 (docs/results/2026-11-28-amd-f25m1)",
+}
+
+
+def _row(rows: dict[tuple[str, str, str | None], str]) -> str | None:
+    info = cpu_info()
+    vendor, family, model = info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
+    return rows.get((vendor, family, model)) or rows.get((vendor, family, None))
+
+
+def mkl_offered(dtype: torch.dtype) -> bool:
+    """Whether MKL tree rows (:meth:`~specdec.backends.kernels.PackedLinear.mkl_tree_rows`) are a candidate here:
+    MKL packs ``dtype`` in this build, and this CPU's row is not one of :data:`BEFORE_MKL` (unless measuring is
+    forced)."""
+    forced = os.environ.get("SPECDEC_KERNELS") == "measure"
+    return mkl_packing_error(dtype) is None and (forced or _row(BEFORE_MKL) is None)
+
+
+def measuring() -> bool:
+    """Whether ``weights="auto"`` measures: ``SPECDEC_KERNELS=measure`` or ``rule``; unset (``auto``): measure, except
+    on the CPUs of :data:`RULE_KEPT`. A forced ``SPECDEC_CPU_GEMM`` profile means the rule."""
+    mode = os.environ.get("SPECDEC_KERNELS", "auto")
+    if mode not in ("auto", "measure", "rule"):
+        raise ValueError(f"SPECDEC_KERNELS must be 'auto', 'measure' or 'rule', got {mode!r}")
+    if mode == "rule" or os.environ.get("SPECDEC_CPU_GEMM"):
+        return False
+    return mode == "measure" or rule_kept() is None
+
+
+def machine_key(dtype: torch.dtype) -> dict:
+    """What decides a kernel's speed here: CPU model and flags, torch version, thread count, dtype."""
+    info = cpu_info()
+    return {
+        "cpu": info.get("model name", ""),
+        "family": info.get("cpu family", ""),
+        "model": info.get("model", ""),
+        "flags": sorted(cpu_flags()),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "dtype": str(dtype),
+        "version": VERSION,
+    }
+
+
+def table_path(dtype: torch.dtype) -> Path:
+    """Where this machine's table for ``dtype`` is cached (a hash of :func:`machine_key` names it)."""
+    from specdec.models import cache_dir
+
+    key = machine_key(dtype)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / "kernels" / f"{key['dtype'].removeprefix('torch.')}-{key['threads']}t-{digest}.json"
+
+
+def sides(
+    shape: Shape, dtype: torch.dtype, generator: torch.Generator, cold_bytes: int = COLD_BYTES
+) -> dict[str, list[nn.Module]]:
+    """``{kernel: [copies of a linear of shape]}`` over ``cold_bytes`` of weights (at most :data:`MAX_COPIES`): plain
+    ``nn.Linear`` s and, where oneDNN packs ``dtype`` here, their packed twins (same values); where
+    :func:`mkl_offered`, twins on MKL tree rows too (a single row stock, 8 rows on MKL's 8-row pack)."""
+    n_in, n_out, bias = shape
+    plain = []
+    for _ in range(min(MAX_COPIES, max(1, math.ceil(cold_bytes / (n_in * n_out * dtype.itemsize))))):
+        lin = nn.Linear(n_in, n_out, bias=bias, dtype=dtype)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(n_out, n_in, generator=generator) / math.sqrt(n_in))
+        plain.append(lin)
+    mods = {"stock": plain}
+    if packing_error(dtype) is None:
+        mods["packed"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
+    if "packed" in mods and mkl_offered(dtype):
+        mods["mkl"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
+        for twin in mods["mkl"]:
+            twin.mkl_tree_rows(True)
+    return mods
+
+
+@torch.no_grad()
+def time_shape(
+    mods: dict[str, list[nn.Module]], rows: tuple[int, ...] = ROWS, repeats: int = REPEATS
+) -> dict[str, dict[int, list[float]]]:
+    """Seconds per call of every pass for every (kernel, row count), interleaved pass by pass after a warm-up pass;
+    at least ``repeats`` passes, more where a round of them takes under :data:`MIN_SECONDS` / ``repeats`` (short
+    passes are the noisy ones), at most :data:`MAX_REPEATS`."""
+    first = next(iter(mods.values()))[0]
+    xs = {n: torch.randn(n, first.in_features).to(first.weight.dtype) for n in rows}
+    times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in rows} for k in mods}
+    t0 = time.perf_counter()
+    for layers in mods.values():  # the warm-up round, which also sizes the number of passes
+        for x in xs.values():
+            for layer in layers:
+                layer(x)
+    passes = min(MAX_REPEATS, max(repeats, math.ceil(MIN_SECONDS / max(time.perf_counter() - t0, 1e-6))))
+    for _ in range(passes):
+        for kernel, layers in mods.items():
+            for n, x in xs.items():
+                t0 = time.perf_counter()
+                for layer in layers:
+                    layer(x)
+                times[kernel][n].append((time.perf_counter() - t0) / len(layers))
+    return times
+
+
+def _problem(passes: dict[str, dict[int, list[float]]]) -> str:
+    """Why a shape's passes cannot decide (a time of zero, too noisy), or ``""``."""
+    for kernel, by_rows in passes.items():
+        for n, v in by_rows.items():
+            median = statistics.median(v)
+            if not median > 0:
+                return f"{kernel} timed {median} s for {n} rows"
+            q = statistics.quantiles(v, n=4) if len(v) > 1 else [median, median, median]
+            if (q[2] - q[0]) / median > NOISY:
+                return f"{kernel} passes for {n} rows spread {(q[2] - q[0]) / median:.0%} of their median"
+    return ""
+
+
+@dataclass
+class KernelTable:
+    """Measured milliseconds per call, ``ms[shape][kernel][rows]``, for one machine key and dtype; ``failed[shape]``
+    says why a shape could not be measured (the rule decides it)."""
+
+    key: dict
+    ms: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def name(shape: Shape) -> str:
+        return f"{shape[0]}x{shape[1]}" + ("+bias" if shape[2] else "")
+
+    @staticmethod
+    def shape(name: str) -> Shape:
+        """The inverse of :meth:`name`."""
+        n_in, n_out = (int(p) for p in name.removesuffix("+bias").split("x"))
+        return (n_in, n_out, name.endswith("+bias"))
+
+    def has(self, shape: Shape) -> bool:
+        return self.name(shape) in self.ms or self.name(shape) in self.failed
+
+    def cost(self, shape: Shape, kernel: str) -> float | None:
+        """``T(1) + T(8)`` in ms of ``kernel`` on ``shape`` as ``auto`` runs it (``packed`` with its single row stock
+        where that measured faster: :meth:`single_row_stock`); None where not measured."""
+        by_rows = self.ms.get(self.name(shape), {}).get(kernel)
+        if by_rows is None:
+            return None
+        one = self.ms[self.name(shape)]["stock"]["1"] if kernel == "packed" and self.single_row_stock(shape) else None
+        return sum(one if n == 1 and one is not None else by_rows[str(n)] for n in ROWS)
+
+    def choice(self, shape: Shape) -> str | None:
+        """The kernel with the least ``T(1) + T(8)``; None where the shape failed or stock ties the best (within
+        :data:`TIE`: the rule decides whether to pack); of packed kernels that tie, oneDNN's (one weight less)."""
+        ms = self.ms.get(self.name(shape))
+        if not ms or len(ms) < 2:
+            return next(iter(ms)) if ms else None
+        cost = {kernel: self.cost(shape, kernel) for kernel in ms}
+        best = min(cost, key=cost.get)
+        tied = {kernel for kernel, c in cost.items() if (1 - TIE) * c <= cost[best]}
+        return best if len(tied) == 1 else None if "stock" in tied else "packed"
+
+    def single_row_stock(self, shape: Shape) -> bool:
+        """Whether one row of a packed ``shape`` runs faster stock: its stock ``T(1)`` under ``1 - TIE`` of packed's
+        (both measured)."""
+        ms = self.ms.get(self.name(shape), {})
+        return "stock" in ms and "packed" in ms and ms["stock"]["1"] < (1 - TIE) * ms["packed"]["1"]
+
+    def to_json(self) -> dict:
+        """The measured shapes (failed ones are measured again by the next process)."""
+        return {"key": self.key, "ms": self.ms}
+
+    def rows(self, rule: dict[str, str] | None = None) -> list[str]:
+        """The table as lines: shape, each kernel's ms for 1 and 8 rows, the measured choice (and the rule's)."""
+        lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' 1/8 rows (ms)':>26s}" for k in KERNELS) + "  choice"]
+        for name in sorted({*self.ms, *self.failed}, key=self.shape):
+            ms = self.ms.get(name, {})
+            cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in KERNELS]
+            said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
+            if said == "packed" and self.single_row_stock(self.shape(name)):
+                said += ", 1 row stock"
+            said = "MKL tree rows, 1 row stock" if said == "mkl" else said
+            if rule and name in rule:
+                said += f" (rule: {rule[name]})"
+            lines.append(f"{name:>16s}  " + "  ".join(cells) + f"  {said}")
+        return lines
+
+
+_TABLES: dict[Path, KernelTable] = {}  # this process's tables (failed shapes are not measured twice in a process)
+
+
+def _load(path: Path, key: dict) -> KernelTable:
+    if path in _TABLES and _TABLES[path].key == key:
+        return _TABLES[path]
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") == key:
+            return KernelTable(key, data["ms"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing or damaged: measured again
+    return KernelTable(key)
+
+
+def kernel_table(shapes: list[Shape] | tuple[Shape, ...], dtype: torch.dtype, refresh: bool = False) -> KernelTable:
+    """This machine's table for ``dtype`` with every shape in ``shapes``: read from the cache, the missing shapes
+    measured (warning once for each that fails) and the cache rewritten."""
+    key, path = machine_key(dtype), table_path(dtype)
+    table = KernelTable(key) if refresh else _load(path, key)
+    missing = [s for s in dict.fromkeys(shapes) if not table.has(s)]
+    if not missing:
+        return table
+    generator = torch.Generator().manual_seed(0)
+    for shape in missing:
+        name = KernelTable.name(shape)
+        try:
+            mods = sides(shape, dtype, generator)
+            for _ in range(ATTEMPTS):  # a noisy round (another process woke up) is measured again
+                passes = time_shape(mods)
+                problem = _problem(passes) if len(passes) > 1 else ""  # one candidate: nothing to decide
+                if not problem:
+                    break
+            del mods
+        except RuntimeError as error:  # a kernel raising in this build: the rule decides this shape
+            passes, problem = {}, f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        if problem:
+            table.failed[name] = problem
+            warnings.warn(
+                f"kernel measurement for the {dtype} {name} linear failed ({problem}); the rule decides it",
+                FastPathWarning,
+                stacklevel=3,
+            )
+        else:
+            table.ms[name] = {
+                k: {str(n): statistics.median(v) * 1e3 for n, v in by_rows.items()} for k, by_rows in passes.items()
+            }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table.to_json(), indent=1))
+    tmp.replace(path)
+    _TABLES[path] = table
+    return table
+
+
+def linear_shape(linear: nn.Linear) -> Shape:
+    return (linear.in_features, linear.out_features, linear.bias is not None)
+
+
+def stacked_shape(group: list[nn.Linear]) -> Shape:
+    """The shape of a group's stacked linear (:mod:`specdec.backends.stacking`): the members' outputs summed."""
+    return (group[0].in_features, sum(m.out_features for m in group), group[0].bias is not None)
