@@ -121,9 +121,9 @@ class HFTarget(Target):
         """The ``weights`` choice that reproduces this adapter's weights on modules of :attr:`model` (idempotent):
         ``"auto"`` where it packed a subset (``"packed-vocab"`` by the rule, ``"packed-some"`` as measured: the same
         rule or the cached measurement chooses the same subset again), and where single rows run stock (only ``"auto"``
-        chooses that, and MKL tree rows)."""
+        chooses that)."""
         subset = self.execution.weights in ("packed-vocab", "packed-some")
-        return "auto" if subset or self.execution.single_stock or self.execution.mkl else self.execution.weights
+        return "auto" if subset or self.execution.single_stock else self.execution.weights
 
     def sibling(self, max_len: int) -> HFTarget:
         """Another adapter, with a cache of its own of ``max_len``, over this one's (already prepared) model."""

@@ -236,9 +236,7 @@ def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, mo
 
     def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         wide = mods["stock"][0].out_features == 2 * mods["stock"][0].in_features  # 32x64: gate, up
-        return {
-            k: {n: [1e-3 if (k == "packed") == wide and k != "mkl" else 3e-3] * repeats for n in rows} for k in mods
-        }
+        return {k: {n: [1e-3 if (k == "packed") == wide else 3e-3] * repeats for n in rows} for k in mods}
 
     monkeypatch.setattr(kernel_times, "time_shape", time_shape)
     assert main(["doctor", "--dtypes", "float32", "--model", str(tiny_llama_dir)]) == 0

@@ -243,10 +243,9 @@ def test_a_real_measurement_times_every_candidate(measuring) -> None:
         assert "spread" in table.failed["576x192"] and any("576x192" in str(w.message) for w in seen)
         pytest.skip(f"this CPU was too busy to time the shape: {table.failed['576x192']}")
     ms = table.ms["576x192"]
-    offered = {"mkl"} if measured.mkl_offered(torch.float32) else set()  # MKL tree rows, where this build packs them
-    assert set(ms) == {"stock", "packed", *offered} and all(set(by_rows) == {"1", "8"} for by_rows in ms.values())
+    assert set(ms) == {"stock", "packed"} and all(set(by_rows) == {"1", "8"} for by_rows in ms.values())
     assert all(t > 0 for by_rows in ms.values() for t in by_rows.values())
-    assert table.choice((576, 192, False)) in ("stock", "packed", *offered, None)
+    assert table.choice((576, 192, False)) in ("stock", "packed", None)
     lines = table.rows({"576x192": "packed"})
     assert lines[1].lstrip().startswith("576x192") and "(rule: packed)" in lines[1]
 
@@ -278,7 +277,7 @@ def one_row_stock_faster(monkeypatch) -> None:
 
     def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
         size = mods["stock"][0].in_features * mods["stock"][0].out_features * 1e-9
-        scale = {"stock": {1: 1.0, 8: 6.0}, "packed": {1: 2.0, 8: 2.0}, "mkl": {1: 1.0, 8: 4.0}}
+        scale = {"stock": {1: 1.0, 8: 6.0}, "packed": {1: 2.0, 8: 2.0}}
         return {k: {n: [size * scale[k][n]] * repeats for n in rows} for k in mods}
 
     monkeypatch.setattr(kernel_times, "time_shape", time_shape)
@@ -321,93 +320,3 @@ def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(me
     assert HFTarget(model, max_len=32, invariant=True).execution.single_stock == 0
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")
     assert HFTarget(model, max_len=32).execution.single_stock == 0
-
-
-# ------------------------------------------------------------------------------------------------ MKL tree rows
-needs_mkl = pytest.mark.skipif(
-    cpu.mkl_packing_error(torch.float32) is not None,
-    reason=f"MKL tree rows cannot run here: {cpu.mkl_packing_error(torch.float32)}",
-)
-
-
-@needs_mkl
-def test_a_packed_linear_runs_tree_rows_on_mkl_packs() -> None:
-    """Every row count (padded to a packed count, chunked, stock beyond) gives each row its own linear of its own
-    input: equal to ``F.linear`` up to the grouping of float32 sums, a single row bitwise (it runs stock); the mode
-    survives a deep copy and turns back to oneDNN's weight; it excludes padded single rows and single-row choices."""
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(48, 80)
-    packed = kernels.PackedLinear(linear)
-    assert packed.mkl_tree_rows(True) == len(kernels.MKL_ROWS) * 80 * 48 * 4 and packed.packed is None
-    assert torch.equal(packed.weight, linear.weight)  # the plain weight is kept: MKL's packs need it
-    for n in (1, 2, 7, 8, 9, 16, 17, 40, kernels.MKL_CHUNKED, kernels.MKL_CHUNKED + 1, 200):
-        x = torch.randn(n, 48)
-        ref = torch.nn.functional.linear(x, linear.weight, linear.bias)
-        assert torch.allclose(packed(x), ref, rtol=1e-5, atol=1e-5), n
-    one = torch.randn(1, 1, 48)
-    assert torch.equal(packed(one), torch.nn.functional.linear(one, linear.weight, linear.bias))
-    rows = torch.randn(2, 5, 48)
-    assert packed(rows).shape == (2, 5, 80)
-    other = rows.clone()
-    other[1] += 1.0  # another row's input changes nothing in this one's output (same packed row count)
-    assert torch.equal(packed(other)[0], packed(rows)[0]) and not torch.equal(packed(other)[1], packed(rows)[1])
-    clone = copy.deepcopy(packed)
-    assert clone.mkl and torch.equal(clone(rows), packed(rows))
-    with pytest.raises(ValueError, match="MKL tree rows"):
-        packed.stock_single_rows(False)
-    assert packed.mkl_tree_rows(False) == 0 and not packed.mkl and packed.single_row_weight is None
-    assert torch.allclose(packed(rows), linear(rows), rtol=1e-5, atol=1e-5)  # oneDNN's packed weight again
-    packed.pad_single_row = True
-    with pytest.raises(ValueError, match="row-invariant"):
-        packed.mkl_tree_rows(True)
-
-
-def mkl_faster(monkeypatch) -> None:
-    """Planted: MKL tree rows win ``T(1) + T(8)`` (stock's single row, the cheapest 8 rows), the form measured on an
-    Intel Xeon (family 6 model 106): 576 x 576 for 1 / 8 rows 0.074 / 0.310 ms stock, 0.129 / 0.133 oneDNN-packed,
-    0.070 / 0.083 on MKL's 8-row pack."""
-
-    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
-        size = mods["stock"][0].in_features * mods["stock"][0].out_features * 1e-9
-        scale = {"stock": {1: 1.0, 8: 4.0}, "packed": {1: 2.0, 8: 2.0}, "mkl": {1: 1.0, 8: 1.0}}
-        return {k: {n: [size * scale[k][n]] * repeats for n in rows} for k in mods}
-
-    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
-
-
-@needs_mkl
-def test_auto_runs_tree_rows_on_mkl_where_measured_faster_and_decodes_exactly(measuring, monkeypatch) -> None:
-    """Where MKL tree rows measured fastest, every linear runs them (a stacked group's GEMM too): greedy output = HF
-    ``generate``'s and the sampled law through the loop = the target's (with its negative control). Not where
-    weights are asked for by name, the numerics must be row-invariant, measuring is off, or this CPU's results row
-    was measured before the candidate existed (AMD Zen 3)."""
-    mkl_faster(monkeypatch)
-    model = exactness_model()
-    target = HFTarget(model, max_len=64)
-    ex = target.execution
-    assert ex.weights == "packed" and ex.mkl == 1 + 2 * 4 and ex.single_stock == 0  # lm_head; q/k/v, o, gate/up, down
-    assert ex.mkl_bytes > 0 and "tree rows on MKL's packs" in ex.describe()
-    assert "MKL tree rows, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
-    assert_decodes_exactly(model, target)
-    assert target.weights_choice == "auto" and target.sibling(max_len=32).execution.mkl == ex.mkl
-    by_name = HFTarget(model, max_len=32, weights="packed")
-    assert by_name.execution.mkl == 0 and by_name.execution.weights == ex.weights
-    assert curve_path(target.model, target.device).name.endswith("-packed+mkl.json")  # not the oneDNN rows' curve
-    assert curve_path(by_name.model, by_name.device).name.endswith("-packed.json")
-    assert HFTarget(model, max_len=32, invariant=True).execution.mkl == 0
-    zen3 = {**cpu.cpu_info(), "vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1"}
-    monkeypatch.setattr(kernel_times, "cpu_info", lambda: zen3)
-    monkeypatch.setenv("SPECDEC_KERNELS", "auto")
-    assert not measured.mkl_offered(torch.float32) and HFTarget(model, max_len=32).execution.mkl == 0
-    monkeypatch.setenv("SPECDEC_KERNELS", "rule")
-    assert HFTarget(model, max_len=32).execution.mkl == 0
-
-
-def test_no_mkl_in_the_build_leaves_the_candidate_out(measuring, monkeypatch) -> None:
-    """A torch build or CPU where MKL cannot pack: the candidate is not timed, nothing runs on it."""
-    monkeypatch.setattr(cpu, "_mkl_trial", lambda: "no MKL here")
-    mkl_faster(monkeypatch)
-    assert "no MKL here" in cpu.mkl_packing_error(torch.float32) and not measured.mkl_offered(torch.float32)
-    target = HFTarget(exactness_model(), max_len=32)
-    assert target.execution.mkl == 0 and target.execution.weights == "packed"
-    assert "mkl" not in measured.sides((16, 6, False), torch.float32, torch.Generator())

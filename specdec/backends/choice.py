@@ -2,17 +2,20 @@
 
 * ``weights``: ``"stock"`` (as loaded), ``"packed"`` (linears prepacked for oneDNN: exact, float32 or bfloat16 CPU),
   ``"int8"`` (int8 linears: drafts only, never a target, since it approximates), or ``"auto"``: for a target, each
-  linear on the kernel that measured fastest for its shape on this CPU (stock, oneDNN-packed, or MKL's packs for tree
-  rows: :mod:`specdec.backends.measured`; measuring off, the rule of :func:`~specdec.backends.kernels.packing_pays`),
-  int8 for a draft, stock where neither applies (not a CPU, not float32 or bfloat16, bfloat16 without native
-  instructions or where oneDNN cannot pack it, no oneDNN in this torch build; the reason is reported).
+  linear packed where the packed kernel measured faster than the stock one for its shape on this CPU
+  (:mod:`specdec.backends.measured`; with measuring switched off, the rule of
+  :func:`~specdec.backends.kernels.packing_pays`), int8 for a draft, stock where neither applies (not a CPU, not
+  float32 or bfloat16, bfloat16 without native instructions or where oneDNN cannot pack it, no oneDNN in this torch
+  build; the reason is reported).
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
   itself); ``"aot"`` (CPU) runs the same static forward from the model's ahead-of-time package
   (:mod:`specdec.backends.aot`: built once per machine, loaded in seconds by later processes); ``False`` runs eagerly;
   ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path exists for; on a CPU, from the
   model's package where this machine has one, else off: compiling there takes minutes (per bucket in every process
-  under ``torch.compile``, once per machine for a package), though every method ran faster there (results page).
+  under ``torch.compile``, once per machine for a package), though every method ran faster on static shapes (plain
+  decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path: frozen, tuned GEMMs, the draft head eager on
+  int8; AMD Zen 3, results page).
 
 :func:`prepare_model` applies both to a *copy* of the caller's model that shares its tensors
 (:func:`~specdec.backends.kernels.shared_copy`), so the caller's model object is never changed; ``in_place=True``
@@ -47,7 +50,7 @@ from specdec.backends.kernels import (
     shared_copy,
     unpack_linears,
 )
-from specdec.backends.measured import auto_packs, dtype_cost, measuring, mkl_tree_rows, stock_single_rows
+from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.stacking import stack_projections, unstack_projections
@@ -95,8 +98,8 @@ class Execution:
         stacked: groups of projections run as one GEMM (``q/k/v``, ``gate/up``: :mod:`specdec.backends.stacking`).
         padded: with ``invariant``, packed linears that pad a single row to two (where this CPU's kernel needs it,
             :func:`~specdec.backends.row_probe.single_row_padding`).
-        single_stock, mkl: packed linears running a single row stock, and on MKL tree rows, as measured faster here
-            (:mod:`specdec.backends.measured`); single_stock_bytes, mkl_bytes: the plain weights, the packs they keep.
+        single_stock: packed linears that run a single row stock, as measured faster here
+            (:func:`~specdec.backends.measured.stock_single_rows`); single_stock_bytes: the plain weights they keep.
     """
 
     weights: str
@@ -112,8 +115,6 @@ class Execution:
     aot: bool = False
     single_stock: int = 0
     single_stock_bytes: int = 0
-    mkl: int = 0
-    mkl_bytes: int = 0
 
     @property
     def static_shapes(self) -> StaticShapes:
@@ -146,8 +147,6 @@ class Execution:
         if self.single_stock:
             mb = self.single_stock_bytes / 2**20
             weights += f", {self.single_stock} of them running a single row stock (plain weights kept: {mb:.0f} MB)"
-        if self.mkl:
-            weights += f", {self.mkl} running tree rows on MKL's packs ({self.mkl_bytes / 2**20:.0f} MB)"
         numerics = f", row-invariant numerics (float64 attention and KV cache{padded})" if self.invariant else ""
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
@@ -307,8 +306,7 @@ def apply(
         on, padded = False, set_row_padding(model, False)
         reason = f"row-invariant numerics off: {error}; greedy output may differ from vanilla's at near-ties"
         _warn(warn, "row-invariant numerics off", str(error))
-    mkl = mkl_tree_rows(model, on=weights == "auto" and not on)  # a row's kernel is the tree's where on
-    single = stock_single_rows(model, on=weights == "auto" and not on)
+    single = stock_single_rows(model, on=weights == "auto" and not on)  # a row's kernel is the tree's where on
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
@@ -321,8 +319,6 @@ def apply(
         padded=padded,
         single_stock=single[0],
         single_stock_bytes=single[1],
-        mkl=mkl[0],
-        mkl_bytes=mkl[1],
     )
 
 

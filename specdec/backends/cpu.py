@@ -19,7 +19,6 @@ __all__ = [
     "cpu_info",
     "cpu_name",
     "machine_summary",
-    "mkl_packing_error",
     "onednn_missing",
     "packing_error",
     "slow_dtype_reason",
@@ -138,28 +137,6 @@ def onednn_missing() -> str | None:
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return None
     return "this torch build has no oneDNN (mkldnn) linear kernels"
-
-
-@functools.cache
-def _mkl_trial() -> str | None:
-    """MKL's own refusal when asked to pack and run a small float32 linear here, or None where it runs."""
-    try:
-        x, eye = torch.arange(32.0).reshape(2, 16), torch.eye(16)
-        y = torch.ops.mkl._mkl_linear(x, torch.ops.mkl._mkl_reorder_linear_weight(eye, 2), eye, None, 2)
-    except (RuntimeError, AttributeError) as error:
-        return str(error).strip().splitlines()[0]
-    return None if torch.equal(y, x) else "its packed product of a small exact case is wrong"
-
-
-def mkl_packing_error(dtype: torch.dtype) -> str | None:
-    """Why MKL's packed GEMM (``cblas_sgemm_pack``, torch's ``mkl._mkl_linear``) cannot run ``dtype`` linears here,
-    or None where it can: float32 only (torch exposes MKL's packed sgemm, not its bfloat16 one), tried once."""
-    if dtype != torch.float32:
-        return f"MKL's packed GEMM runs float32 here, not {dtype}"
-    if not torch._C.has_mkl:
-        return "this torch build has no MKL"
-    error = _mkl_trial()
-    return None if error is None else f"MKL cannot pack float32 linears on this CPU ({error})"
 
 
 def packing_error(dtype: torch.dtype) -> str | None:

@@ -37,12 +37,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.backends.cpu import cpu_flags, cpu_info, mkl_packing_error, packing_error
+from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
 from specdec.backends.kernels import FastPathWarning, PackedLinear
 
 __all__ = [
     "ATTEMPTS",
-    "BEFORE_MKL",
     "COLD_BYTES",
     "KERNELS",
     "KernelTable",
@@ -53,7 +52,6 @@ __all__ = [
     "linear_shape",
     "machine_key",
     "measuring",
-    "mkl_offered",
     "rule_kept",
     "sides",
     "stacked_shape",
@@ -61,7 +59,7 @@ __all__ = [
     "time_shape",
 ]
 
-KERNELS = ("stock", "packed", "mkl")
+KERNELS = ("stock", "packed")
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -81,7 +79,7 @@ MAX_REPEATS = 41
 #: Rounds of passes per shape before a noisy measurement is given up (the rule decides that shape).
 ATTEMPTS = 3
 #: Bumped when the method changes (a table measured otherwise is measured again).
-VERSION = 4
+VERSION = 3
 
 Shape = tuple[int, int, bool]  # (in_features, out_features, bias)
 
@@ -102,25 +100,10 @@ def rule_kept() -> str | None:
     return _row(RULE_KEPT)
 
 
-#: CPUs whose results rows were measured with the measured choice before MKL tree rows were a candidate: ``auto``
-#: leaves that candidate out there until the row is measured again with it (``SPECDEC_KERNELS=measure`` offers it).
-BEFORE_MKL: dict[tuple[str, str, str | None], str] = {
-    ("AuthenticAMD", "25", "1"): "AMD Zen 3 (docs/results/2026-11-28-amd-f25m1)",
-}
-
-
 def _row(rows: dict[tuple[str, str, str | None], str]) -> str | None:
     info = cpu_info()
     vendor, family, model = info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
     return rows.get((vendor, family, model)) or rows.get((vendor, family, None))
-
-
-def mkl_offered(dtype: torch.dtype) -> bool:
-    """Whether MKL tree rows (:meth:`~specdec.backends.kernels.PackedLinear.mkl_tree_rows`) are a candidate here:
-    MKL packs ``dtype`` in this build, and this CPU's row is not one of :data:`BEFORE_MKL` (unless measuring is
-    forced)."""
-    forced = os.environ.get("SPECDEC_KERNELS") == "measure"
-    return mkl_packing_error(dtype) is None and (forced or _row(BEFORE_MKL) is None)
 
 
 def measuring() -> bool:
@@ -162,8 +145,7 @@ def sides(
     shape: Shape, dtype: torch.dtype, generator: torch.Generator, cold_bytes: int = COLD_BYTES
 ) -> dict[str, list[nn.Module]]:
     """``{kernel: [copies of a linear of shape]}`` over ``cold_bytes`` of weights (at most :data:`MAX_COPIES`): plain
-    ``nn.Linear`` s and, where oneDNN packs ``dtype`` here, their packed twins (same values); where
-    :func:`mkl_offered`, twins on MKL tree rows too (a single row stock, 8 rows on MKL's 8-row pack)."""
+    ``nn.Linear`` s and, where oneDNN packs ``dtype`` here, their packed twins (same values)."""
     n_in, n_out, bias = shape
     plain = []
     for _ in range(min(MAX_COPIES, max(1, math.ceil(cold_bytes / (n_in * n_out * dtype.itemsize))))):
@@ -174,10 +156,6 @@ def sides(
     mods = {"stock": plain}
     if packing_error(dtype) is None:
         mods["packed"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
-    if "packed" in mods and mkl_offered(dtype):
-        mods["mkl"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
-        for twin in mods["mkl"]:
-            twin.mkl_tree_rows(True)
     return mods
 
 
@@ -252,15 +230,14 @@ class KernelTable:
         return sum(one if n == 1 and one is not None else by_rows[str(n)] for n in ROWS)
 
     def choice(self, shape: Shape) -> str | None:
-        """The kernel with the least ``T(1) + T(8)``; None where the shape failed or stock ties the best (within
-        :data:`TIE`: the rule decides whether to pack); of packed kernels that tie, oneDNN's (one weight less)."""
+        """The kernel with the least ``T(1) + T(8)`` (:meth:`cost`); None where the shape failed, has one candidate
+        or the two tie (within :data:`TIE`: the rule decides)."""
         ms = self.ms.get(self.name(shape))
         if not ms or len(ms) < 2:
             return next(iter(ms)) if ms else None
         cost = {kernel: self.cost(shape, kernel) for kernel in ms}
         best = min(cost, key=cost.get)
-        tied = {kernel for kernel, c in cost.items() if (1 - TIE) * c <= cost[best]}
-        return best if len(tied) == 1 else None if "stock" in tied else "packed"
+        return best if min(cost.values()) < (1 - TIE) * max(cost.values()) else None
 
     def single_row_stock(self, shape: Shape) -> bool:
         """Whether one row of a packed ``shape`` runs faster stock: its stock ``T(1)`` under ``1 - TIE`` of packed's
@@ -281,7 +258,6 @@ class KernelTable:
             said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
             if said == "packed" and self.single_row_stock(self.shape(name)):
                 said += ", 1 row stock"
-            said = "MKL tree rows, 1 row stock" if said == "mkl" else said
             if rule and name in rule:
                 said += f" (rule: {rule[name]})"
             lines.append(f"{name:>16s}  " + "  ".join(cells) + f"  {said}")

@@ -1,5 +1,4 @@
-"""Weight kernels for the CPU: linears prepacked for oneDNN (float32 or bfloat16) or MKL (float32 tree rows), and int8
-linears (drafts only).
+"""Weight kernels for the CPU: linears prepacked for oneDNN (exact; float32 or bfloat16) and int8 linears (drafts only).
 
 Both are module swaps on a model, never a second forward: :func:`pack_linears` puts :class:`PackedLinear` in place of
 plain ``nn.Linear`` s; :func:`packed_copy` makes a copy of a draft head whose linears are packed or int8 while every
@@ -43,8 +42,6 @@ __all__ = [
     "each_child",
     "FastPathWarning",
     "Int8Linear",
-    "MKL_CHUNKED",
-    "MKL_ROWS",
     "PackedLinear",
     "VOCAB_ROWS",
     "pack_linears",
@@ -59,14 +56,6 @@ __all__ = [
     "swap_module",
     "unpack_linears",
 ]
-
-
-#: Row counts MKL tree rows are packed for (:meth:`PackedLinear.mkl_tree_rows`), one weight's memory each: 2-8 rows
-#: run the 8-row pack, 9-16 the 16-row one (measured: docs/results/2026-11-29-mkl-rows-intel-f6m106).
-MKL_ROWS: tuple[int, ...] = (8, 16)
-MKL_CHUNKED = 64  #: rows up to which MKL tree rows run in chunks of the largest pack; stock above (a prefill)
-_PACKED_ROWS = {n: min(r for r in MKL_ROWS if r >= n) for n in range(1, MKL_ROWS[-1] + 1)}  # rows -> the pack
-_ZEROS: dict[int, torch.Tensor] = {}  # float32 zero rows by width, read only (MKL tree rows' padding)
 
 
 class FastPathWarning(UserWarning):
@@ -87,11 +76,6 @@ class PackedLinear(nn.Module):
     whole bfloat16 ulp, often enough to change a greedy token). Padded to two rows, a single row runs the GEMM kernel
     too. Which shapes need it is probed on the running CPU (:func:`~specdec.backends.row_probe.single_row_padding`).
 
-    MKL tree rows (:meth:`mkl_tree_rows`, float32): MKL's packed sgemm in place of oneDNN's weight, packed per row
-    count of :data:`MKL_ROWS` (a pack serves one row count: rows are padded with zero rows, whose outputs are dropped),
-    a single row stock (MKL's GEMV). Each row's output is its own sums over its own input, up to their grouping, as
-    between any two kernels (not row-invariant: never with padded single rows).
-
     Args:
         linear: the ``nn.Linear`` to replace.
         keep_weight: keep ``linear.weight`` as this module's parameter (set when the weight is shared with another
@@ -111,16 +95,11 @@ class PackedLinear(nn.Module):
         self.pad_single_row = False  # row-invariant numerics (set_row_padding)
         #: The plain ``[out, in]`` weight a single row runs on stock (:meth:`stock_single_rows`), or None.
         self.single_row_weight: torch.Tensor | None = None
-        #: MKL's packed weights by the row count each is packed for (:meth:`mkl_tree_rows`); empty: oneDNN's.
-        self.mkl: dict[int, torch.Tensor] = {}
 
     @property
     def weight(self) -> torch.Tensor:
-        """The plain ``[out, in]`` weight (the kept parameter, MKL mode's plain weight, or a dense copy of the packed
-        one)."""
-        if self._weight is not None:
-            return self._weight
-        return self.single_row_weight if self.mkl else self.packed.to_dense()
+        """The plain ``[out, in]`` weight (the kept parameter, or a fresh dense copy of the packed one)."""
+        return self._weight if self._weight is not None else self.packed.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.dtype or not x.is_cpu:
@@ -143,8 +122,6 @@ class PackedLinear(nn.Module):
         (:attr:`pad_single_row` and this exclude each other)."""
         if on and self.pad_single_row:
             raise ValueError("a single row runs padded (row-invariant numerics) or stock, not both")
-        if self.mkl:
-            raise ValueError("with MKL tree rows a single row runs stock: turn them off first (mkl_tree_rows)")
         if not on:
             self.single_row_weight = None
             return 0
@@ -153,49 +130,14 @@ class PackedLinear(nn.Module):
         return 0 if self._weight is not None else self.single_row_weight.nbytes  # a kept weight is shared, not copied
 
     def gemm(self, x: torch.Tensor) -> torch.Tensor:
-        """The packed GEMM on ``x [..., in_features]`` as it is (no single-row padding, no checks)."""
-        if self.mkl:
-            return self._mkl_gemm(x)
+        """The packed GEMM on ``x [..., in_features]`` as it is (no row padding, no checks)."""
         # one op: the kernel flattens [..., in_features] to rows and gives the output back in x's leading shape
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-
-    def mkl_tree_rows(self, on: bool) -> int:
-        """Run rows on MKL's packed sgemm (float32; the class docstring), or back on oneDNN's packed weight; returns
-        the bytes of MKL's packs (a weight's size each), 0 when off. The plain weight stays while on."""
-        if on and self.pad_single_row:
-            raise ValueError("MKL tree rows are not row-invariant: not with padded single rows")
-        if on and not self.mkl:
-            plain = self.weight.detach().contiguous()
-            self.mkl = {rows: torch.ops.mkl._mkl_reorder_linear_weight(plain, rows) for rows in MKL_ROWS}
-            self.single_row_weight, self.packed = plain, None
-        elif not on and self.mkl:
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 16)
-            self.mkl, self.single_row_weight = {}, None
-        return len(self.mkl) * self.in_features * self.out_features * self.dtype.itemsize
-
-    def _mkl_gemm(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [..., in_features]`` on MKL's packs (zero rows padded to the next packed count, their outputs dropped;
-        chunks of the largest beyond it; stock beyond :data:`MKL_CHUNKED`). Few ops: each costs microseconds."""
-        n = x.numel() // self.in_features
-        packed_rows = _PACKED_ROWS.get(n)
-        if packed_rows is None:  # more rows than the largest pack
-            if n > MKL_CHUNKED:
-                return F.linear(x, self.single_row_weight, self.bias)
-            parts = [self._mkl_gemm(chunk) for chunk in x.reshape(n, self.in_features).split(MKL_ROWS[-1])]
-            return torch.cat(parts).view(*x.shape[:-1], self.out_features)
-        rows = x.reshape(n, self.in_features)
-        if n < packed_rows:  # (a cat: MKL ran F.pad's output 1.4x slower, Intel Xeon family 6 model 106)
-            zeros = _ZEROS.get(self.in_features)
-            if zeros is None:
-                zeros = _ZEROS[self.in_features] = torch.zeros(MKL_ROWS[-1], self.in_features)
-            rows = torch.cat((rows, zeros[: packed_rows - n]))
-        y = torch.ops.mkl._mkl_linear(rows, self.mkl[packed_rows], self.single_row_weight, self.bias, packed_rows)
-        return (y[:n] if n < packed_rows else y).view(*x.shape[:-1], self.out_features)
 
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` with the same weight and bias (the kept parameter itself when there is one)."""
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.dtype)
-        lin.weight = self._weight if self._weight is not None else nn.Parameter(self.weight.detach())
+        lin.weight = self._weight if self._weight is not None else nn.Parameter(self.packed.to_dense())
         if self.bias is not None:
             lin.bias = nn.Parameter(self.bias.detach())
         return lin
@@ -206,10 +148,7 @@ class PackedLinear(nn.Module):
         linear = copy.deepcopy(self.to_linear(), memo)
         clone = PackedLinear(linear, keep_weight=self._weight is not None)
         clone.pad_single_row = self.pad_single_row
-        if self.mkl:
-            clone.mkl_tree_rows(True)
-        else:
-            clone.stock_single_rows(self.single_row_weight is not None)
+        clone.stock_single_rows(self.single_row_weight is not None)
         for attr in _HOOK_DICTS:
             setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
         clone.train(self.training)

@@ -3,9 +3,11 @@
 ``weights="auto"`` packs a linear where the packed kernel measured faster *on this machine*, instead of a rule
 written for one vendor (:func:`~specdec.backends.kernels.packing_pays`, which stays the choice where measuring is
 switched off). The candidates per shape are the kernels a target can run exactly: ``stock`` (``F.linear``: MKL's
-sgemm for float32, whatever this torch build runs for bfloat16), ``packed`` (:class:`~specdec.backends.kernels.
-PackedLinear`, where oneDNN can pack the dtype here) and ``mkl`` (below). All give a row the same values up to the
-grouping of its sums; the row-invariant numerics probe whichever runs (:mod:`~specdec.backends.row_probe`).
+sgemm for float32, whatever this torch build runs for bfloat16) and ``packed`` (:class:`~specdec.backends.kernels.
+PackedLinear`, where oneDNN can pack the dtype here). Both give a row the same values up to the grouping of its sums;
+the row-invariant numerics probe whichever runs (:mod:`~specdec.backends.row_probe`). A third candidate, MKL's packed
+sgemm for tree rows, ran a tree forward of 8 rows 0.84-0.91x as long but paid nothing end to end for its memory
+(docs/results/2026-11-29-mkl-rows-intel-f6m106): taken out.
 
 One row stock, the rest packed (:func:`stock_single_rows`): where a packed shape's single row measured faster stock
 (by more than :data:`~specdec.backends.kernel_times.TIE`), the packed linear keeps a plain copy of its weight and runs
@@ -13,12 +15,6 @@ a 1-token step's row stock, larger row counts packed (Intel Xeon family 6 model 
 packed shape's single row; the eager 1-token step 0.79-0.85x, 304 MB of plain float32 weights for SmolLM2:
 docs/results/2026-11-29-intel-f6m106). Only under ``weights="auto"`` and without row-invariant numerics (a row's
 kernel must then be the tree's).
-
-MKL tree rows (:func:`mkl_tree_rows`, float32, the third candidate ``mkl``): a single row stock and trees on MKL's
-packed sgemm, packed once per row count of :data:`~specdec.backends.kernels.MKL_ROWS` in place of oneDNN's weight
-(:meth:`~specdec.backends.kernels.PackedLinear.mkl_tree_rows`). Chosen per shape like the others, and off with
-row-invariant numerics. Not offered on the CPUs of :data:`~specdec.backends.kernel_times.BEFORE_MKL` until their
-rows are measured with it.
 
 The timing, the table and its cache, and which CPUs measure: :mod:`specdec.backends.kernel_times`.
 """
@@ -41,7 +37,6 @@ from specdec.backends.kernel_times import (
     linear_shape,
     machine_key,
     measuring,
-    mkl_offered,
     rule_kept,
     sides,
     stacked_shape,
@@ -63,8 +58,6 @@ __all__ = [  # the timing names are kernel_times', here too for the callers that
     "stacked_shape",
     "machine_key",
     "measuring",
-    "mkl_offered",
-    "mkl_tree_rows",
     "row_kernels",
     "rule_kept",
     "RULE_KEPT",
@@ -90,7 +83,7 @@ def auto_packs(model: nn.Module, rule: Callable[[nn.Linear], bool]) -> tuple[Cal
         if id(linear) in stacked:
             return True
         chosen = table.choice(linear_shape(linear))
-        return rule(linear) if chosen is None else chosen in ("packed", "mkl")
+        return rule(linear) if chosen is None else chosen == "packed"
 
     return pack, f"kernels chosen by measurement on this CPU ({table_path(dtype).name}; `specdec doctor` shows it)"
 
@@ -100,7 +93,7 @@ def stock_single_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
     once) whose shape's single row measured faster stock here runs one row stock on a kept plain weight
     (:meth:`~specdec.backends.kernels.PackedLinear.stock_single_rows`), the other row counts packed; the bytes those
     plain weights add. Off: none does (row-invariant numerics need a row's kernel to be the tree's)."""
-    linears = [lin for lin in _packed(model) if not lin.mkl]  # MKL tree rows run a single row stock already
+    linears = _packed(model)
     if not linears:
         return 0, 0
     on = on and measuring()
@@ -110,28 +103,10 @@ def stock_single_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
     return sum(chosen), sum(added)
 
 
-def mkl_tree_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
-    """``(linears, bytes)``: with ``on`` (and :func:`measuring`), every packed linear of ``model`` (a stacked group's
-    once) whose shape measured fastest on MKL tree rows here runs them
-    (:meth:`~specdec.backends.kernels.PackedLinear.mkl_tree_rows`: a single row stock, trees on MKL's packs); the
-    resident bytes of those packs. Off: every one runs oneDNN's packed weight (row-invariant numerics need it)."""
-    linears = _packed(model)
-    if not linears:
-        return 0, 0
-    on = on and measuring() and mkl_offered(linears[0].dtype)
-    table = kernel_table([linear_shape(lin) for lin in linears], linears[0].dtype) if on else None
-    chosen = [table is not None and table.choice(linear_shape(lin)) == "mkl" for lin in linears]
-    held = [lin.mkl_tree_rows(c) for lin, c in zip(linears, chosen, strict=True)]
-    return sum(chosen), sum(held)
-
-
 def row_kernels(model: nn.Module) -> str:
-    """``"+mkl"`` and/or ``"+1stock"`` where some packed linears of ``model`` run tree rows on MKL's packs, or a single
-    row stock beside oneDNN's tree rows; ``""`` where none does (a cost curve's name carries it: the same weights
-    label can run other row kernels)."""
-    linears = _packed(model)
-    single = any(lin.single_row_weight is not None and not lin.mkl for lin in linears)
-    return ("+mkl" if any(lin.mkl for lin in linears) else "") + ("+1stock" if single else "")
+    """``"+1stock"`` where some packed linears of ``model`` run a single row stock, else ``""`` (a cost curve's name
+    carries it: the same weights label runs a 1-token step on other kernels)."""
+    return "+1stock" if any(lin.single_row_weight is not None for lin in _packed(model)) else ""
 
 
 def _packed(model: nn.Module) -> list[PackedLinear]:
@@ -176,8 +151,7 @@ def model_table(model: nn.Module, refresh: bool = False) -> tuple[KernelTable, l
     table = kernel_table(shapes, linears[0].weight.dtype, refresh=refresh)
     decided = []
     for group in groups:
-        costs = [table.cost(stacked_shape(group), kernel) for kernel in ("packed", "mkl")]
-        stacked = min((c for c in costs if c is not None), default=None)
+        stacked = table.cost(stacked_shape(group), "packed")
         members = [table.cost(linear_shape(m), "stock") for m in group]
         decided.append((group, stacked is not None and None not in members and stacked < (1 - TIE) * sum(members)))
     return table, decided

@@ -1,5 +1,6 @@
 """MKL tree rows against oneDNN tree rows, A/B in one process: the eager fast path's forwards of 1-16 rows.
 
+    git checkout 150ff41  # MKL tree rows existed there only (taken out in the next commit)
     python docs/results/2026-11-29-mkl-rows-intel-f6m106/mkl_rows.py
 
 SmolLM2 (float32, 2 threads) under ``weights="auto"`` on this CPU's measured table; the same model toggled between
