@@ -132,21 +132,25 @@ def tree_and_paths(vocab: int, seed: int) -> tuple[DraftTree, list[list[int]]]:
 
 
 @torch.no_grad()
-def rows_match_steps(model: nn.Module, invariant, seed: int = 0, context: int = 40) -> list[bool]:
-    """For every node of a branching tree: is its tree-forward logits row bitwise its path's 1-token-step logits?"""
+def rows_match_steps(
+    model: nn.Module, invariant, seed: int = 0, context: int = 40, target: HFTarget | None = None
+) -> list[bool]:
+    """For every node of a branching tree: is its tree-forward logits row bitwise its path's 1-token-step logits?
+
+    One target serves both sides (``target``, or one built here): the tree forward over the prompt, then each path's
+    1-token steps from the prompt again (a step writes where the tree's rows were and sees only the prompt and its own
+    path, as a step after a rejected tree does)."""
     # weights="packed": invariant numerics need every linear packed, which auto does not choose on every CPU
-    tree_side = HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
-    steps = HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
-    prompt = torch.randint(0, tree_side.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
-    tree, paths = tree_and_paths(tree_side.vocab_size, seed)
-    tree_side.prefill(prompt)
-    rows = tree_side.forward_tree(tree).logits
-    steps.prefill(prompt)
+    target = target or HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
+    prompt = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
+    tree, paths = tree_and_paths(target.vocab_size, seed)
+    target.prefill(prompt)
+    rows = target.forward_tree(tree).logits.clone()
     same = []
     for i, path in enumerate(paths):
-        steps.length = context
+        target.length = context
         for token in path:
-            logits = steps.decode_one(torch.tensor(token)).logits
+            logits = target.decode_one(torch.tensor(token)).logits
         same.append(torch.equal(logits[0], rows[i]))
     return same
 
@@ -160,9 +164,10 @@ def smollm2(dtype: torch.dtype):
 def test_smollm2_bfloat16_tree_rows_are_bitwise_single_steps() -> None:
     skip_unless_packs(torch.bfloat16)  # the float32 form: the next test
     model, _ = smollm2(torch.bfloat16)
+    target = HFTarget(model, max_len=505 + 16, weights="packed", invariant=True)  # one for every context
     # 505 + 1 keys in a step, 505 + 9 in the tree: SDPA's CPU kernel splits the keys into blocks of 512
     for context in (40, 186, 505):
-        assert all(rows_match_steps(model, True, context=context)), f"context {context}"
+        assert all(rows_match_steps(model, True, context=context, target=target)), f"context {context}"
     # negative control: the same comparison without the invariant numerics fails (the test can fail)
     assert not all(rows_match_steps(model, False))
 

@@ -105,6 +105,7 @@ def test_the_issues_case_is_never_a_plain_pass() -> None:
     assert "SharedCoinsVerifier" in good.summary() and "coverage per run" in good.summary()
 
 
+@pytest.mark.heavy  # 16 s on an Intel Xeon (family 6 model 106): CI's second step; the quick suite keeps the power rows
 def test_cache_compaction_needs_a_later_cycle() -> None:
     """IndexOrderCompactionTarget shows only in a cycle after one that accepted a later sibling: no power on 3
     tokens (with the hint to compare more), caught exactly on 4."""
@@ -115,6 +116,7 @@ def test_cache_compaction_needs_a_later_cycle() -> None:
     assert four.power.powerless == [] and four.verdict == "pass"
 
 
+@pytest.mark.heavy  # 12 s there; exact mode's controls run in the quick suite (test_new_controls_are_caught_exactly)
 def test_sampled_mode_runs_each_control_through_the_loop() -> None:
     model = _model()
     decoder = _pipeline(model, policy=StochasticTreePolicy([[0], [1], [0, 0]]))
