@@ -64,9 +64,9 @@ __all__ = [
 ]
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
-#: Bumped when a path's costs change in a way its cache file's name does not tell (2: the float64 invariant attention),
-#: so that curves measured by older code are measured again.
-CURVE_VERSION = 2
+#: Bumped when a path's costs change in a way its cache file's name does not tell (2: the float64 invariant attention;
+#: 3: a single row stock, which the name now tells), so that curves measured by older code are measured again.
+CURVE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,7 @@ def measure_forward_cost(
         "fingerprint": model_fingerprint(target.model),
         "device": device_label(device),
         "threads": torch.get_num_threads(),
-        "backend": execution_label(target.model),
+        "backend": execution_label(target.model) + row_kernels(target.model),
         "context": context,
         "repeats": repeats,
         "torch": torch.__version__,

@@ -290,17 +290,15 @@ def test_rotated_rows_fail_the_law(monkeypatch):
     assert min(p_values) < ALPHA / 9
 
 
-# the batch, and each prompt through the one-sequence loop: heavy (16 s and 7 s on an Intel Xeon, family 6 model 106),
-# the switch's greedy form runs in the fast suite (test_greedy_rows_equal_each_prompt_alone, "alternate")
-@pytest.mark.heavy
-@pytest.mark.parametrize("max_batch", [None, 1])
+# the batch (the fast suite's one positive law of the batched loop), and each prompt through the one-sequence loop
+@pytest.mark.parametrize("max_batch", [None, pytest.param(1, marks=pytest.mark.heavy)])
 def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(max_batch):
     p_values = row_law_p_values("eagle3/stochastic", 300, pace=Alternate, max_batch=max_batch)
     print("alternating p-values", p_values)
     assert min(p_values) > ALPHA / 9
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy  # 7 s on an Intel Xeon (family 6 model 106); the fast suite's law control: rotated rows (above)
 @pytest.mark.parametrize("max_batch", [None, 1])
 def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch, max_batch):
     """Negative control of the switch: the batch's plain step samples the untempered, unfiltered logits."""

@@ -314,9 +314,22 @@ def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(me
     assert ex.single_stock_bytes > 0 and "running a single row stock" in ex.describe()
     assert "packed, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
     assert curve_path(target.model, target.device).name.endswith("-packed+1stock.json")  # its own cost curve
+    by_name = HFTarget(model, max_len=32, weights="packed")  # single rows packed: another curve
+    assert curve_path(by_name.model, by_name.device).name.endswith("-packed.json")
     assert_decodes_exactly(model, target)
     assert target.sibling(max_len=32).execution.single_stock == ex.single_stock
     assert HFTarget(model, max_len=32, weights="packed").execution.single_stock == 0
     assert HFTarget(model, max_len=32, invariant=True).execution.single_stock == 0
     monkeypatch.setenv("SPECDEC_KERNELS", "rule")
     assert HFTarget(model, max_len=32).execution.single_stock == 0
+
+
+def test_packed_is_charged_its_stock_single_row_where_that_measured_faster() -> None:
+    """Stock 1 / 3 ms against packed 2 / 2.5 ms for 1 / 8 rows: summed raw, stock wins (4 < 4.5), but ``auto`` runs
+    packed's single row stock (1 + 2.5 = 3.5), so packed wins; where stock's single row is not faster, the raw sum."""
+    credited = kernel_times.KernelTable({}, {"8x8": {"stock": {"1": 1.0, "8": 3.0}, "packed": {"1": 2.0, "8": 2.5}}})
+    assert credited.single_row_stock((8, 8, False)) and credited.cost((8, 8, False), "packed") == 3.5
+    assert credited.choice((8, 8, False)) == "packed"
+    raw = kernel_times.KernelTable({}, {"8x8": {"stock": {"1": 1.0, "8": 3.0}, "packed": {"1": 1.0, "8": 3.6}}})
+    assert not raw.single_row_stock((8, 8, False)) and raw.cost((8, 8, False), "packed") == 4.6
+    assert raw.choice((8, 8, False)) == "stock"

@@ -142,6 +142,7 @@ def rows_match_steps(
     path, as a step after a rejected tree does)."""
     # weights="packed": invariant numerics need every linear packed, which auto does not choose on every CPU
     target = target or HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
+    assert target.execution.invariant == invariant
     prompt = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
     tree, paths = tree_and_paths(target.vocab_size, seed)
     target.prefill(prompt)

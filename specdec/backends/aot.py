@@ -21,7 +21,7 @@ and writes the cache in place:
 Contract (exactness: a package is never run for another model): the file name holds a digest of everything that
 decides the compiled code and its constants: the model's weights (every tensor's bytes), its config, dtype and
 attention implementation, the machine (CPU model and flags, torch version, thread count:
-:func:`~specdec.backends.measured.machine_key`), transformers' version and :data:`FORMAT`. A package that fails to
+:func:`~specdec.backends.kernel_times.machine_key`), transformers' version and :data:`FORMAT`. A package that fails to
 build or load raises :class:`PackageError`; the runner then warns once and runs the same static forward eagerly
 (:func:`~specdec.backends.compiled.run_compiled`).
 """

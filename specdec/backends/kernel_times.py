@@ -3,7 +3,8 @@
 How a shape is timed (:func:`time_shape`): in a decoding step every weight comes from memory, not from cache, so each
 candidate runs over enough copies of a weight of that shape to exceed :data:`COLD_BYTES`, one call per copy, for
 1 row (a 1-token step) and 8 rows (a draft tree); the candidates and row counts are interleaved pass by pass and a
-call's time is the median pass divided by the copies. The choice minimises ``T(1) + T(8)``: a speculative cycle runs
+call's time is the median pass divided by the copies. The choice minimises ``T(1) + T(8)`` as the kernel would run
+(packed's single row at the stock time where that measured faster, :meth:`KernelTable.cost`): a speculative cycle runs
 one tree forward and vanilla decoding one 1-row step, and both should gain. A difference under :data:`TIE` is noise
 on these machines and keeps the rule's choice. Projections that read one input (``q/k/v``, ``gate/up``) run as one
 stacked GEMM once all are packed (:mod:`specdec.backends.stacking`), so a group is also timed stacked: where the
@@ -97,13 +98,9 @@ RULE_KEPT: dict[tuple[str, str, str | None], str] = {
 
 def rule_kept() -> str | None:
     """The results-page row this CPU's rule is kept for (:data:`RULE_KEPT`), or None."""
-    return _row(RULE_KEPT)
-
-
-def _row(rows: dict[tuple[str, str, str | None], str]) -> str | None:
     info = cpu_info()
     vendor, family, model = info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
-    return rows.get((vendor, family, model)) or rows.get((vendor, family, None))
+    return RULE_KEPT.get((vendor, family, model)) or RULE_KEPT.get((vendor, family, None))
 
 
 def measuring() -> bool:
@@ -221,8 +218,11 @@ class KernelTable:
         return self.name(shape) in self.ms or self.name(shape) in self.failed
 
     def cost(self, shape: Shape, kernel: str) -> float | None:
-        """``T(1) + T(8)`` in ms of ``kernel`` on ``shape`` as ``auto`` runs it (``packed`` with its single row stock
-        where that measured faster: :meth:`single_row_stock`); None where not measured."""
+        """``T(1) + T(8)`` in ms of ``kernel`` on ``shape`` as ``auto`` runs it without row-invariant numerics
+        (``packed`` with its single row stock where that measured faster: :meth:`single_row_stock`); None where not
+        measured. With row-invariant numerics a packed single row runs packed: the choice is made before they are
+        resolved, so it may pack a shape by a single-row time it will not get (float32 rarely has them on; bfloat16
+        packs every linear where it has them)."""
         by_rows = self.ms.get(self.name(shape), {}).get(kernel)
         if by_rows is None:
             return None
