@@ -3,10 +3,9 @@
 EAGLE-2's reference picks ``total_token`` by timing the target at several tree sizes (``total_token=-1``). We do
 the same per machine and thread count, then choose the size *per cycle* from the drafter's own path values:
 
-* :func:`measure_forward_cost` times ``target.forward_tree`` on a synthetic flat tree of ``m`` tokens (root plus
-  ``m - 1`` children) after a fixed synthetic context, for each ``m`` in ``sizes``; the median of ``repeats``
-  interleaved runs is kept. :func:`forward_cost_curve` caches the curve as JSON under
-  ``cache_dir()/budget/<model-fingerprint>-<device>-<threads>.json`` and reuses it.
+* :func:`measure_forward_cost` times ``target.forward_tree`` on a flat tree of ``m`` tokens (root plus ``m - 1``
+  children) after a fixed synthetic context, the median of ``repeats`` interleaved runs per ``m`` in ``sizes``;
+  :func:`forward_cost_curve` caches it in ``cache_dir()/budget/`` (:func:`curve_path`) and reuses it.
 * :func:`choose_budget` maximises the expected tokens per second of one cycle::
 
       rate(m, d) = E[tau(m, d)] / (cost(m) + fixed_seconds + d * step_seconds)
@@ -65,7 +64,7 @@ __all__ = [
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 #: Bumped when a path's costs change in a way its cache file's name does not tell (2: the float64 invariant attention;
-#: 3: a single row stock, which the name now tells), so that curves measured by older code are measured again.
+#: 3: a single row stock, now in the name): curves measured by older code are measured again.
 CURVE_VERSION = 3
 
 
@@ -170,18 +169,19 @@ def device_label(device: torch.device) -> str:
 
 
 def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None = None) -> Path:
-    """Where the curve of ``model`` on ``device`` with ``threads`` CPU threads and its current backend is cached.
-
-    The backend (:func:`specdec.backends.execution_label`) is part of the name: the packed path has its own, flatter
-    curve, so the adaptive budget picks its tree sizes from the costs of the path that will actually run. So are
-    row-invariant numerics (their attention costs more per tree row), the packed linears' row kernels
-    (:func:`~specdec.backends.measured.row_kernels`) and the dtype (in the fingerprint).
-    """
+    """Where the curve of ``model`` on ``device`` with ``threads`` CPU threads and its current backend is cached: the
+    backend (:func:`_backend_label`) and the dtype (in the fingerprint) name it, so the adaptive budget picks its tree
+    sizes from the costs of the path that will actually run."""
     threads = threads or torch.get_num_threads()
-    invariant = getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_INVARIANT
-    label = execution_label(model) + row_kernels(model) + ("+invariant" if invariant else "")
-    name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{label}.json"
+    name = f"{model_fingerprint(model)}-{device_label(device)}-{threads}-{_backend_label(model)}.json"
     return cache_dir() / "budget" / name
+
+
+def _backend_label(model: torch.nn.Module) -> str:
+    """What runs ``model``'s forwards (a curve's name and record): weights (:func:`specdec.backends.execution_label`),
+    row kernels (:func:`~specdec.backends.measured.row_kernels`), row-invariant numerics (dearer attention per row)."""
+    invariant = getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_INVARIANT
+    return execution_label(model) + row_kernels(model) + ("+invariant" if invariant else "")
 
 
 # ------------------------------------------------------------------------------------------------- measuring
@@ -287,7 +287,7 @@ def measure_forward_cost(
         "fingerprint": model_fingerprint(target.model),
         "device": device_label(device),
         "threads": torch.get_num_threads(),
-        "backend": execution_label(target.model) + row_kernels(target.model),
+        "backend": _backend_label(target.model),
         "context": context,
         "repeats": repeats,
         "torch": torch.__version__,

@@ -226,8 +226,10 @@ class KernelTable:
         by_rows = self.ms.get(self.name(shape), {}).get(kernel)
         if by_rows is None:
             return None
-        one = self.ms[self.name(shape)]["stock"]["1"] if kernel == "packed" and self.single_row_stock(shape) else None
-        return sum(one if n == 1 and one is not None else by_rows[str(n)] for n in ROWS)
+        times = {n: by_rows[str(n)] for n in ROWS}
+        if kernel == "packed" and self.single_row_stock(shape):
+            times[1] = self.ms[self.name(shape)]["stock"]["1"]
+        return sum(times.values())
 
     def choice(self, shape: Shape) -> str | None:
         """The kernel with the least ``T(1) + T(8)`` (:meth:`cost`); None where the shape failed, has one candidate
