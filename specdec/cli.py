@@ -2,6 +2,7 @@
 
     specdec generate [PROMPT] [--method M] [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N]
                      [--max-len L] [--chat | --no-chat] [--weights W] [--sampled-tree SHAPE|off]
+                     [--corpus shipped|FILE]
                      (text streams to stdout, the stats line to stderr)
     specdec bench [--methods ...] [--dataset mtbench|humaneval|spec-bench|FILE] [--temperatures 0 1]
                   [--top-p P] [--top-k K] [--max-new-tokens 128] [--max-len L] [--limit N] [--out DIR]
@@ -10,6 +11,7 @@
     specdec train {eagle1,hass,eagle3} --out DIR ...
     specdec data regenerate --out DIR --prompts N [--model PATH] [--max-new-tokens 512] [--temperatures 0 0.7]
                             [--batch-size 32] [--loop-window 64] [--capture-features DIR]
+    specdec data corpus --data DIR --out FILE [--temperatures 0]
     specdec budget [--refresh] [--sizes 1 2 4 ...] [--repeats N] [--threads N]
     specdec doctor [--dtypes float32 bfloat16] [--refresh] [--threads N]
 
@@ -40,6 +42,7 @@ from specdec.cli_options import (
     UsageError,
     add_backend_options,
     add_cache_option,
+    add_corpus_option,
     add_sampled_tree_option,
     add_sampling_options,
     at_least,
@@ -224,6 +227,21 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_corpus(args: argparse.Namespace) -> int:
+    """``specdec data corpus``: a retrieval corpus of a regenerated folder's responses (``--corpus FILE``)."""
+    from specdec.drafters.retrieval import RetrievalCorpus
+    from specdec.train.shards import response_sequences
+
+    temperatures = tuple(args.temperatures) if args.temperatures else None
+    responses, manifest = response_sequences(args.data, temperatures)
+    source = f"responses of {args.data} at temperature(s) {temperatures or 'all'}"
+    notes = {"source": source, "model": manifest["model"]}
+    RetrievalCorpus.build(responses, manifest["model"], args.out, int(manifest["vocab_size"]), notes)
+    total = sum(len(r) for r in responses)
+    print(f"{args.out}: {len(responses)} responses, {total} tokens (model {manifest['model']})")
+    return 0
+
+
 def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     """The argument parser; the ``train`` sub-command's own options load only when ``with_train``."""
     parser = Parser(prog="specdec", description=__doc__.splitlines()[0])
@@ -308,6 +326,7 @@ def _add_bench(sub: Any) -> None:
         help="also run each method that samples its tree at T > 0 with its dynamic tree (rows M+dynamic, T > 0 only)",
     )
     add_sampled_tree_option(b)
+    add_corpus_option(b)
     add_backend_options(b)
     add_model_options(b)
     b.set_defaults(func=cmd_bench)
@@ -315,7 +334,16 @@ def _add_bench(sub: Any) -> None:
 
 def _add_data(sub: Any) -> None:
     d = sub.add_parser("data", help="build training data (regenerate: the target's own responses)")
-    dsub = d.add_subparsers(dest="data_command", metavar="{regenerate}", required=True)
+    dsub = d.add_subparsers(dest="data_command", metavar="{regenerate,corpus}", required=True)
+    c = dsub.add_parser(
+        "corpus", help="a retrieval corpus (--corpus FILE) of a regenerated folder's responses: the target's own text"
+    )
+    c.add_argument("--data", type=Path, required=True, help="a folder written by `specdec data regenerate`")
+    c.add_argument("--out", type=Path, required=True, help="the corpus file to write (.safetensors)")
+    c.add_argument(
+        "--temperatures", nargs="+", type=float, default=[0.0], help="shards of these temperatures (default 0)"
+    )
+    c.set_defaults(func=cmd_corpus)
     r = dsub.add_parser(
         "regenerate",
         help="the target's own responses to ShareGPT first turns (SmolLM2 or --model), in resumable shards",

@@ -15,6 +15,7 @@ from specdec.cli_options import (
     UsageError,
     add_backend_options,
     add_cache_option,
+    add_corpus_option,
     add_sampled_tree_option,
     add_sampling_options,
     at_least,
@@ -183,6 +184,7 @@ def add_generate(sub: Any) -> None:
         "prompt, auto for a --prompts-file batch",
     )
     add_sampled_tree_option(g)
+    add_corpus_option(g)
     g.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     add_backend_options(g)
     add_model_options(g)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from specdec.errors import UsageError
@@ -25,6 +26,7 @@ __all__ = [
     "UsageError",
     "add_backend_options",
     "add_cache_option",
+    "add_corpus_option",
     "add_sampled_tree_option",
     "add_sampling_options",
     "at_least",
@@ -95,6 +97,7 @@ OPTION_FLAGS = {
     "sampled_tree": "--sampled-tree",
     "draft_temperature_ratio": "--draft-temperature-ratio",
     "sampled_level_gate": "--sampled-level-gate",
+    "corpus": "--corpus",
 }
 
 
@@ -114,6 +117,8 @@ def option_values(args: argparse.Namespace) -> dict[str, Any]:
         values["draft_temperature_ratio"] = args.draft_temperature_ratio
     if getattr(args, "sampled_level_gate", False):
         values["sampled_level_gate"] = True
+    if getattr(args, "corpus", None) is not None:
+        values["corpus"] = args.corpus
     return values
 
 
@@ -178,6 +183,18 @@ def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
         help="the sampled tree draws each level after the root's only where this cycle's draws say it pays "
         "(MethodOptions.sampled_level_gate; the trees then depend on measured timings, so a seed fixes the "
         "distribution but not the exact sample)",
+    )
+
+
+def add_corpus_option(parser: argparse.ArgumentParser) -> None:
+    """``--corpus``: the retrieval corpus of ``retrieval`` and ``composite`` (``MethodOptions.corpus``)."""
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="retrieval (retrieval, composite) also continues from this corpus where the context has no match: a "
+        "file from `specdec data corpus` (e.g. the target's own greedy responses); default: the context alone",
     )
 
 

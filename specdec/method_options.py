@@ -19,6 +19,7 @@ from specdec.trees.stochastic import check_draft_temperature_ratio
 __all__ = [
     "ADAPTIVE_OPTIONS",
     "HEAD_OPTIONS",
+    "RETRIEVAL_OPTIONS",
     "SAMPLED_MENU",
     "SAMPLED_OPTIONS",
     "SAMPLED_SHAPES",
@@ -55,6 +56,8 @@ TREE_OPTIONS = ("topk", "depth", "total_tokens", *ADAPTIVE_OPTIONS)
 HEAD_OPTIONS = ("head_dir", "draft_weights")
 #: Options read by a method whose EAGLE-1 head may draft over a shortlist (EAGLE-3 heads carry their own vocabulary).
 SHORTLIST_OPTIONS = ("draft_shortlist",)
+#: Options read by a method that drafts by retrieval.
+RETRIEVAL_OPTIONS = ("corpus",)
 #: Options read by a method that draws a sampled tree at T > 0.
 SAMPLED_OPTIONS = ("sampled_tree", "draft_temperature_ratio", "sampled_level_gate")
 
@@ -106,6 +109,12 @@ class MethodOptions(BaseModel):
             0.292 at 0.7 (``benchmarks/draft_temperature.py``); at 0.5 τ fell (1.50 -> 1.47 in a 10-prompt run).
         sampled_level_gate: the sampled tree draws each level after the root's only where this cycle's draws say it
             pays (:class:`~specdec.trees.level_gate.LevelGate`, priced by the target's cost curve).
+        corpus: retrieval (``retrieval``, ``composite``) also continues from this corpus of earlier text where the
+            context has no match of its own (:class:`~specdec.drafters.retrieval.RetrievalCorpus`, a file written by
+            ``specdec data corpus``, e.g. of the target's own greedy responses; indexed once per process: 4-6 s and
+            0.8 GB for SmolLM2's 1.4 M tokens). None (default): the context alone. Measured on Spec-Bench 30 at
+            T = 0 (docs/results.md): retrieval alone τ 1.51 -> 1.64, 1.18x -> 1.20x vanilla; the composite
+            unchanged (its EAGLE-3 head learnt the same responses).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -123,6 +132,7 @@ class MethodOptions(BaseModel):
     sampled_tree: str | None = "r3d"
     draft_temperature_ratio: float = 0.7
     sampled_level_gate: bool = False
+    corpus: Path | None = None
 
     @field_validator("draft_temperature_ratio")
     @classmethod

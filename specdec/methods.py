@@ -9,15 +9,18 @@ and the bench's default, the bench's rows) reads the records in :data:`METHODS`,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdec.errors import SpecdecError
 from specdec.generate import SpeculativeGenerator, VanillaGenerator
 from specdec.interfaces import Drafter, TreePolicy
 from specdec.method_options import (
     HEAD_OPTIONS,
+    RETRIEVAL_OPTIONS,
     SAMPLED_MENU,
     SAMPLED_OPTIONS,
     SAMPLED_SHAPES,
@@ -30,6 +33,9 @@ from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.trees import ByTemperature, DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
 
+if TYPE_CHECKING:
+    from specdec.drafters.retrieval import RetrievalCorpus
+
 __all__ = [
     "METHODS",
     "SAMPLED_MENU",
@@ -40,6 +46,7 @@ __all__ = [
     "build_method",
     "default_method",
     "eagle_drafter",
+    "load_corpus",
     "method",
     "method_names",
     "preference",
@@ -169,6 +176,22 @@ def default_method() -> str:
     return "ngram"
 
 
+@functools.lru_cache(maxsize=2)
+def load_corpus(path: Path, vocab_size: int) -> RetrievalCorpus:
+    """The corpus file ``MethodOptions.corpus`` names, indexed once per process (the suffix automaton; a file
+    rewritten at the same path is not read again by this process).
+
+    Raises:
+        MissingAssetError: no such file.
+        CorpusError: a file that is not a corpus, is corrupt, or was built for another vocabulary size.
+    """
+    from specdec.drafters.retrieval import RetrievalCorpus
+
+    if not Path(path).is_file():
+        raise MissingAssetError(f"no retrieval corpus at {path}; build one with `specdec data corpus`")
+    return RetrievalCorpus.load(path, vocab_size=vocab_size)
+
+
 def shipped_head_dir(kind: str) -> Path:
     """Folder of a head shipped for SmolLM2-135M-Instruct (``eagle1``, ``hass`` or ``eagle3``)."""
     path = HEADS_DIR / kind
@@ -285,22 +308,27 @@ RETRIEVAL_NODES = 8
 
 
 def _composed(
-    target: HFTarget, tree_drafter: Drafter | None, base: TreePolicy | None, max_total: int | None = None
+    target: HFTarget,
+    o: MethodOptions,
+    tree_drafter: Drafter | None,
+    base: TreePolicy | None,
+    max_total: int | None = None,
 ) -> SpeculativeGenerator:
     """A generator whose tree holds ``tree_drafter``'s tree (grown by ``base``) and a retrieval drafter's
-    continuation where it pays (:class:`~specdec.trees.CompositeTreePolicy`, priced by the target's cost curve),
-    the whole tree at most ``max_total`` nodes."""
+    continuation (from ``o.corpus`` too, if set) where it pays (:class:`~specdec.trees.CompositeTreePolicy`, priced
+    by the target's cost curve), the whole tree at most ``max_total`` nodes."""
     from specdec.budget import forward_cost_curve
     from specdec.drafters import CompositeDrafter, RetrievalDrafter
     from specdec.trees import CompositeTreePolicy
 
-    drafter = CompositeDrafter.for_target(target, tree_drafter, [RetrievalDrafter.from_target(target)])
+    corpus = None if o.corpus is None else load_corpus(o.corpus, target.vocab_size)
+    drafter = CompositeDrafter.for_target(target, tree_drafter, [RetrievalDrafter.from_target(target, corpus=corpus)])
     policy = CompositeTreePolicy(base, forward_cost_curve(target), RETRIEVAL_NODES, max_total=max_total)
     return SpeculativeGenerator(target, drafter, policy)
 
 
 def _retrieval(target: HFTarget, o: MethodOptions) -> Generator:
-    return _composed(target, None, None)
+    return _composed(target, o, None, None)
 
 
 def _composite(kind: str) -> Builder:
@@ -310,7 +338,7 @@ def _composite(kind: str) -> Builder:
     def build(target: HFTarget, o: MethodOptions) -> Generator:
         whole = o.total_tokens if o.total_tokens is not None else o.max_total_tokens
         base = _dynamic(target, o, sampled=True, reserve=RETRIEVAL_NODES)
-        return _composed(target, eagle_drafter(target, kind, o), base, max_total=whole)
+        return _composed(target, o, eagle_drafter(target, kind, o), base, max_total=whole)
 
     return build
 
@@ -339,13 +367,19 @@ for _record in (
     _headed("eagle2", _eagle, "eagle1", **_SAMPLED_DYNAMIC, rank=3, summary="an EAGLE-1 head, EAGLE-2's dynamic tree"),
     _headed("hass", _eagle, "hass", **_SAMPLED_DYNAMIC, rank=2, summary="a HASS-trained EAGLE-1 head, dynamic tree"),
     _headed("eagle3", _eagle, "eagle3", **_SAMPLED_DYNAMIC, rank=1, summary="an EAGLE-3 head, dynamic tree"),
-    Method("retrieval", _retrieval, summary="continuations of earlier text (suffix automaton) as a chain"),
+    Method(
+        "retrieval",
+        _retrieval,
+        extra_reads=RETRIEVAL_OPTIONS,
+        summary="continuations of earlier text (suffix automaton) as a chain",
+    ),
     _headed(
         "composite",
         _composite,
         "eagle3",
         **_SAMPLED_DYNAMIC,
         rank=0,
+        extra_reads=RETRIEVAL_OPTIONS,
         summary="EAGLE-3 and retrieval in one tree, each node judged against its own law",
     ),
 ):

@@ -50,6 +50,7 @@ SET = {
     "sampled_tree": "r3",
     "draft_temperature_ratio": 0.5,
     "sampled_level_gate": True,
+    "corpus": Path("some-corpus.safetensors"),
 }
 
 
@@ -76,7 +77,8 @@ def test_an_option_a_method_does_not_read_is_refused(name):
 def test_what_the_methods_read():
     """The table the records imply (a change here is a change of the command line's and the bench's behaviour)."""
     reads = {name: m.reads for name, m in METHODS.items()}
-    assert reads["vanilla"] == reads["retrieval"] == frozenset()
+    assert reads["vanilla"] == frozenset()
+    assert reads["retrieval"] == {"corpus"}
     assert reads["ngram"] == {"topk", "depth", "total_tokens", *ADAPTIVE_OPTIONS}
     assert reads["small-lm"] == reads["ngram"] | {
         "small_lm_layers",
@@ -86,7 +88,8 @@ def test_what_the_methods_read():
     }
     assert reads["eagle1-static"] == {"head_dir", "draft_weights", "draft_shortlist"}
     assert reads["eagle2"] == reads["hass"] == reads["eagle1-static"] | reads["small-lm"] - {"small_lm_layers"}
-    assert reads["eagle3"] == reads["composite"] == reads["eagle2"] - {"draft_shortlist"}  # EAGLE-3: own vocabulary
+    assert reads["eagle3"] == reads["eagle2"] - {"draft_shortlist"}  # EAGLE-3: own vocabulary
+    assert reads["composite"] == reads["eagle3"] | {"corpus"}
 
 
 def test_options_that_would_change_each_other_are_refused():

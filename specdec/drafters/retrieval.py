@@ -75,9 +75,11 @@ class RetrievalCorpus:
     """A fixed body of token sequences the drafter retrieves from when the context itself has no match.
 
     The sequences are stored joined by :attr:`SEPARATOR` (``-1``, never a token id, so no match spans two
-    sequences and no continuation runs into the next one) in one safetensors file: ``tokens`` ``[N]`` int64, with
-    metadata naming the format, the tokenizer the ids belong to and a SHA-256 of the tokens. The suffix automaton
-    is rebuilt on load (``O(N)``), so the file holds no derived data that could disagree with the text.
+    sequences and no continuation runs into the next one) in one safetensors file: ``tokens`` ``[N]`` int32 (int64
+    read too), with metadata naming the format, the tokenizer the ids belong to, the vocabulary size when known and
+    a SHA-256 of the stored tokens. The suffix automaton is rebuilt on load (``O(N)``: about 4 s and 0.9 GB for the
+    1.4 M tokens of the corpus shipped for SmolLM2), so the file holds no derived data that could disagree with the
+    text.
 
     Args:
         tokens: the joined text (sequences separated by ``SEPARATOR``).
@@ -112,18 +114,34 @@ class RetrievalCorpus:
         return cls(tokens, tokenizer_name)
 
     @classmethod
-    def build(cls, token_sequences: Iterable[Sequence[int]], tokenizer_name: str, path: str | Path) -> RetrievalCorpus:
-        """A corpus of ``token_sequences`` (non-negative ids), saved to ``path`` (see :meth:`load`)."""
+    def build(
+        cls,
+        token_sequences: Iterable[Sequence[int]],
+        tokenizer_name: str,
+        path: str | Path,
+        vocab_size: int | None = None,
+        notes: dict[str, str] | None = None,
+    ) -> RetrievalCorpus:
+        """A corpus of ``token_sequences`` (non-negative ids), saved to ``path`` (see :meth:`load`); ``vocab_size``
+        (recorded, checked on load) and ``notes`` (provenance, kept in the metadata) are optional."""
         corpus = cls.from_sequences(token_sequences, tokenizer_name)
-        ids = torch.tensor(corpus.automaton.tokens, dtype=torch.long)
-        metadata = {"format": cls.FORMAT, "tokenizer": tokenizer_name, "sha256": _digest(ids)}
+        if vocab_size is not None and corpus.max_token >= vocab_size:
+            raise CorpusError(f"token id {corpus.max_token} is outside the vocabulary [0, {vocab_size})")
+        ids = torch.tensor(corpus.automaton.tokens, dtype=torch.int32)
+        metadata = {**(notes or {}), "format": cls.FORMAT, "tokenizer": tokenizer_name, "sha256": _digest(ids)}
+        if vocab_size is not None:
+            metadata["vocab_size"] = str(vocab_size)
         save_file({"tokens": ids}, str(path), metadata=metadata)
         corpus.source = str(path)
         return corpus
 
     @classmethod
-    def load(cls, path: str | Path, tokenizer_name: str) -> RetrievalCorpus:
-        """Read a corpus saved by :meth:`build`; refuses a corrupt file or one built for another tokenizer."""
+    def read(cls, path: str | Path) -> tuple[torch.Tensor, dict[str, str]]:
+        """A corpus file's checked tokens ``[N]`` (int32 or int64) and metadata, without building the automaton.
+
+        Raises:
+            CorpusError: an unreadable file, one that is not a corpus, or tokens that fail their checksum.
+        """
         try:
             with safe_open(str(path), framework="pt") as handle:
                 metadata = handle.metadata() or {}
@@ -134,12 +152,28 @@ class RetrievalCorpus:
         if metadata.get("format") != cls.FORMAT or ids is None:
             found = metadata.get("format")
             raise CorpusError(f"{path} is not a retrieval corpus (format {found!r}, need {cls.FORMAT!r})")
-        if ids.dtype != torch.long or ids.dim() != 1 or metadata.get("sha256") != _digest(ids):
+        ok_type = ids.dtype in (torch.int32, torch.long) and ids.dim() == 1
+        if not ok_type or metadata.get("sha256") != _digest(ids):
             raise CorpusError(f"{path} is corrupt: its tokens do not match the checksum it was saved with")
-        if metadata.get("tokenizer") != tokenizer_name:
-            built_for = metadata.get("tokenizer")
+        return ids, metadata
+
+    @classmethod
+    def load(
+        cls, path: str | Path, tokenizer_name: str | None = None, vocab_size: int | None = None
+    ) -> RetrievalCorpus:
+        """Read a corpus saved by :meth:`build`; refuses a corrupt file, one built for another tokenizer (when
+        ``tokenizer_name`` is given) or for another vocabulary size (when both it and the file record one)."""
+        ids, metadata = cls.read(path)
+        built_for = metadata.get("tokenizer", "")
+        if tokenizer_name is not None and built_for != tokenizer_name:
             raise CorpusError(f"{path} was built for tokenizer {built_for!r}, not {tokenizer_name!r}")
-        return cls(ids.tolist(), tokenizer_name, str(path))
+        recorded = metadata.get("vocab_size")
+        if vocab_size is not None and recorded is not None and int(recorded) != vocab_size:
+            raise CorpusError(
+                f"{path} was built for a vocabulary of {recorded} tokens ({built_for}), not {vocab_size}: its ids "
+                "would name other tokens"
+            )
+        return cls(ids.tolist(), built_for, str(path))
 
     def following(self, end: int, limit: int) -> tuple[int, ...]:
         """Up to ``limit`` tokens after position ``end``, cut at the end of its sequence (possibly empty)."""

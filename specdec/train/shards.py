@@ -29,6 +29,7 @@ __all__ = [
     "pack_shard",
     "read_manifest",
     "read_shard",
+    "response_sequences",
     "sha256_of",
     "shard_name",
     "write_data_card",
@@ -274,3 +275,29 @@ def load_regenerated(folder: str | Path, max_len: int | None = None, target: Any
             ids_list.append(seq)
             masks.append(mask)
     return TokenDataset.from_sequences(ids_list, masks)
+
+
+def response_sequences(
+    folder: str | Path, temperatures: tuple[float, ...] | None = None
+) -> tuple[list[list[int]], dict[str, Any]]:
+    """The responses (prompt cut off, EOS kept) of the folder's shards generated at one of ``temperatures`` (all
+    shards for None), in shard order, and the manifest; every listed shard's sha256 is checked.
+
+    Raises:
+        ShardError: no manifest, a missing or corrupt shard, or no shard at those temperatures.
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ShardError(f"{folder} has no {MANIFEST}")
+    entries = [e for e in manifest["shards"] if temperatures is None or float(e["temperature"]) in temperatures]
+    if not entries:
+        raise ShardError(f"{folder / MANIFEST} lists no shard generated at temperature(s) {temperatures}")
+    responses: list[list[int]] = []
+    for entry in entries:
+        data = read_shard(folder / entry["file"], entry["sha256"])
+        tokens = data["tokens"].to(torch.int64).tolist()
+        offsets = data["offsets"].tolist()
+        for i, prompt_len in enumerate(data["prompt_lens"].tolist()):
+            responses.append(tokens[offsets[i] + prompt_len : offsets[i + 1]])
+    return responses, manifest
