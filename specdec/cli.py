@@ -2,12 +2,12 @@
 
     specdec generate [PROMPT] [--method M] [--temperature T] [--top-p P] [--top-k K] [--max-new-tokens N]
                      [--max-len L] [--chat | --no-chat] [--weights W] [--sampled-tree SHAPE|off]
-                     [--corpus shipped|FILE]
+                     [--corpus FILE]
                      (text streams to stdout, the stats line to stderr)
     specdec bench [--methods ...] [--dataset mtbench|humaneval|spec-bench|FILE] [--temperatures 0 1]
                   [--top-p P] [--top-k K] [--max-new-tokens 128] [--max-len L] [--limit N] [--out DIR]
                   [--tree-sizes 8 16 32 ...] [--sweep-method M] [--threads N] [--fresh] [--sampled-tree SHAPE|off]
-                  [--dynamic-rows] [--deferred-rows]
+                  [--dynamic-rows] [--deferred-rows] [--corpus FILE]
     specdec train {eagle1,hass,eagle3} --out DIR ...
     specdec data regenerate --out DIR --prompts N [--model PATH] [--max-new-tokens 512] [--temperatures 0 0.7]
                             [--batch-size 32] [--loop-window 64] [--capture-features DIR]
@@ -233,9 +233,13 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     from specdec.train.shards import response_sequences
 
     temperatures = tuple(args.temperatures) if args.temperatures else None
+    if not args.out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: folder {args.out.parent} does not exist; create it or choose another")
     responses, manifest = response_sequences(args.data, temperatures)
-    source = f"responses of {args.data} at temperature(s) {temperatures or 'all'}"
-    notes = {"source": source, "model": manifest["model"]}
+    if "model" not in manifest or "vocab_size" not in manifest:
+        raise UsageError(f"--data {args.data}: its manifest names no model or vocabulary size; regenerate the data")
+    shown = ", ".join(f"{t:g}" for t in temperatures) if temperatures else "all"
+    notes = {"source": f"responses of {args.data} at temperature {shown}", "model": manifest["model"]}
     RetrievalCorpus.build(responses, manifest["model"], args.out, int(manifest["vocab_size"]), notes)
     total = sum(len(r) for r in responses)
     print(f"{args.out}: {len(responses)} responses, {total} tokens (model {manifest['model']})")

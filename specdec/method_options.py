@@ -111,7 +111,7 @@ class MethodOptions(BaseModel):
             pays (:class:`~specdec.trees.level_gate.LevelGate`, priced by the target's cost curve).
         corpus: retrieval (``retrieval``, ``composite``) also continues from this corpus of earlier text where the
             context has no match of its own (:class:`~specdec.drafters.retrieval.RetrievalCorpus`, a file written by
-            ``specdec data corpus``, e.g. of the target's own greedy responses; indexed once per process: 4-6 s and
+            ``specdec data corpus``, e.g. of the target's own greedy responses; indexed once per process: 3-6 s and
             0.8 GB for SmolLM2's 1.4 M tokens). None (default): the context alone. Measured on Spec-Bench 30 at
             T = 0 (docs/results.md): retrieval alone τ 1.51 -> 1.64, 1.18x -> 1.20x vanilla; the composite
             unchanged (its EAGLE-3 head learnt the same responses).

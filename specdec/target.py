@@ -222,11 +222,14 @@ class HFTarget(Target):
         return TargetStep(logits, hidden)
 
     def commit(self, accepted: torch.Tensor, count: int) -> None:
-        """Keep nodes ``accepted[:count]`` (root first, so ``accepted[0] == 0``) after the committed prefix."""
-        # static: the whole fixed-size path (entries after ``count`` land past the prefix, see PositionCache.compact).
-        # Eager, root alone (no draft token accepted): the root's entries already sit at ``length``, nothing moves.
-        if self.static:
-            self.cache.compact(self.length, accepted.clamp(min=0))
-        elif count > 1:
-            self.cache.compact(self.length, accepted[:count])
+        """Keep nodes ``accepted[:count]`` (root first, so ``accepted[0] == 0``) after the committed prefix.
+
+        The root alone (``count == 1``, no draft token accepted) already sits at ``length``: nothing moves, on either
+        path. The entries after it are stale tree nodes, which no later forward attends to before overwriting them
+        (its mask opens past the prefix only its own nodes' slots, each written in the same forward). ``count`` is
+        on the host already, so deciding reads nothing from the device.
+        """
+        # static: the whole fixed-size path (entries after ``count`` land past the prefix, see PositionCache.compact)
+        if count > 1:
+            self.cache.compact(self.length, accepted.clamp(min=0) if self.static else accepted[:count])
         self.length += count

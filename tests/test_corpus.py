@@ -44,7 +44,9 @@ def test_the_data_corpus_command_keeps_the_responses_of_the_chosen_temperatures(
     with pytest.raises(CorpusError, match=f"built for a vocabulary of {VOCAB} tokens"):
         RetrievalCorpus.load(out, vocab_size=VOCAB + 1)
     assert main(["data", "corpus", "--data", str(data), "--out", str(out), "--temperatures", "0.3"]) == 2
-    assert "lists no shard generated at temperature(s) (0.3,)" in capsys.readouterr().err
+    assert "lists no shard generated at temperature 0.3" in capsys.readouterr().err
+    assert main(["data", "corpus", "--data", str(data), "--out", str(tmp_path / "no" / "c.safetensors")]) == 2
+    assert "folder" in capsys.readouterr().err
 
 
 def test_the_corpus_option_reaches_retrieval_and_keeps_greedy_output(tmp_path):

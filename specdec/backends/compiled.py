@@ -10,7 +10,8 @@ fixed-shape on this backend:
 * the mask spans the whole capacity;
 * a tree of ``n`` nodes is padded to the bucket :func:`bucket` picks, with dummy nodes that see the prefix and
   themselves and that no real node sees (their logits and cache entries are never read);
-* commit compacts a fixed ``max_depth + 1`` entries (:meth:`~specdec.kvcache.PositionCache.compact`).
+* commit compacts a fixed ``max_depth + 1`` entries where a draft token was accepted
+  (:meth:`~specdec.kvcache.PositionCache.compact`; the root alone is in place already).
 
 So the model's forward compiles once per bucket and never again (``tests/test_compiled.py`` counts). The prefill,
 whose length varies, runs eagerly on the same static cache, as transformers recommends for its own static cache.

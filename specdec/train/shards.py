@@ -292,7 +292,8 @@ def response_sequences(
         raise ShardError(f"{folder} has no {MANIFEST}")
     entries = [e for e in manifest["shards"] if temperatures is None or float(e["temperature"]) in temperatures]
     if not entries:
-        raise ShardError(f"{folder / MANIFEST} lists no shard generated at temperature(s) {temperatures}")
+        shown = ", ".join(f"{t:g}" for t in temperatures or ())
+        raise ShardError(f"{folder / MANIFEST} lists no shard generated at temperature {shown}")
     responses: list[list[int]] = []
     for entry in entries:
         data = read_shard(folder / entry["file"], entry["sha256"])
