@@ -99,6 +99,35 @@ def test_greedy_exact_and_no_recompiles(model) -> None:
     assert accepted > 0  # and commits moved accepted entries, not only bonus tokens
 
 
+def test_stale_cache_entries_past_the_prefix_are_never_read(model, monkeypatch) -> None:
+    """After every commit, every cache slot past the committed prefix is overwritten with large finite garbage (a
+    commit of the root alone moves nothing, so a tree's stale nodes stay there): greedy speculative decoding on the
+    compiled target still equals eager vanilla. The same garbage written into the prefix changes the tokens, so the
+    check could see a slot that the masks let through."""
+    stop = StopCondition(max_new_tokens=16, eos_token_ids=())
+    prompts = [torch.randint(0, 6, (6 + s,), generator=torch.Generator().manual_seed(10 + s)) for s in range(2)]
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock")
+    expected = [VanillaGenerator(eager).generate(p, GREEDY, stop).tokens for p in prompts]
+    target = compiled_target(model)
+    spec = SpeculativeGenerator(target, make_drafter("eagle3", model, MAX_LEN + 8), StaticTreePolicy.chain(3))
+    commit = HFTarget.commit
+
+    def poison(where: slice):
+        def commit_then_poison(self, accepted: torch.Tensor, count: int) -> None:
+            commit(self, accepted, count)
+            span = slice(self.length, None) if where.start is None else slice(0, self.length - 1)
+            for layer in self.cache.layers:
+                layer.keys[:, :, span] = 1e3
+                layer.values[:, :, span] = -1e3
+
+        return commit_then_poison
+
+    monkeypatch.setattr(HFTarget, "commit", poison(slice(None)))  # past the prefix
+    assert [spec.generate(p, GREEDY, stop).tokens for p in prompts] == expected
+    monkeypatch.setattr(HFTarget, "commit", poison(slice(0, None)))  # inside it: the control
+    assert [spec.generate(p, GREEDY, stop).tokens for p in prompts] != expected
+
+
 @pytest.mark.parametrize("kind", ["eagle3", "eagle1-shortlist", "small-lm"])
 def test_compiled_drafter_steps_greedy_exact_and_no_recompiles(model, kind: str) -> None:
     """Drafters on the compile backend beside the compiled target: EAGLE (root step padded to a bucket, node steps
