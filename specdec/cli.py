@@ -232,15 +232,14 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     from specdec.drafters.retrieval import RetrievalCorpus
     from specdec.train.shards import response_sequences
 
-    temperatures = tuple(args.temperatures) if args.temperatures else None
     if not args.out.parent.is_dir():
         raise UsageError(f"--out {args.out}: folder {args.out.parent} does not exist; create it or choose another")
-    responses, manifest = response_sequences(args.data, temperatures)
+    responses, manifest = response_sequences(args.data, tuple(args.temperatures))
     if "model" not in manifest or "vocab_size" not in manifest:
         raise UsageError(f"--data {args.data}: its manifest names no model or vocabulary size; regenerate the data")
-    shown = ", ".join(f"{t:g}" for t in temperatures) if temperatures else "all"
+    shown = ", ".join(f"{t:g}" for t in args.temperatures)
     notes = {"source": f"responses of {args.data} at temperature {shown}", "model": manifest["model"]}
-    RetrievalCorpus.build(responses, manifest["model"], args.out, int(manifest["vocab_size"]), notes)
+    RetrievalCorpus.write(responses, manifest["model"], args.out, int(manifest["vocab_size"]), notes)
     total = sum(len(r) for r in responses)
     print(f"{args.out}: {len(responses)} responses, {total} tokens (model {manifest['model']})")
     return 0

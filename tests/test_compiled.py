@@ -112,19 +112,19 @@ def test_stale_cache_entries_past_the_prefix_are_never_read(model, monkeypatch) 
     spec = SpeculativeGenerator(target, make_drafter("eagle3", model, MAX_LEN + 8), StaticTreePolicy.chain(3))
     commit = HFTarget.commit
 
-    def poison(where: slice):
+    def poison(inside_prefix: bool):
         def commit_then_poison(self, accepted: torch.Tensor, count: int) -> None:
             commit(self, accepted, count)
-            span = slice(self.length, None) if where.start is None else slice(0, self.length - 1)
+            span = slice(0, self.length - 1) if inside_prefix else slice(self.length, None)
             for layer in self.cache.layers:
                 layer.keys[:, :, span] = 1e3
                 layer.values[:, :, span] = -1e3
 
         return commit_then_poison
 
-    monkeypatch.setattr(HFTarget, "commit", poison(slice(None)))  # past the prefix
+    monkeypatch.setattr(HFTarget, "commit", poison(inside_prefix=False))
     assert [spec.generate(p, GREEDY, stop).tokens for p in prompts] == expected
-    monkeypatch.setattr(HFTarget, "commit", poison(slice(0, None)))  # inside it: the control
+    monkeypatch.setattr(HFTarget, "commit", poison(inside_prefix=True))  # the control
     assert [spec.generate(p, GREEDY, stop).tokens for p in prompts] != expected
 
 

@@ -103,15 +103,42 @@ class RetrievalCorpus:
         return max(self.automaton.tokens, default=self.SEPARATOR)
 
     @classmethod
-    def from_sequences(cls, token_sequences: Iterable[Sequence[int]], tokenizer_name: str) -> RetrievalCorpus:
-        """A corpus of ``token_sequences`` (non-negative ids), in memory."""
+    def _joined(cls, token_sequences: Iterable[Sequence[int]]) -> list[int]:
+        """The sequences (non-negative ids) joined, each followed by :attr:`SEPARATOR`."""
         tokens: list[int] = []
         for index, sequence in enumerate(token_sequences):
             if any(int(token) < 0 for token in sequence):
                 raise CorpusError(f"sequence {index} has a negative token id; corpus token ids must be >= 0")
             tokens.extend(int(token) for token in sequence)
             tokens.append(cls.SEPARATOR)
-        return cls(tokens, tokenizer_name)
+        return tokens
+
+    @classmethod
+    def from_sequences(cls, token_sequences: Iterable[Sequence[int]], tokenizer_name: str) -> RetrievalCorpus:
+        """A corpus of ``token_sequences`` (non-negative ids), in memory."""
+        return cls(cls._joined(token_sequences), tokenizer_name)
+
+    @classmethod
+    def write(
+        cls,
+        token_sequences: Iterable[Sequence[int]],
+        tokenizer_name: str,
+        path: str | Path,
+        vocab_size: int | None = None,
+        notes: dict[str, str] | None = None,
+    ) -> int:
+        """Save ``token_sequences`` (non-negative ids) as a corpus file (see :meth:`load`) without indexing them;
+        ``vocab_size`` (recorded, checked on load) and ``notes`` (provenance, kept in the metadata) are optional.
+        Returns the tokens written, separators included."""
+        ids = torch.tensor(cls._joined(token_sequences), dtype=torch.int32)
+        top = int(ids.max()) if ids.numel() else cls.SEPARATOR
+        if vocab_size is not None and top >= vocab_size:
+            raise CorpusError(f"token id {top} is outside the vocabulary [0, {vocab_size})")
+        metadata = {**(notes or {}), "format": cls.FORMAT, "tokenizer": tokenizer_name, "sha256": _digest(ids)}
+        if vocab_size is not None:
+            metadata["vocab_size"] = str(vocab_size)
+        save_file({"tokens": ids}, str(path), metadata=metadata)
+        return ids.numel()
 
     @classmethod
     def build(
@@ -122,18 +149,9 @@ class RetrievalCorpus:
         vocab_size: int | None = None,
         notes: dict[str, str] | None = None,
     ) -> RetrievalCorpus:
-        """A corpus of ``token_sequences`` (non-negative ids), saved to ``path`` (see :meth:`load`); ``vocab_size``
-        (recorded, checked on load) and ``notes`` (provenance, kept in the metadata) are optional."""
-        corpus = cls.from_sequences(token_sequences, tokenizer_name)
-        if vocab_size is not None and corpus.max_token >= vocab_size:
-            raise CorpusError(f"token id {corpus.max_token} is outside the vocabulary [0, {vocab_size})")
-        ids = torch.tensor(corpus.automaton.tokens, dtype=torch.int32)
-        metadata = {**(notes or {}), "format": cls.FORMAT, "tokenizer": tokenizer_name, "sha256": _digest(ids)}
-        if vocab_size is not None:
-            metadata["vocab_size"] = str(vocab_size)
-        save_file({"tokens": ids}, str(path), metadata=metadata)
-        corpus.source = str(path)
-        return corpus
+        """:meth:`write`, then the corpus of the file, indexed."""
+        cls.write(token_sequences, tokenizer_name, path, vocab_size, notes)
+        return cls.load(path, tokenizer_name, vocab_size)
 
     @classmethod
     def read(cls, path: str | Path) -> tuple[torch.Tensor, dict[str, str]]:
