@@ -321,7 +321,7 @@ def test_traversal_of_a_chain_is_block_verification(case: VerifyCase) -> None:
         stops = [stop_probabilities(tree, plan) for plan in plans]
         assert torch.allclose(stops[0], stops[1], atol=1e-12, rtol=0)
         reached = stops[0] > 0
-        assert torch.allclose(plans[0].residual[reached], plans[1].residual[reached], atol=1e-12, rtol=0)
+        assert torch.allclose(plans[0].residual_rows()[reached], plans[1].residual_rows()[reached], atol=1e-12, rtol=0)
 
 
 def test_traversal_refuses_deterministic_top_k_trees() -> None:

@@ -167,12 +167,9 @@ class BlockTokenResidualVerifier(BlockVerifier):
     ``P_τ = 1`` both agree, so the bug only shows after a prefix whose ratios fell below 1.
     """
 
-    def _residual(self, residual: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        owed = (p - q).clamp(min=0.0)
-        mass = owed.sum(-1, keepdim=True)
-        token = torch.where(mass > 0, owed / torch.where(mass > 0, mass, torch.ones_like(mass)), p)
-        token[-1] = p[-1]
-        return token
+    def _residual_at(self, owed: torch.Tensor, mass: torch.Tensor, p: torch.Tensor, q: torch.Tensor):
+        token_owed = (p[:-1] - q[:-1]).clamp(min=0.0)
+        return super()._residual_at(token_owed, token_owed.sum(-1), p, q)
 
 
 class TraversalStaleQVerifier(TraversalVerifier):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from specdec.sampling import SamplingParams, warp
@@ -47,7 +49,7 @@ class BlockVerifier(ChainVerifier):
     """
 
     def plan(self, tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams) -> VerifyPlan:
-        """Stop law and residuals of block verification (see the class docstring); ``[N]`` and ``[N, V]``."""
+        """Stop law ``[N]`` of block verification and its bonus rows on demand (see the class docstring)."""
         self._check(tree)
         n = tree.num_nodes
         p = warp(target_logits, sampling, self.dtype)  # [N, V]: p_i
@@ -58,20 +60,35 @@ class BlockVerifier(ChainVerifier):
         for i in range(n - 1):  # γ is small (a chain's depth): a short loop of tensor ops, no sync
             weights.append(torch.clamp(weights[-1] * ratio[i], max=1.0))
         weight = torch.stack(weights)  # [N]
-        owed = (weight[:, None] * p - q).clamp(min=0.0)  # [N, V]: max(0, P_i p_i - q_i)
-        mass = owed.sum(-1)  # [N]: Z_{i+1}
-        denom = mass + (1.0 - weight)  # exactly mass when P_i = 1, so h_i = 1 exactly (greedy at T = 0)
+        # max(0, P_i p_i - q_i) for the nodes with a child (i < γ; the end of the chain owes nothing: h_γ = P_γ and
+        # its bonus comes from p_γ), built in place: one new [N - 1, V] tensor
+        owed = (p[:-1] * weight[:-1, None]).sub_(q[:-1]).clamp_(min=0.0)
+        mass = owed.sum(-1)  # [N - 1]: Z_{i+1}
+        denom = mass + (1.0 - weight[:-1])  # exactly mass when P_i = 1, so h_i = 1 exactly (greedy at T = 0)
         h = torch.where(denom > 0, safe_div(mass, denom), torch.ones_like(mass))
-        h = torch.cat([torch.ones_like(h[:1]), h[1:-1], weight[-1:]]) if n > 1 else torch.ones_like(h)
-        residual = torch.where((mass > 0)[:, None], safe_div(owed, mass[:, None]), p)
-        residual[-1] = p[-1]  # τ = γ: all accepted, the bonus comes from the target
-        return VerifyPlan.from_stop_probs(tree, self._stop_law(h), self._residual(residual, p, q))
+        h = torch.cat([torch.ones_like(weight[:1]), h[1:], weight[-1:]]) if n > 1 else torch.ones_like(weight)
+        return VerifyPlan.from_stop_probs(tree, self._stop_law(h), residual_at=self._residual_at(owed, mass, p, q))
 
     def _stop_law(self, h: torch.Tensor) -> torch.Tensor:
         """``[N]``: ``P(τ = i) = h_i prod_{j > i} (1 - h_j)`` with ``h_0 = 1`` (the *last* position that passes)."""
         survive_after = torch.cat([torch.flip(torch.cumprod(torch.flip(1 - h[1:], [0]), 0), [0]), h.new_ones(1)])
         return h * survive_after
 
-    def _residual(self, residual: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """Hook for the negative controls (:mod:`specdec.testing.broken`): the bonus distributions as computed."""
-        return residual
+    def _residual_at(
+        self, owed: torch.Tensor, mass: torch.Tensor, p: torch.Tensor, q: torch.Tensor
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The bonus rows on demand (the walk reads one): ``norm(max(0, P_τ p_τ - q_τ))``, ``p_τ`` where nothing is
+        owed (a state reached with probability 0) and ``p_γ`` at the end of the chain (``τ = γ``: all accepted).
+        ``owed [N - 1, V]`` and ``mass [N - 1]`` are for the nodes with a child. Negative controls
+        (:mod:`specdec.testing.broken`) override it."""
+        last = p.shape[0] - 1
+
+        def residual_at(nodes: torch.Tensor) -> torch.Tensor:
+            if last == 0:  # the root alone: its bonus comes from p
+                return p[nodes]
+            row = nodes.clamp(max=last - 1)  # the end of the chain reads p
+            total = mass[row][..., None]
+            from_p = ~(total > 0) | (nodes == last)[..., None]
+            return torch.where(from_p, p[nodes], owed[row].div_(torch.where(from_p, 1.0, total)))
+
+        return residual_at

@@ -89,7 +89,13 @@ class VerifyPlan:
         return self.rows(torch.arange(self.accept_prob.shape[0], device=self.accept_prob.device))
 
     @classmethod
-    def from_stop_probs(cls, tree: DraftTree, stop_prob: torch.Tensor, residual: torch.Tensor) -> VerifyPlan:
+    def from_stop_probs(
+        cls,
+        tree: DraftTree,
+        stop_prob: torch.Tensor,
+        residual: torch.Tensor | None = None,
+        residual_at: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> VerifyPlan:
         """The plan whose walk stops at node ``u`` with probability ``stop_prob[u]``.
 
         For verifiers defined by the law of *where* the accepted path ends rather than by per-node coins (block
@@ -103,14 +109,15 @@ class VerifyPlan:
         Args:
             tree: ``N`` nodes.
             stop_prob: ``[N]`` non-negative, sums to 1.
-            residual: ``[N, V]``: the bonus distribution when the path ends at each node.
+            residual: ``[N, V]``: the bonus distribution when the path ends at each node; or
+            residual_at: the same rows on demand (see the class docstring).
         """
         reach = tree.attn_mask.to(stop_prob.dtype).T @ stop_prob  # [N]: R(u) = sum over u's subtree
         parent = parent_index(tree)
         in_play = reach[parent] - earlier_siblings(tree).to(stop_prob.dtype) @ reach
         accept = safe_div(reach, in_play).clamp(0.0, 1.0)
         accept = torch.where(torch.arange(tree.num_nodes, device=tree.device) == 0, 1.0, accept)
-        return cls(accept_prob=accept, residual=residual)
+        return cls(accept_prob=accept, residual=residual, residual_at=residual_at)
 
     def stop_probs(self, tree: DraftTree) -> torch.Tensor:
         """``[N]``: the probability that the walk stops at each node under this plan (the inverse of
