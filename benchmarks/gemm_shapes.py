@@ -23,7 +23,8 @@ and 8 rows: ``torch.compile(mode="max-autotune-no-cudagraphs")`` with frozen wei
 C++ GEMM template (AMX where the CPU has it) or oneDNN's packed linear per GEMM. It compiles one graph that applies
 every copy to the input (a single compiled linear would pay the graph's call overhead per copy), timed against the
 same copies run by ``stock`` and ``packed`` modules in turn; inductor's autotuning log names its choice (where its
-cache does not already hold one). Printed: ms
+cache does not already hold one). ``--skinny`` adds ``specdec::skinny_linear`` (:mod:`specdec.backends.skinny`, built
+on first use) as a side for float32, over the same copies. Printed: ms
 per call, inductor ÷ packed, and the largest difference from ``stock`` (a kernel that groups its sums otherwise
 gives other bits).
 
@@ -45,6 +46,7 @@ from torch import nn
 
 from specdec.backends import measured
 from specdec.backends.cpu import cpu_flags, cpu_name
+from specdec.backends.skinny import SkinnyLinear
 
 #: ``(name, in_features, out_features)`` of SmolLM2-135M's linears as the fast path runs them.
 SHAPES = (
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=None, help="names from SHAPES (default: all)")
     parser.add_argument("--kernels", action="store_true", help="name each kernel (oneDNN and MKL verbose)")
     parser.add_argument("--inductor", action="store_true", help="also stock vs packed vs inductor, caches flushed")
+    parser.add_argument("--skinny", action="store_true", help="float32: also specdec::skinny_linear (a side)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -153,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{dtype_name}: ms per call (weight GB/s) for {rows} rows; packed / stock; T(n)/T(1)")
         for name, n_in, n_out in shapes:
             mods = sides(n_in, n_out, dtype, g)
+            if args.skinny and dtype == torch.float32:
+                mods["skinny"] = [SkinnyLinear(lin) for lin in mods["stock"]]  # the same weights
             ms = time_shape(mods, rows, args.repeats)
             gbytes = n_in * n_out * dtype.itemsize / 1e9
             print(f"   {name} ({n_in} -> {n_out}, {len(mods['stock'])} copies)")
@@ -162,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"     {side:7s} {cells}   T(n)/T(1) {curve}")
             ratio = " ".join(f"{n}:{ms['packed'][n] / ms['stock'][n]:.2f}" for n in rows)
             print(f"     packed / stock {ratio}")
+            if "skinny" in ms:
+                print("     skinny / stock " + " ".join(f"{n}:{ms['skinny'][n] / ms['stock'][n]:.2f}" for n in rows))
             report[f"{dtype_name}/{name}"] = {"in": n_in, "out": n_out, "ms": ms}
             if args.kernels:
                 show_kernels(mods, dtype)

@@ -1,0 +1,120 @@
+"""The skinny GEMM (``specdec::skinny_linear``, :mod:`specdec.backends.skinny`): exact enough, row-invariant bit for
+bit, compilable, and refused with a reason where it cannot run.
+
+Marked heavy: the first use builds the C++ kernel (about 40 s on 2 cores), and no default path runs it yet (the
+kernel is opt-in). Each variant runs where the CPU has its instructions: the AVX2 one on every x86 CPU with AVX2
+and FMA (AVX-512 CPUs included), the AVX-512 one where the CPU has AVX-512.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.backends import skinny
+from specdec.backends.cpu import cpu_flags
+
+pytestmark = pytest.mark.heavy
+
+
+@pytest.fixture
+def kernel() -> None:
+    """Skip with the reason where the kernel cannot run (built on first use: only when a test asks, never at
+    collection, so ``make test``, which leaves the heavy tests out, never builds it)."""
+    reason = skinny.unavailable() if cpu_flags() else "no /proc/cpuinfo: the CPU's flags are unknown"
+    if reason is not None:
+        pytest.skip(f"skinny kernel unavailable: {reason}")
+
+
+needs_kernel = pytest.mark.usefixtures("kernel")
+ISAS = [
+    pytest.param(1, id="avx2"),
+    pytest.param(
+        2, id="avx512", marks=pytest.mark.skipif("avx512f" not in cpu_flags(), reason="this CPU has no AVX-512")
+    ),
+]
+
+
+def op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, isa: int) -> torch.Tensor:
+    return torch.ops.specdec.skinny_linear(x, w, b, isa)
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("k, n", [(576, 192), (577, 7), (3, 1), (1536, 33)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_a_float64_linear(isa: int, k: int, n: int, bias: bool) -> None:
+    g = torch.Generator().manual_seed(k * n)
+    w = torch.randn(n, k, generator=g) / k**0.5
+    b = torch.randn(n, generator=g) if bias else None
+    for rows in (1, 2, 5, 8, 16, 17, 40):
+        x = torch.randn(2, rows, k, generator=g)
+        y = op(x, w, b, isa)
+        ref = F.linear(x.double(), w.double(), None if b is None else b.double())
+        assert y.shape == (2, rows, n) and y.dtype == torch.float32
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * k**0.5), (rows, (y.double() - ref).abs().max())
+
+
+def row_invariant(kernel, x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Every row of ``kernel(x, w)`` bitwise equal to the same row computed alone, and to the row inside every
+    prefix of ``x`` (a tree of any size)."""
+    alone = torch.cat([kernel(x[i : i + 1], w) for i in range(x.shape[0])])
+    return all(torch.equal(kernel(x[:m], w), alone[:m]) for m in range(1, x.shape[0] + 1))
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_row_is_bitwise_the_same_alone_or_in_a_tree(isa: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(300, 577, generator=g)
+    x = torch.randn(35, 577, generator=g) * 10  # 35 rows: two full 16-row passes and a partial one
+    assert row_invariant(lambda a, b: op(a, b, None, isa), x, w)
+
+    # negative control: a kernel whose summation order depends on the number of rows is caught
+    def drifting(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        y = op(a, b, None, isa)
+        return y if a.shape[0] == 1 else (a.double() @ b.double().T).float()
+
+    assert not row_invariant(drifting, x, w)
+
+
+@needs_kernel
+def test_the_module_shares_the_linear_and_compiles() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 16, bias=False)).eval()
+    x = torch.randn(3, 5, 64)
+    with torch.no_grad():
+        ref = model(x)
+        weight = model[0].weight
+        assert skinny.skinny_linears(model) == 2
+        assert isinstance(model[0], skinny.SkinnyLinear) and model[0].weight is weight  # shared, not copied
+        eager = model(x)
+        compiled = torch.compile(model, fullgraph=True)(x)
+    assert torch.allclose(eager, ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(compiled, eager)
+
+
+@needs_kernel
+def test_bad_input_is_refused_by_name() -> None:
+    w = torch.randn(8, 16)
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.specdec.skinny_linear(torch.randn(2, 16, dtype=torch.float64), w)
+    with pytest.raises(RuntimeError, match=r"x \[\.\.\., K\]"):
+        torch.ops.specdec.skinny_linear(torch.randn(2, 15), w)
+    with pytest.raises(RuntimeError, match="bias"):
+        torch.ops.specdec.skinny_linear(torch.randn(2, 16), w, torch.randn(7))
+    with pytest.raises(RuntimeError, match="isa"):
+        torch.ops.specdec.skinny_linear(torch.randn(2, 16), w, None, 3)
+    with pytest.raises(ValueError, match="float32"):
+        skinny.SkinnyLinear(nn.Linear(16, 8, dtype=torch.bfloat16))
+    x = torch.randn(2, 16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="autograd|derivative|backward"):
+        torch.ops.specdec.skinny_linear(x, w).sum().backward()
+
+
+def test_a_cpu_without_avx2_is_told_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(skinny, "cpu_flags", lambda: frozenset({"sse4_2"}))
+    with pytest.raises(skinny.SkinnyError, match="AVX2 and FMA"):
+        skinny.load.__wrapped__()
