@@ -118,3 +118,27 @@ def test_a_cpu_without_avx2_is_told_why(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(skinny, "cpu_flags", lambda: frozenset({"sse4_2"}))
     with pytest.raises(skinny.SkinnyError, match="AVX2 and FMA"):
         skinny.load.__wrapped__()
+
+
+@needs_kernel
+def test_an_ahead_of_time_package_calls_the_c_shim(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 24), nn.ReLU(), nn.Linear(24, 8)).eval()
+    with torch.no_grad():
+        skinny.skinny_linears(model)
+        x = torch.randn(3, 32)
+        program = torch.export.export(model, (x,))
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(tmp_path / "m.pt2"), inductor_configs=skinny.package_options()
+        )
+        wrapper = next(p for p in _cpp_sources(path) if "wrapper" in p[0])[1]
+        assert "aoti_torch_cpu_skinny_linear(" in wrapper  # the C shim, called directly
+        assert "proxy_executor->call_function" not in wrapper  # not through the proxy executor
+        assert torch.equal(torch._inductor.aoti_load_package(path)(x), model(x))
+
+
+def _cpp_sources(package: str) -> list[tuple[str, str]]:
+    import zipfile
+
+    with zipfile.ZipFile(package) as z:
+        return [(n, z.read(n).decode()) for n in z.namelist() if n.endswith(".cpp")]

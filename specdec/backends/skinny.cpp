@@ -12,6 +12,7 @@
 // AVX-512 and AVX2 variants; one machine always runs the same one.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -128,6 +129,19 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const std::op
 }
 
 }  // namespace
+
+// The C shim AOTInductor calls directly where a package is built with this op in
+// ``aot_inductor.custom_ops_to_c_shims`` (instead of its proxy executor, which costs tens of microseconds a call).
+extern "C" AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_skinny_linear(AtenTensorHandle x, AtenTensorHandle w,
+                                                                         AtenTensorHandle* b, int64_t isa,
+                                                                         AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = skinny_linear(*torch::aot_inductor::tensor_handle_to_tensor_pointer(x),
+                                   *torch::aot_inductor::tensor_handle_to_tensor_pointer(w),
+                                   torch::aot_inductor::pointer_to_optional<at::Tensor>(b), isa);
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
 
 TORCH_LIBRARY(specdec, m) { m.def("skinny_linear(Tensor x, Tensor w, Tensor? b=None, int isa=0) -> Tensor"); }
 

@@ -17,8 +17,10 @@ AVX2 and FMA, does not get it: :func:`unavailable` says why, and nothing else ch
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
+import os
 from pathlib import Path
 
 import torch
@@ -27,7 +29,16 @@ from torch import nn
 from specdec.backends.cpu import cpu_flags
 from specdec.models import cache_dir
 
-__all__ = ["SOURCE", "SkinnyError", "SkinnyLinear", "load", "skinny_linears", "unavailable"]
+__all__ = [
+    "C_SHIM",
+    "SOURCE",
+    "SkinnyError",
+    "SkinnyLinear",
+    "load",
+    "package_options",
+    "skinny_linears",
+    "unavailable",
+]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
 #: Bumped when the build's flags change (part of the cached library's name, as the source and the torch version are).
@@ -66,7 +77,23 @@ def load() -> None:
         )
     except Exception as exc:  # a missing compiler, headers or a failed build: the reason is what the user needs
         raise SkinnyError(f"the skinny kernel did not build ({type(exc).__name__}: {str(exc)[-300:]})") from exc
+    # visible to libraries loaded later: an ahead-of-time package calls the op's C shim by name (C_SHIM)
+    ctypes.CDLL(str(build / f"{name}.so"), mode=os.RTLD_GLOBAL)
     _register_fake()
+
+
+#: The op's C shim, as AOTInductor declares it (``aot_inductor.custom_ops_to_c_shims``): a package built with it calls
+#: the kernel directly instead of through its proxy executor.
+C_SHIM = (
+    "AOTITorchError aoti_torch_cpu_skinny_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle* b, "
+    "int64_t isa, AtenTensorHandle* ret0)"
+)
+
+
+def package_options() -> dict:
+    """Inductor options that make an ahead-of-time package call the op's C shim (:data:`C_SHIM`)."""
+    load()
+    return {"aot_inductor.custom_ops_to_c_shims": {torch.ops.specdec.skinny_linear.default: [C_SHIM]}}
 
 
 def _register_fake() -> None:
