@@ -2,8 +2,10 @@
 //
 // Why: a step of a small model streams every weight from memory once; MKL's and oneDNN's GEMMs run 8 rows of a draft
 // tree at 1.5-3.4x the time of one row on the 2-core CPUs this project measures, where the memory stream alone would
-// allow about 1x. Here each thread walks its share of w's rows once, in blocks of ROW_BLOCK rows that stay in L2,
-// and every weight vector it loads is multiplied into up to 16 input rows held in registers.
+// allow about 1x. Here each thread walks its share of w's rows once, and every weight vector it loads is multiplied
+// into up to 16 input rows held in registers (AVX-512: up to four weight rows at a time share each input load, with
+// the rows ahead prefetched); inputs of more than 16 rows (a prefill) go in blocks of ROW_BLOCK weight rows that stay
+// in L2 across the input's 16-row blocks.
 //
 // Contract (row invariance): y[m, n] is summed in the same order whatever the number of rows and whichever rows
 // share the call: lane-wise partial sums over k in steps of the vector width, a fixed horizontal reduction, then
@@ -25,26 +27,48 @@ constexpr int MAX_ROWS = 16;       // input rows per pass over a block (register
 
 using Kernel = void (*)(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
 
+// R weight rows per pass share each input vector load (R x M accumulators: at most 16 of the 32 registers), and the
+// rows 2R ahead are prefetched. R changes which outputs are computed together, never the order of one output's sum.
+template <int M, int R>
+__attribute__((target("avx512f"))) void rows_avx512_r(const float* x, const float* w, const float* b, float* y,
+                                                       int64_t K, int64_t N, int64_t n0, int64_t n1) {
+  const int64_t kv = K & ~int64_t(15);
+  const __mmask16 tail = static_cast<__mmask16>((1u << (K - kv)) - 1u);
+  int64_t n = n0;
+  for (; n + R <= n1; n += R) {
+    __m512 acc[R][M];
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kv; k += 16) {
+      __m512 wv[R];
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm512_loadu_ps(w + (n + r) * K + k);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (n + r + 2 * R) * K + k), _MM_HINT_T0);  // never faults
+      }
+      for (int m = 0; m < M; ++m) {
+        const __m512 xv = _mm512_loadu_ps(x + m * K + k);
+        for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+      }
+    }
+    if (tail) {
+      for (int m = 0; m < M; ++m) {
+        const __m512 xv = _mm512_maskz_loadu_ps(tail, x + m * K + kv);
+        for (int r = 0; r < R; ++r)
+          acc[r][m] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + (n + r) * K + kv), xv, acc[r][m]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float bias = b ? b[n + r] : 0.0f;
+      for (int m = 0; m < M; ++m) y[m * N + n + r] = _mm512_reduce_add_ps(acc[r][m]) + bias;
+    }
+  }
+  if (n < n1 && R > 1) rows_avx512_r<M, 1>(x, w, b, y, K, N, n, n1);  // the rows left over, one at a time
+}
+
 template <int M>
 __attribute__((target("avx512f"))) void rows_avx512(const float* x, const float* w, const float* b, float* y,
                                                      int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  const int64_t kv = K & ~int64_t(15);
-  const __mmask16 tail = static_cast<__mmask16>((1u << (K - kv)) - 1u);
-  for (int64_t n = n0; n < n1; ++n) {
-    const float* wr = w + n * K;
-    __m512 acc[M];
-    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kv; k += 16) {
-      const __m512 wv = _mm512_loadu_ps(wr + k);
-      for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + m * K + k), acc[m]);
-    }
-    if (tail) {
-      const __m512 wv = _mm512_maskz_loadu_ps(tail, wr + kv);
-      for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(tail, x + m * K + kv), acc[m]);
-    }
-    const float bias = b ? b[n] : 0.0f;
-    for (int m = 0; m < M; ++m) y[m * N + n] = _mm512_reduce_add_ps(acc[m]) + bias;
-  }
+  rows_avx512_r<M, (M <= 4 ? 4 : M <= 8 ? 2 : 1)>(x, w, b, y, K, N, n0, n1);
 }
 
 __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
@@ -117,6 +141,10 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const std::op
   const float* bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, ROW_BLOCK, [&](int64_t n0, int64_t n1) {
+    if (M <= MAX_ROWS) {  // a step or a tree: one pass over this thread's rows of w
+      table[M - 1](xp, wp, bp, yp, K, N, n0, n1);
+      return;
+    }
     for (int64_t nb = n0; nb < n1; nb += ROW_BLOCK) {  // a block of w's rows, reused from L2 by every row block of x
       const int64_t ne = std::min(nb + ROW_BLOCK, n1);
       for (int64_t r = 0; r < M; r += MAX_ROWS) {
