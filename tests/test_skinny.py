@@ -142,3 +142,17 @@ def _cpp_sources(package: str) -> list[tuple[str, str]]:
 
     with zipfile.ZipFile(package) as z:
         return [(n, z.read(n).decode()) for n in z.namelist() if n.endswith(".cpp")]
+
+
+@needs_kernel
+def test_a_skinny_model_has_its_own_package_and_cost_curve_label() -> None:
+    from specdec.backends.aot import package_path
+    from specdec.backends.choice import execution_label
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8)).eval()
+    stock_name, stock_label = package_path(model).name, execution_label(model)
+    skinny.skinny_linears(model)
+    assert skinny.uses_skinny(model)
+    assert execution_label(model) == stock_label + "+skinny"  # the cost curve's cache name carries it
+    assert package_path(model).name != stock_name  # never the stock package: another compiled graph

@@ -43,6 +43,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.backends.compiled import PackageError, cpu_options
 from specdec.backends.measured import machine_key
+from specdec.backends.skinny import package_options, uses_skinny
 from specdec.kvcache import PositionCache
 
 __all__ = [
@@ -106,6 +107,8 @@ def _model_digest(model: nn.Module) -> str:
     config = getattr(model, "config", None)
     digest.update((config.to_json_string() if config is not None else type(model).__name__).encode())
     digest.update(str(getattr(config, "_attn_implementation", "")).encode())
+    if uses_skinny(model):  # its linears call the skinny kernel: another package than the stock one
+        digest.update(b"specdec::skinny_linear")
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
         digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
@@ -127,6 +130,7 @@ def package_path(model: nn.Module) -> Path:
     dtype = next(model.parameters()).dtype
     state = model.state_dict()
     seen = tuple((t.data_ptr(), t._version) for t in state.values())  # an in-place change bumps a tensor's version
+    seen += (uses_skinny(model),)  # linears swapped onto the skinny kernel keep their tensors: another package
     memo = getattr(model, "_specdec_aot_name", None)
     if memo is None or memo[0] != seen:
         memo = (seen, f"{_machine_digest(dtype)}-{_model_digest(model)}.pt2")
@@ -207,7 +211,8 @@ def build_package(model: nn.Module, cache_kwarg: str, cache: PositionCache, mask
             program = torch.export.export(AotStep(model, cache_kwarg), example, dynamic_shapes=shapes, strict=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.pt2")
-        torch._inductor.aoti_compile_and_package(program, package_path=str(partial), inductor_configs=cpu_options())
+        options = {**cpu_options(), **(package_options() if uses_skinny(model) else {})}  # the kernel's C shim
+        torch._inductor.aoti_compile_and_package(program, package_path=str(partial), inductor_configs=options)
         partial.rename(path)
     except Exception as error:  # export or inductor refusing the model: the runner falls back, with this reason
         raise PackageError(f"could not build the ahead-of-time package ({type(error).__name__}: {error})") from error

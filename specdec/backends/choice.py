@@ -53,6 +53,7 @@ from specdec.backends.kernels import (
 from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
+from specdec.backends.skinny import uses_skinny
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import SpecdecError
 
@@ -232,17 +233,18 @@ def execution_label(model: nn.Module) -> str:
     """What a model currently runs, read from its modules: ``"stock+static"`` if it was prepared for static shapes
     (``"stock+aot"`` served by its ahead-of-time package),
     ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its vocabulary projections are,
-    ``"packed-some"`` if some other subset is (as measured: :mod:`specdec.backends.measured`), else ``"stock"``."""
-    static = getattr(model, STATIC_MARK, False)
+    ``"packed-some"`` if some other subset is (as measured: :mod:`specdec.backends.measured`), else ``"stock"``; then
+    ``"+skinny"`` where linears run on :mod:`specdec.backends.skinny`."""
+    static, skinny = getattr(model, STATIC_MARK, False), "+skinny" if uses_skinny(model) else ""
     if static:
-        return "stock+aot" if static == "aot" else "stock+static"
+        return ("stock+aot" if static == "aot" else "stock+static") + skinny
     modules = list(model.modules())
     if not any(runs_packed(m) for m in modules):
-        return "stock"
+        return "stock" + skinny
     if not any(plain_linear(m) for m in modules):
-        return "packed"
+        return "packed" + skinny
     vocab_only = all(packed_linear(m).out_features >= VOCAB_ROWS for m in modules if runs_packed(m))
-    return "packed-vocab" if vocab_only else "packed-some"
+    return ("packed-vocab" if vocab_only else "packed-some") + skinny
 
 
 def _warn(warn: bool, what: str, reason: str) -> None:

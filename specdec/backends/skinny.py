@@ -139,6 +139,11 @@ class SkinnyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+def uses_skinny(model: nn.Module) -> bool:
+    """Whether any linear of ``model`` runs on the kernel (a package's name and options, a cost curve's label)."""
+    return any(isinstance(m, SkinnyLinear) for m in model.modules())
+
+
 def skinny_linears(model: nn.Module) -> int:
     """Put :class:`SkinnyLinear` in place of every plain float32 CPU ``nn.Linear`` of ``model`` (in place); the
     number swapped.
