@@ -3,16 +3,18 @@
 The kernel (``skinny.cpp`` beside this file) streams each weight once per call and multiplies every weight vector it
 loads into up to 16 input rows held in registers, so a tree of 8 rows costs about what one row costs where the step
 is bound by memory. Measured on the 2-core Intel Xeon of family 6 model 106 (weights cold, 2 threads,
-``benchmarks/skinny.py``): the 49152 x 576 lm_head 9.7 ms for 8 rows against 26.6 ms for ``F.linear`` (MKL), and
-every decoder shape of SmolLM2 faster than ``F.linear`` at 1, 2, 8 and 16 rows.
+``docs/results/2026-11-29-skinny-intel-f6m106``): the 49152 x 576 lm_head 6.9 ms for 8 rows against 20.5 ms for
+``F.linear`` (MKL), one row even (4.9 / 5.0 ms); a 576 x 576 projection's one row 24 % slower than MKL's, its 8 rows
+1.6x faster. In an ahead-of-time package the 8-row forward fell from 50-55 to 35-44 ms (T(8)/T(1) 1.19-1.35
+against 1.44-1.62); opt-in, not a default (the one-row step was 7 % slower in the decoding loop).
 
 Contract (row invariance): every output ``y[m, n]`` is summed in one fixed order, whatever the number of rows in the
 call (``skinny.cpp`` says which); a row computed alone and the same row inside a tree are bitwise equal.
 
 How it is built: on first use, compiled for this torch with the C++ compiler torch's extensions use
-(``torch.utils.cpp_extension``, about 40 s on 2 cores), cached under ``cache_dir()/ext/`` keyed by the source and
-the torch version, and loaded as a library that registers the op. A machine without a compiler, or a CPU without
-AVX2 and FMA, does not get it: :func:`unavailable` says why, and nothing else changes.
+(``torch.utils.cpp_extension``, about 40 s on 2 cores), cached under ``cache_dir()/ext/`` keyed by the source, the
+build flags (:data:`BUILD`) and the torch version, and loaded as a library that registers the op. A machine without
+a compiler, or a CPU without AVX2 and FMA, does not get it: :func:`unavailable` says why, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from torch import nn
 
 from specdec.backends.cpu import cpu_flags
+from specdec.backends.kernels import each_child, plain_linear, swap_module
 from specdec.models import cache_dir
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "package_options",
     "skinny_linears",
     "unavailable",
+    "uses_skinny",
 ]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
@@ -153,10 +157,8 @@ def skinny_linears(model: nn.Module) -> int:
     """
     load()
     swapped = 0
-    for name, child in list(model.named_children()):
-        if type(child) is nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu":
-            setattr(model, name, SkinnyLinear(child))
+    for parent, name, child in list(each_child(model)):
+        if plain_linear(child) and child.weight.dtype == torch.float32:
+            swap_module(parent, name, child, SkinnyLinear(child))
             swapped += 1
-        else:
-            swapped += skinny_linears(child)
     return swapped

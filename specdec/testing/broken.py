@@ -7,6 +7,7 @@ Never use them for decoding.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
@@ -167,7 +168,9 @@ class BlockTokenResidualVerifier(BlockVerifier):
     ``P_τ = 1`` both agree, so the bug only shows after a prefix whose ratios fell below 1.
     """
 
-    def _residual_at(self, owed: torch.Tensor, mass: torch.Tensor, p: torch.Tensor, q: torch.Tensor):
+    def _residual_at(
+        self, owed: torch.Tensor, mass: torch.Tensor, p: torch.Tensor, q: torch.Tensor
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
         token_owed = (p[:-1] - q[:-1]).clamp(min=0.0)
         return super()._residual_at(token_owed, token_owed.sum(-1), p, q)
 
