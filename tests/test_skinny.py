@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.backends import skinny
+from specdec.backends.aot import MAX_ROWS
 from specdec.backends.cpu import cpu_flags
 
 pytestmark = pytest.mark.heavy
@@ -49,7 +50,7 @@ def test_matches_a_float64_linear(isa: int, k: int, n: int, bias: bool) -> None:
     g = torch.Generator().manual_seed(k * n)
     w = torch.randn(n, k, generator=g) / k**0.5
     b = torch.randn(n, generator=g) if bias else None
-    for rows in (1, 2, 5, 8, 16, 17, 40):
+    for rows in (1, 2, 5, 8, 16, 17, 40, 64, 65, 130):  # above 64 rows: a prefill, on torch's own GEMM
         x = torch.randn(2, rows, k, generator=g)
         y = op(x, w, b, isa)
         ref = F.linear(x.double(), w.double(), None if b is None else b.double())
@@ -69,8 +70,8 @@ def row_invariant(kernel, x: torch.Tensor, w: torch.Tensor) -> bool:
 def test_a_row_is_bitwise_the_same_alone_or_in_a_tree(isa: int) -> None:
     g = torch.Generator().manual_seed(0)
     w = torch.randn(300, 577, generator=g)
-    x = torch.randn(35, 577, generator=g) * 10  # 35 rows: two full 16-row passes and a partial one
-    assert row_invariant(lambda a, b: op(a, b, None, isa), x, w)
+    x = torch.randn(64, 577, generator=g) * 10  # every tree size up to the largest: 1-16 rows in one pass, 17-64 in
+    assert row_invariant(lambda a, b: op(a, b, None, isa), x, w)  # blocks of 6 rows and a remainder of 1-5
 
     # negative control: a kernel whose summation order depends on the number of rows is caught
     def drifting(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -78,6 +79,21 @@ def test_a_row_is_bitwise_the_same_alone_or_in_a_tree(isa: int) -> None:
         return y if a.shape[0] == 1 else (a.double() @ b.double().T).float()
 
     assert not row_invariant(drifting, x, w)
+
+
+@needs_kernel
+def test_a_prefill_beyond_the_largest_tree_runs_the_dense_gemm() -> None:
+    """More rows than ``INVARIANT_ROWS`` (a prompt) take ``F.linear``'s bits, not the fixed order of the contract:
+    the boundary is where the C++ says it is (a kernel that kept its own order past it would fail the first check,
+    one that left it earlier the second)."""
+    assert skinny.INVARIANT_ROWS == MAX_ROWS  # every tree the package runs is inside the fixed order
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(96, 577, generator=g), torch.randn(96, generator=g)
+    x = torch.randn(skinny.INVARIANT_ROWS + 1, 577, generator=g) * 10
+    assert torch.equal(op(x, w, b, 0), F.linear(x, w, b))
+    tree = x[: skinny.INVARIANT_ROWS]
+    assert torch.equal(op(tree, w, b, 0)[:1], op(tree[:1], w, b, 0))
+    assert not torch.equal(op(tree, w, b, 0), F.linear(tree, w, b))  # the fixed order is not MKL's (power check)
 
 
 @needs_kernel

@@ -4,14 +4,16 @@
 // tree at 1.5-3.4x the time of one row on the 2-core CPUs this project measures, where the memory stream alone would
 // allow about 1x. Here each thread walks its share of w's rows once, and every weight vector it loads is multiplied
 // into up to 16 input rows held in registers (AVX-512: up to four weight rows at a time share each input load, with
-// the rows ahead prefetched); inputs of more than 16 rows (a prefill) go in blocks of ROW_BLOCK weight rows that stay
-// in L2 across the input's 16-row blocks.
+// the rows ahead prefetched); inputs of 17 to INVARIANT_ROWS rows (the largest trees) go in blocks of ROW_BLOCK
+// weight rows that stay in L2 across the input's blocks of TILE rows.
 //
-// Contract (row invariance): y[m, n] is summed in the same order whatever the number of rows and whichever rows
-// share the call: lane-wise partial sums over k in steps of the vector width, a fixed horizontal reduction, then
-// the k tail in order, then the bias. So a row's output is bitwise the same alone or in a tree (what greedy
-// speculation needs to emit exactly what plain decoding emits with the same kernel). The order differs between the
-// AVX-512 and AVX2 variants; one machine always runs the same one.
+// Contract (row invariance): for up to INVARIANT_ROWS rows, y[m, n] is summed in the same order whatever the number
+// of rows and whichever rows share the call: lane-wise partial sums over k in steps of the vector width (AVX-512: the
+// k tail masked into the same lanes), a fixed horizontal reduction (AVX2: then the k tail in order), then the bias. So
+// a row's output is bitwise the same alone or in a tree (what greedy speculation needs to emit exactly what plain
+// decoding emits with the same kernel). The order differs between the AVX-512 and AVX2 variants; one machine always
+// runs the same one. More rows than INVARIANT_ROWS are a prompt's prefill, shared by plain and speculative decoding
+// and compared with no tree: they run on torch's own GEMM (at::linear), 1.5-2x faster there than this kernel.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
@@ -24,6 +26,10 @@ namespace {
 
 constexpr int64_t ROW_BLOCK = 64;  // rows of w per inner block (64 x 576 floats = 147 KB: L2-resident)
 constexpr int MAX_ROWS = 16;       // input rows per pass over a block (register accumulators)
+constexpr int TILE = 6;            // input rows per pass where a call has more than MAX_ROWS (6 x 4 accumulators)
+// The most rows summed in the fixed order of the contract: the largest tree forward (specdec.backends.aot.MAX_ROWS,
+// the row probe's largest count). A longer input is a prefill, which no tree is compared with: a dense GEMM runs it.
+constexpr int64_t INVARIANT_ROWS = 64;
 
 using Kernel = void (*)(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
 
@@ -135,11 +141,13 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const std::op
   }
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
+  if (M > INVARIANT_ROWS) return at::linear(x, w, b);  // a prefill: compute-bound, where a blocked GEMM is 1.5-2x
   at::Tensor y = at::empty({M, N}, xc.options());
   const float* xp = xc.data_ptr<float>();
   const float* wp = wc.data_ptr<float>();
   const float* bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
+  const Kernel tile = table == AVX512 ? rows_avx512_r<TILE, 4> : rows_avx2<TILE>;
   at::parallel_for(0, N, ROW_BLOCK, [&](int64_t n0, int64_t n1) {
     if (M <= MAX_ROWS) {  // a step or a tree: one pass over this thread's rows of w
       table[M - 1](xp, wp, bp, yp, K, N, n0, n1);
@@ -147,10 +155,9 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const std::op
     }
     for (int64_t nb = n0; nb < n1; nb += ROW_BLOCK) {  // a block of w's rows, reused from L2 by every row block of x
       const int64_t ne = std::min(nb + ROW_BLOCK, n1);
-      for (int64_t r = 0; r < M; r += MAX_ROWS) {
-        const int64_t rows = std::min<int64_t>(MAX_ROWS, M - r);
-        table[rows - 1](xp + r * K, wp, bp, yp + r * N, K, N, nb, ne);
-      }
+      int64_t r = 0;  // TILE rows at a time (more outputs per load than 16 rows with one weight row), then the rest
+      for (; r + TILE <= M; r += TILE) tile(xp + r * K, wp, bp, yp + r * N, K, N, nb, ne);
+      if (r < M) table[M - r - 1](xp + r * K, wp, bp, yp + r * N, K, N, nb, ne);
     }
   });
   return y.view(out_shape);

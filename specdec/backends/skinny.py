@@ -9,7 +9,9 @@ is bound by memory. Measured on the 2-core Intel Xeon of family 6 model 106 (wei
 against 1.44-1.62); opt-in, not a default (the one-row step was 7 % slower in the decoding loop).
 
 Contract (row invariance): every output ``y[m, n]`` is summed in one fixed order, whatever the number of rows in the
-call (``skinny.cpp`` says which); a row computed alone and the same row inside a tree are bitwise equal.
+call up to :data:`INVARIANT_ROWS` (``skinny.cpp`` says which); a row computed alone and the same row inside a tree
+are bitwise equal. A longer input is a prompt's prefill, which plain and speculative decoding share and no tree is
+compared with: it runs on torch's own GEMM, about twice as fast there.
 
 How it is built: on first use, compiled for this torch with the C++ compiler torch's extensions use
 (``torch.utils.cpp_extension``, about 40 s on 2 cores), cached under ``cache_dir()/ext/`` keyed by the source, the
@@ -34,6 +36,7 @@ from specdec.models import cache_dir
 
 __all__ = [
     "C_SHIM",
+    "INVARIANT_ROWS",
     "SOURCE",
     "SkinnyError",
     "SkinnyLinear",
@@ -45,6 +48,10 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
+#: The most rows whose outputs are summed in the kernel's fixed order (``INVARIANT_ROWS`` in ``skinny.cpp``; the
+#: package's largest tree, :data:`specdec.backends.aot.MAX_ROWS`); a longer input, a prompt's prefill, runs on
+#: torch's own GEMM.
+INVARIANT_ROWS = 64
 #: Bumped when the build's flags change (part of the cached library's name, as the source and the torch version are).
 BUILD = "2"
 

@@ -1,0 +1,62 @@
+"""Spec-Bench on the ahead-of-time package: stock GEMMs against every linear on specdec::skinny_linear (its own
+package, its own cost curve), vanilla, EAGLE-3 and the composite on each, one process, methods interleaved per prompt;
+with each side's prompt prefill time (the kernel hands prompts of more than 64 rows to torch's GEMM since this run).
+
+    .venv/bin/python docs/results/2026-11-29-skinny-prefill-intel-f6m106/skinny_specbench.py [--per-family 5]
+"""
+
+import argparse
+import time
+
+import torch
+
+from specdec import HFTarget, SamplingParams, StopCondition, build_method, chat_ids
+from specdec.assets import select_prompts, spec_bench_prompts
+from specdec.backends.cpu import cpu_name
+from specdec.backends.skinny import skinny_linears
+from specdec.models import load_smollm2
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--per-family", type=int, default=5)
+parser.add_argument("--new-tokens", type=int, default=96)
+parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3", "composite"])
+args = parser.parse_args()
+torch.set_num_threads(2)
+prompts = select_prompts(spec_bench_prompts(), args.per_family)
+gens = {}
+for side in ("stock", "skinny"):
+    model, tok = load_smollm2()
+    if side == "skinny":
+        print("linears on the skinny kernel:", skinny_linears(model))
+    longest = max(len(chat_ids(tok, p)) for p in prompts)
+    target = HFTarget(model, max_len=longest + args.new_tokens + 72, static_shapes="aot", weights="stock")
+    print(f"cpu={cpu_name()} {side}: {target.execution.describe()}", flush=True)
+    for name in args.methods:
+        gens[f"{side}/{name}"] = build_method(name, target)
+stop = StopCondition(max_new_tokens=args.new_tokens)
+greedy = SamplingParams(temperature=0.0)
+for gen in gens.values():  # packages, cost curves and first-call costs outside the timed runs
+    gen.generate(chat_ids(tok, prompts[0]), greedy, StopCondition(max_new_tokens=8))
+seconds, tokens, cycles, same, prefill = ({k: 0.0 for k in gens} for _ in range(5))
+for i, prompt in enumerate(prompts):
+    ids = chat_ids(tok, prompt)
+    outs = {}
+    for name in list(gens) if i % 2 == 0 else list(reversed(gens)):
+        start = time.perf_counter()
+        out = gens[name].generate(ids, greedy, stop)
+        seconds[name] += time.perf_counter() - start
+        tokens[name] += len(out.tokens)
+        cycles[name] += max(out.metrics.cycles, 1)
+        prefill[name] += out.metrics.time_prefill
+        outs[name] = list(out.tokens)
+    for name in gens:
+        same[name] += outs[name] == outs[name.split("/")[0] + "/vanilla"]
+rate = {k: tokens[k] / seconds[k] for k in gens}
+print(f"prompts={len(prompts)} new_tokens={args.new_tokens} T=0")
+for name in gens:
+    side = name.split("/")[0]
+    print(
+        f"   {name:18s} {rate[name]:6.2f} tok/s  {rate[name] / rate[side + '/vanilla']:.3f}x own vanilla  "
+        f"{rate[name] / rate['stock/vanilla']:.3f}x stock vanilla  tau {tokens[name] / cycles[name]:.2f}  "
+        f"same as its vanilla {int(same[name])}/{len(prompts)}  prefill {prefill[name]:.2f} s of {seconds[name]:.1f} s"
+    )
