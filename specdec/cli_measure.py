@@ -63,7 +63,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from specdec.backends import resolve
     from specdec.backends.aot import cached_package
     from specdec.backends.cpu import cpu_gemm_profile, machine_summary
-    from specdec.backends.kernels import packing_pays, plain_linear
+    from specdec.backends.kernels import packing_pays, plain_linear, shared_copy
     from specdec.backends.measured import (
         KernelTable,
         linear_shape,
@@ -73,6 +73,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         stacked_shape,
         table_path,
     )
+    from specdec.backends.package_choice import package_kernels
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -100,7 +101,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         for group, wins in {stacked_shape(g): (g, w) for g, w in groups}.values():  # one line per distinct shape
             members = "+".join(KernelTable.name(linear_shape(m)) for m in group)
             print(f"  group {members}: {'packed and stacked' if wins else 'each member by its own row'}")
-        package = cached_package(model)
+        if name == "float32":
+            _print_package_kernels(model, args.refresh)
+        variant = shared_copy(model)  # with the package's measured kernels, where that package is cached
+        package_kernels(variant, cached_only=True)
+        package = cached_package(variant)
         print(
             f"  static_shapes='auto' on a CPU: {'the ahead-of-time package ' + str(package) if package else 'eager'}"
             + ("" if package else " (no package of this model here: --static-shapes aot builds one, minutes)")
@@ -108,6 +113,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         del model
     _print_packages()
     return 0
+
+
+def _print_package_kernels(model, refresh: bool) -> None:
+    """What an ahead-of-time package of float32 ``model`` runs each linear on under ``weights="auto"``: stock or the
+    skinny kernel per shape, as measured (:mod:`specdec.backends.package_choice`)."""
+    import torch
+
+    from specdec.backends.kernel_times import PACKAGE_KERNELS, kernel_table, linear_shape, table_path
+    from specdec.backends.kernels import plain_linear
+    from specdec.backends.package_choice import package_measures
+    from specdec.backends.skinny import unavailable
+
+    why = "the rule: stock (not measured on this CPU)" if not package_measures() else unavailable()
+    if why:
+        print(f"  its ahead-of-time package's linears: {why}")
+        return
+    shapes = [linear_shape(m) for m in model.modules() if plain_linear(m)]
+    table = kernel_table(shapes, torch.float32, refresh=refresh, kernels=PACKAGE_KERNELS)
+    path = table_path(torch.float32, PACKAGE_KERNELS)
+    print(f"  its ahead-of-time package (static_shapes='aot'), ms per call, weights cold ({path}):")
+    print("\n".join("  " + line for line in table.rows()))
 
 
 def _print_packages() -> None:

@@ -9,13 +9,12 @@
   build; the reason is reported).
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
-  itself); ``"aot"`` (CPU) runs the same static forward from the model's ahead-of-time package
-  (:mod:`specdec.backends.aot`: built once per machine, loaded in seconds by later processes); ``False`` runs eagerly;
-  ``"auto"``: on for CUDA, where graphs remove the launch overhead the static path exists for; on a CPU, from the
-  model's package where this machine has one, else off: compiling there takes minutes (per bucket in every process
-  under ``torch.compile``, once per machine for a package), though every method ran faster on static shapes (plain
-  decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path: frozen, tuned GEMMs, the draft head eager on
-  int8; AMD Zen 3, results page).
+  itself); ``"aot"`` (CPU) runs it from the model's ahead-of-time package (:mod:`specdec.backends.aot`: built once
+  per machine, loaded in seconds; with ``weights="auto"`` its linears on the kernel measured faster per shape,
+  :mod:`specdec.backends.package_choice`); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the
+  launch overhead the static path exists for; on a CPU, from the model's package where this machine has one, else
+  off: compiling there takes minutes (once per machine for a package), though every method ran faster on static
+  shapes (plain decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path; AMD Zen 3, results page).
 
 :func:`prepare_model` applies both to a *copy* of the caller's model that shares its tensors
 (:func:`~specdec.backends.kernels.shared_copy`), so the caller's model object is never changed; ``in_place=True``
@@ -52,6 +51,7 @@ from specdec.backends.kernels import (
 )
 from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
+from specdec.backends.package_choice import measured_package_cached, package_kernels
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.skinny import uses_skinny
 from specdec.backends.stacking import stack_projections, unstack_projections
@@ -92,6 +92,7 @@ class Execution:
         aot: with ``static``, served by the model's ahead-of-time package (:mod:`specdec.backends.aot`, CPU) instead
             of compiling in this process.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
+        skinny: with ``aot``, linears on the skinny kernel (:mod:`specdec.backends.package_choice`).
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
             in a tree forward of any size.
@@ -116,6 +117,7 @@ class Execution:
     aot: bool = False
     single_stock: int = 0
     single_stock_bytes: int = 0
+    skinny: int = 0
 
     @property
     def static_shapes(self) -> StaticShapes:
@@ -130,10 +132,10 @@ class Execution:
 
     @property
     def label(self) -> str:
-        """``"packed"``, ``"stock+static"``, ``"packed+invariant"``, ... (file names, stats lines)."""
+        """``"packed"``, ``"stock+static"``, ``"stock+aot+skinny"``, ``"packed+invariant"``, ... (file names, stats)."""
         return (
             self.weights
-            + ("+aot" if self.aot else "+static" if self.static else "")
+            + ("+aot" + "+skinny" * (self.skinny > 0) if self.aot else "+static" if self.static else "")
             + ("+invariant" if self.invariant else "")
         )
 
@@ -142,6 +144,7 @@ class Execution:
         shapes = "static shapes (compiled)" if self.static else "eager shapes"
         shapes = "static shapes (ahead-of-time package)" if self.aot else shapes
         counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
+        counts += ((self.skinny, "linears on the skinny kernel"),)
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         padded = f", {self.padded} linears padding single rows" if self.padded else ""
@@ -195,14 +198,7 @@ def resolve(
     if dtype not in PACKED_DTYPES:
         return "stock", False, f"the model is {dtype}; packed weights run float32 or bfloat16"
     if weights == "auto" and dtype == torch.bfloat16 and slow_dtype_reason(dtype):
-        return (
-            "stock",
-            False,
-            (
-                "auto packs bfloat16 weights only on CPUs with native bfloat16 instructions (avx512_bf16 or amx_bf16); "
-                "weights='packed' packs them wherever oneDNN can"
-            ),
-        )
+        return "stock", False, _BF16_AUTO
     if missing := onednn_missing():
         return "stock", False, missing
     if draft and weights in ("auto", "int8"):
@@ -220,7 +216,8 @@ def _auto_static(model: nn.Module, device: torch.device | None, draft: bool, wei
     asked for can run static (``"auto"`` or ``"stock"``), else off."""
     if device is None or device.type == "cuda":
         return device is not None
-    return device.type == "cpu" and not draft and weights in ("auto", "stock") and cached_package(model) is not None
+    cached = cached_package(model) is not None or (weights == "auto" and measured_package_cached(model))
+    return device.type == "cpu" and not draft and weights in ("auto", "stock") and cached
 
 
 def _aot(model: nn.Module, static_shapes: StaticShapes) -> bool:
@@ -324,6 +321,10 @@ def apply(
     )
 
 
+_BF16_AUTO = (
+    "auto packs bfloat16 weights only on CPUs with native bfloat16 instructions (avx512_bf16 or amx_bf16); "
+    "weights='packed' packs them wherever oneDNN can"
+)
 _INVARIANT_NEEDS = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"
 _INVARIANT_FIX = (
     "pass weights='packed' and static_shapes=False, i.e. --weights packed --static-shapes off, or leave invariant off"
@@ -361,12 +362,13 @@ def _apply_weights(
     resolved, static, reason = resolve(model, weights, static_shapes)
     dtype, slow = _params(model)[1], _slow_dtype(model)
     aot = static and _aot(model, static_shapes)
+    skinny, why = package_kernels(model, cached_only=static_shapes != "aot") if aot and weights == "auto" else (0, "")
     if aot:  # the package's name, from the model as given (before the attention switch below changes its config)
         package_path(model)
     setattr(model, STATIC_MARK, "aot" if aot else static)
-    if static:  # plain linears for inductor, GQA attention without copies
+    if static:  # plain linears for inductor (or the skinny kernel's, as measured), GQA attention without copies
         _restore(model)
-        return Execution("stock", True, attention=use_gqa_attention(model), aot=aot)
+        return Execution("stock", True, attention=use_gqa_attention(model), reason=why, aot=aot, skinny=skinny)
     if resolved == "stock":
         _restore(model)
         if getattr(getattr(model, "config", None), "_attn_implementation", None) in GQA_NAMES:

@@ -46,6 +46,7 @@ __all__ = [
     "COLD_BYTES",
     "KERNELS",
     "KernelTable",
+    "PACKAGE_KERNELS",
     "ROWS",
     "RULE_KEPT",
     "TIE",
@@ -61,6 +62,10 @@ __all__ = [
 ]
 
 KERNELS = ("stock", "packed")
+#: The candidates for a model its ahead-of-time package serves (:mod:`specdec.backends.package_choice`): inductor
+#: packs plain weights itself there, so a linear runs stock (timed as ``F.linear``) or on the skinny kernel
+#: (:class:`~specdec.backends.skinny.SkinnyLinear`). Their tables are cached apart (the kernels are in the key).
+PACKAGE_KERNELS = ("stock", "skinny")
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -114,10 +119,12 @@ def measuring() -> bool:
     return mode == "measure" or rule_kept() is None
 
 
-def machine_key(dtype: torch.dtype) -> dict:
-    """What decides a kernel's speed here: CPU model and flags, torch version, thread count, dtype."""
+def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS) -> dict:
+    """What decides a kernel's speed here: CPU model and flags, torch version, thread count, dtype (and the candidates
+    where they are not :data:`KERNELS`)."""
     info = cpu_info()
-    return {
+    other = {"kernels": list(kernels)} if kernels != KERNELS else {}
+    return other | {
         "cpu": info.get("model name", ""),
         "family": info.get("cpu family", ""),
         "model": info.get("model", ""),
@@ -129,20 +136,26 @@ def machine_key(dtype: torch.dtype) -> dict:
     }
 
 
-def table_path(dtype: torch.dtype) -> Path:
-    """Where this machine's table for ``dtype`` is cached (a hash of :func:`machine_key` names it)."""
+def table_path(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS) -> Path:
+    """Where this machine's table for ``dtype`` (and ``kernels``) is cached (a hash of :func:`machine_key` names
+    it)."""
     from specdec.models import cache_dir
 
-    key = machine_key(dtype)
+    key = machine_key(dtype, kernels)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir() / "kernels" / f"{key['dtype'].removeprefix('torch.')}-{key['threads']}t-{digest}.json"
 
 
 def sides(
-    shape: Shape, dtype: torch.dtype, generator: torch.Generator, cold_bytes: int = COLD_BYTES
+    shape: Shape,
+    dtype: torch.dtype,
+    generator: torch.Generator,
+    cold_bytes: int = COLD_BYTES,
+    kernels: tuple[str, ...] = KERNELS,
 ) -> dict[str, list[nn.Module]]:
     """``{kernel: [copies of a linear of shape]}`` over ``cold_bytes`` of weights (at most :data:`MAX_COPIES`): plain
-    ``nn.Linear`` s and, where oneDNN packs ``dtype`` here, their packed twins (same values)."""
+    ``nn.Linear`` s and their twins (same values) on each other kernel in ``kernels``: packed where oneDNN packs
+    ``dtype`` here, skinny (float32; raises :class:`~specdec.backends.skinny.SkinnyError` where it cannot run)."""
     n_in, n_out, bias = shape
     plain = []
     for _ in range(min(MAX_COPIES, max(1, math.ceil(cold_bytes / (n_in * n_out * dtype.itemsize))))):
@@ -151,8 +164,12 @@ def sides(
             lin.weight.copy_(torch.randn(n_out, n_in, generator=generator) / math.sqrt(n_in))
         plain.append(lin)
     mods = {"stock": plain}
-    if packing_error(dtype) is None:
+    if "packed" in kernels and packing_error(dtype) is None:
         mods["packed"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
+    if "skinny" in kernels:
+        from specdec.backends.skinny import SkinnyLinear
+
+        mods["skinny"] = [SkinnyLinear(lin) for lin in plain]
     return mods
 
 
@@ -253,10 +270,11 @@ class KernelTable:
 
     def rows(self, rule: dict[str, str] | None = None) -> list[str]:
         """The table as lines: shape, each kernel's ms for 1 and 8 rows, the measured choice (and the rule's)."""
-        lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' 1/8 rows (ms)':>26s}" for k in KERNELS) + "  choice"]
+        kernels = tuple(self.key.get("kernels", KERNELS))
+        lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' 1/8 rows (ms)':>26s}" for k in kernels) + "  choice"]
         for name in sorted({*self.ms, *self.failed}, key=self.shape):
             ms = self.ms.get(name, {})
-            cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in KERNELS]
+            cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in kernels]
             said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
             if said == "packed" and self.single_row_stock(self.shape(name)):
                 said += ", 1 row stock"
@@ -281,10 +299,15 @@ def _load(path: Path, key: dict) -> KernelTable:
     return KernelTable(key)
 
 
-def kernel_table(shapes: list[Shape] | tuple[Shape, ...], dtype: torch.dtype, refresh: bool = False) -> KernelTable:
-    """This machine's table for ``dtype`` with every shape in ``shapes``: read from the cache, the missing shapes
-    measured (warning once for each that fails) and the cache rewritten."""
-    key, path = machine_key(dtype), table_path(dtype)
+def kernel_table(
+    shapes: list[Shape] | tuple[Shape, ...],
+    dtype: torch.dtype,
+    refresh: bool = False,
+    kernels: tuple[str, ...] = KERNELS,
+) -> KernelTable:
+    """This machine's table for ``dtype`` and the candidate ``kernels`` with every shape in ``shapes``: read from the
+    cache, the missing shapes measured (warning once for each that fails) and the cache rewritten."""
+    key, path = machine_key(dtype, kernels), table_path(dtype, kernels)
     table = KernelTable(key) if refresh else _load(path, key)
     missing = [s for s in dict.fromkeys(shapes) if not table.has(s)]
     if not missing:
@@ -293,7 +316,7 @@ def kernel_table(shapes: list[Shape] | tuple[Shape, ...], dtype: torch.dtype, re
     for shape in missing:
         name = KernelTable.name(shape)
         try:
-            mods = sides(shape, dtype, generator)
+            mods = sides(shape, dtype, generator, kernels=kernels)
             for _ in range(ATTEMPTS):  # a noisy round (another process woke up) is measured again
                 passes = time_shape(mods)
                 problem = _problem(passes) if len(passes) > 1 else ""  # one candidate: nothing to decide

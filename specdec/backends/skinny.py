@@ -24,7 +24,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,18 +38,22 @@ from specdec.models import cache_dir
 
 __all__ = [
     "C_SHIM",
+    "built",
     "INVARIANT_ROWS",
     "SOURCE",
     "SkinnyError",
     "SkinnyLinear",
     "load",
     "package_options",
+    "plain_linears",
     "skinny_linears",
+    "skinny_names",
     "unavailable",
     "uses_skinny",
 ]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
+log = logging.getLogger(__name__)
 #: The most rows whose outputs are summed in the kernel's fixed order (``INVARIANT_ROWS`` in ``skinny.cpp``; the
 #: package's largest tree, :data:`specdec.backends.aot.MAX_ROWS`); a longer input, a prompt's prefill, runs on
 #: torch's own GEMM.
@@ -60,6 +66,19 @@ class SkinnyError(RuntimeError):
     """The kernel cannot run here (no AVX2 and FMA, no compiler, a failed build); the message says which."""
 
 
+def _library() -> tuple[str, Path]:
+    """The kernel library's name and build folder for this source, torch and :data:`BUILD`."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + BUILD.encode()).hexdigest()[:12]
+    name = f"specdec_skinny_{digest}"
+    return name, cache_dir() / "ext" / name
+
+
+def built() -> bool:
+    """Whether the kernel library is already built on this machine (loading it then takes no compiler run)."""
+    name, build = _library()
+    return (build / f"{name}.so").exists()
+
+
 @functools.cache
 def load() -> None:
     """Build (once per source and torch version) and load the kernel library, registering ``specdec::skinny_linear``.
@@ -70,9 +89,9 @@ def load() -> None:
     flags = cpu_flags()
     if "avx512f" not in flags and not {"avx2", "fma"} <= flags:
         raise SkinnyError("the skinny kernel needs a CPU with AVX2 and FMA (or AVX-512)")
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + BUILD.encode()).hexdigest()[:12]
-    name = f"specdec_skinny_{digest}"
-    build = cache_dir() / "ext" / name
+    name, build = _library()
+    if not built():
+        log.warning("specdec: building the skinny kernel once for this torch (about a minute): %s", build)
     build.mkdir(parents=True, exist_ok=True)
     try:
         from torch.utils.cpp_extension import load as build_extension
@@ -141,6 +160,7 @@ class SkinnyLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
+        self.plain = (linear,)  # the module it replaced, for skinny_linears' undo (a tuple: not a submodule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., in_features]`` -> ``[..., out_features]``."""
@@ -155,9 +175,14 @@ def uses_skinny(model: nn.Module) -> bool:
     return any(isinstance(m, SkinnyLinear) for m in model.modules())
 
 
-def skinny_linears(model: nn.Module) -> int:
-    """Put :class:`SkinnyLinear` in place of every plain float32 CPU ``nn.Linear`` of ``model`` (in place); the
-    number swapped.
+def skinny_names(model: nn.Module) -> list[str]:
+    """The names of ``model``'s modules that run on the kernel (which linears a package's name must tell)."""
+    return [name for name, m in model.named_modules() if isinstance(m, SkinnyLinear)]
+
+
+def skinny_linears(model: nn.Module, only: Callable[[nn.Linear], bool] | None = None) -> int:
+    """Put :class:`SkinnyLinear` in place of every plain float32 CPU ``nn.Linear`` of ``model`` (in place) for which
+    ``only`` says so (default: every one); the number swapped.
 
     Raises:
         SkinnyError: the kernel cannot run here (:func:`unavailable`).
@@ -165,7 +190,16 @@ def skinny_linears(model: nn.Module) -> int:
     load()
     swapped = 0
     for parent, name, child in list(each_child(model)):
-        if plain_linear(child) and child.weight.dtype == torch.float32:
+        if plain_linear(child) and child.weight.dtype == torch.float32 and (only is None or only(child)):
             swap_module(parent, name, child, SkinnyLinear(child))
             swapped += 1
     return swapped
+
+
+def plain_linears(model: nn.Module) -> int:
+    """Undo :func:`skinny_linears`: every :class:`SkinnyLinear` of ``model`` back to the ``nn.Linear`` it replaced
+    (in place); the number swapped back."""
+    back = [(parent, name, child) for parent, name, child in each_child(model) if isinstance(child, SkinnyLinear)]
+    for parent, name, child in back:
+        swap_module(parent, name, child, child.plain[0])
+    return len(back)
