@@ -73,7 +73,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         stacked_shape,
         table_path,
     )
-    from specdec.backends.package_choice import package_kernels
+    from specdec.backends.skinny_choice import package_kernels
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -117,15 +117,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _print_package_kernels(model, refresh: bool) -> None:
     """What an ahead-of-time package of float32 ``model`` runs each linear on under ``weights="auto"``: stock or the
-    skinny kernel per shape, as measured (:mod:`specdec.backends.package_choice`)."""
+    skinny kernel per shape, as measured (:mod:`specdec.backends.skinny_choice`)."""
     import torch
 
     from specdec.backends.kernel_times import PACKAGE_KERNELS, kernel_table, linear_shape, table_path
     from specdec.backends.kernels import plain_linear
-    from specdec.backends.package_choice import package_measures
     from specdec.backends.skinny import unavailable
+    from specdec.backends.skinny_choice import skinny_measures
 
-    why = "the rule: stock (not measured on this CPU)" if not package_measures() else unavailable()
+    why = "the rule: stock (not measured on this CPU)" if not skinny_measures() else unavailable()
     if why:
         print(f"  its ahead-of-time package's linears: {why}")
         return

@@ -2,16 +2,15 @@
 
 * ``weights``: ``"stock"`` (as loaded), ``"packed"`` (linears prepacked for oneDNN: exact, float32 or bfloat16 CPU),
   ``"int8"`` (int8 linears: drafts only, never a target, since it approximates), or ``"auto"``: for a target, each
-  linear packed where the packed kernel measured faster than the stock one for its shape on this CPU
-  (:mod:`specdec.backends.measured`; with measuring switched off, the rule of
-  :func:`~specdec.backends.kernels.packing_pays`), int8 for a draft, stock where neither applies (not a CPU, not
-  float32 or bfloat16, bfloat16 without native instructions or where oneDNN cannot pack it, no oneDNN in this torch
-  build; the reason is reported).
+  linear on the kernel that measured fastest for its shape on this CPU, skinny (float32,
+  :mod:`specdec.backends.skinny_choice`), packed or stock (:mod:`specdec.backends.measured`; with measuring off, the
+  rule of :func:`~specdec.backends.kernels.packing_pays`), int8 for a draft, stock where none applies (not a CPU,
+  not float32 or bfloat16, bfloat16 without native instructions or oneDNN; the reason is reported).
 * ``static_shapes``: ``True`` runs every forward at a fixed, bucketed shape through ``torch.compile(fullgraph=True)``
   (:mod:`specdec.backends.compiled`: CUDA graphs on a GPU, inductor on a CPU), with plain weights (inductor packs them
   itself); ``"aot"`` (CPU) runs it from the model's ahead-of-time package (:mod:`specdec.backends.aot`: built once
   per machine, loaded in seconds; with ``weights="auto"`` its linears on the kernel measured faster per shape,
-  :mod:`specdec.backends.package_choice`); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the
+  :mod:`specdec.backends.skinny_choice`); ``False`` runs eagerly; ``"auto"``: on for CUDA, where graphs remove the
   launch overhead the static path exists for; on a CPU, from the model's package where this machine has one, else
   off: compiling there takes minutes (once per machine for a package), though every method ran faster on static
   shapes (plain decoding 1.77x, EAGLE-3 1.48x, the composite 1.44x the eager path; AMD Zen 3, results page).
@@ -51,9 +50,9 @@ from specdec.backends.kernels import (
 )
 from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
-from specdec.backends.package_choice import measured_package_cached, package_kernels
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.skinny import uses_skinny
+from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import SpecdecError
 
@@ -92,7 +91,7 @@ class Execution:
         aot: with ``static``, served by the model's ahead-of-time package (:mod:`specdec.backends.aot`, CPU) instead
             of compiling in this process.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
-        skinny: with ``aot``, linears on the skinny kernel (:mod:`specdec.backends.package_choice`).
+        skinny: linears on the skinny kernel (:mod:`specdec.backends.skinny_choice`).
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
             in a tree forward of any size.
@@ -211,9 +210,8 @@ def resolve(
 
 
 def _auto_static(model: nn.Module, device: torch.device | None, draft: bool, weights: str) -> bool:
-    """``static_shapes="auto"``: on for CUDA; on a CPU, on where this machine has the model's ahead-of-time package
-    (built once by ``static_shapes="aot"``: then no process compiles; the module docstring's figures) and the weights
-    asked for can run static (``"auto"`` or ``"stock"``), else off."""
+    """``static_shapes="auto"``: on for CUDA; on a CPU, where this machine has the model's package (as ``"aot"`` built
+    it: no process compiles then) and the weights asked for can run static (``"auto"``, ``"stock"``), else off."""
     if device is None or device.type == "cuda":
         return device is not None
     cached = cached_package(model) is not None or (weights == "auto" and measured_package_cached(model))
@@ -227,10 +225,9 @@ def _aot(model: nn.Module, static_shapes: StaticShapes) -> bool:
 
 
 def execution_label(model: nn.Module) -> str:
-    """What a model currently runs, read from its modules: ``"stock+static"`` if it was prepared for static shapes
-    (``"stock+aot"`` served by its ahead-of-time package),
-    ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its vocabulary projections are,
-    ``"packed-some"`` if some other subset is (as measured: :mod:`specdec.backends.measured`), else ``"stock"``; then
+    """What a model currently runs, read from its modules: ``"stock+static"`` if prepared for static shapes
+    (``"stock+aot"`` served by its package), ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its
+    vocabulary projections are, ``"packed-some"`` if some other subset is (as measured), else ``"stock"``; then
     ``"+skinny"`` where linears run on :mod:`specdec.backends.skinny`."""
     static, skinny = getattr(model, STATIC_MARK, False), "+skinny" if uses_skinny(model) else ""
     if static:
@@ -288,7 +285,7 @@ def apply(
         if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl" and not measuring()):
             what = "static shapes" if static else f"weights {weights!r}, which resolve to {resolved!r} on this CPU"
             raise BackendError(f"{_INVARIANT_NEEDS}; this model would run {what} ({_INVARIANT_FIX})")
-    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors)
+    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors, skinny_ok=invariant is not True)
     on, reason = _invariant(invariant, execution, _params(model)[1])
     slow = _slow_dtype(model)
     if slow:  # the dtype is the caller's choice: kept, with one warning that also says what else it costs
@@ -356,9 +353,9 @@ def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | 
 
 
 def _apply_weights(
-    model: nn.Module, weights: str, static_shapes: StaticShapes, warn: bool, own_tensors: bool
+    model: nn.Module, weights: str, static_shapes: StaticShapes, warn: bool, own_tensors: bool, skinny_ok: bool = True
 ) -> Execution:
-    """:func:`apply` without the numerics choice."""
+    """:func:`apply` without the numerics choice (``skinny_ok``: they leave linears to the skinny kernel)."""
     resolved, static, reason = resolve(model, weights, static_shapes)
     dtype, slow = _params(model)[1], _slow_dtype(model)
     aot = static and _aot(model, static_shapes)
@@ -382,6 +379,7 @@ def _apply_weights(
         pays, measured = lambda lin: packing_pays(lin, profile), ""
         if weights == "auto":  # measured on this CPU unless switched off (then the rule above)
             pays, measured = auto_packs(model, pays)
+        skinny, chose = eager_kernels(model) if weights == "auto" and skinny_ok else (0, "")  # before the rest packs
         packed, skipped = pack_linears(model, only=pays)
         if packed and not already and own_tensors:
             own_memory(model)
@@ -392,6 +390,8 @@ def _apply_weights(
         _warn(warn, "fast path off, running stock", reason)
         return Execution("stock", reason=reason)
     attention = use_gqa_attention(model)
+    if skinny and not packed:
+        return Execution(execution_label(model), attention=attention, reason=chose, skinny=skinny)
     if skipped:
         reason = f"{skipped} projection(s) are not plain nn.Linear (quantized or Conv1D) and run stock"
         _warn(warn, "fast path partial", reason)
@@ -411,11 +411,11 @@ def _apply_weights(
     label = execution_label(model)
     if label != "packed" and not measured:
         reason = reason or "vocabulary projection only: MKL runs the smaller linears faster on this Intel CPU"
-    reason = "; ".join(r for r in (measured, reason) if r)
+    reason = "; ".join(r for r in (measured, chose, reason) if r)
     norms, stacked = fuse_norms(model), stack_projections(model)
     if stacked:
         return_freed_memory()  # the separate packed projections' pages (on a copy too: they were the copy's own)
-    return Execution(label, False, packed, skipped, attention, reason, norms=norms, stacked=stacked)
+    return Execution(label, False, packed, skipped, attention, reason, norms=norms, stacked=stacked, skinny=skinny)
 
 
 def _slow_dtype(model: nn.Module) -> str | None:

@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 KERNELS = ("stock", "packed")
-#: The candidates for a model its ahead-of-time package serves (:mod:`specdec.backends.package_choice`): inductor
+#: The candidates for a model its ahead-of-time package serves (:mod:`specdec.backends.skinny_choice`): inductor
 #: packs plain weights itself there, so a linear runs stock (timed as ``F.linear``) or on the skinny kernel
 #: (:class:`~specdec.backends.skinny.SkinnyLinear`). Their tables are cached apart (the kernels are in the key).
 PACKAGE_KERNELS = ("stock", "skinny")

@@ -1,0 +1,136 @@
+"""Which linears run on the skinny kernel (:mod:`specdec.backends.skinny`), measured on the CPU at hand.
+
+The skinny kernel holds 8 rows of a draft tree near one row's cost where it runs; the stock and packed GEMMs do not
+(T(8)/T(1) 1.44-1.62 for SmolLM2's package on the Intel Xeon of family 6 model 106). Under ``weights="auto"`` a
+float32 CPU target puts each linear on the kernel where its shape measured faster there, by ``T(1) + T(8)`` over cold
+weights (:mod:`specdec.backends.kernel_times`; a tie within ``TIE`` keeps the other choice):
+
+* served by its ahead-of-time package (:func:`package_kernels`): against stock (inductor's GEMMs there), from the
+  table of :data:`~specdec.backends.kernel_times.PACKAGE_KERNELS`; the package calls the kernel's C shim and is named
+  for the linears on it. Measured (Spec-Bench 30 x 96, T = 0, one process,
+  docs/results/2026-11-29-skinny-prefill-intel-f6m106): every linear on the kernel, plain decoding 1.03x and the
+  composite 1.38x the stock package's plain decoding (stock package: the composite 1.26x);
+* on eager shapes (:func:`eager_kernels`): against both stock and packed (as ``auto`` runs packed: its single row
+  stock where faster), before the rest is packed. Measured (12 Spec-Bench prompts x 96, T = 0, one process): plain
+  decoding 1.02x, EAGLE-3 1.05x and the composite 1.28x the eager packed choice's plain decoding (the packed choice's
+  composite: 1.22x), with no packed copies kept.
+
+Exactness: every kernel computes each output exactly up to the grouping of its sums; the skinny kernel's grouping is
+the same for every row count of a tree (its contract), so greedy speculation emits plain decoding's tokens on it too.
+Row-invariant numerics asked for (``invariant=True``) keep every linear packed.
+
+Where the rule stays (no linear on the kernel): ``SPECDEC_SKINNY=off``, measuring switched off
+(:func:`~specdec.backends.kernel_times.measuring`: the CPUs of ``RULE_KEPT``, ``SPECDEC_KERNELS=rule``), the CPUs of
+:data:`SKINNY_RULE_KEPT`, a model that is not float32, and a machine where the kernel cannot run (no compiler, no AVX2
+and FMA: the reason is reported).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from specdec.backends.aot import cached_package
+from specdec.backends.cpu import cpu_info
+from specdec.backends.kernel_times import (
+    KERNELS,
+    PACKAGE_KERNELS,
+    TIE,
+    kernel_table,
+    linear_shape,
+    measuring,
+    table_path,
+)
+from specdec.backends.kernels import plain_linear, shared_copy
+from specdec.backends.skinny import built, plain_linears, skinny_linears, unavailable
+
+__all__ = ["SKINNY_RULE_KEPT", "eager_kernels", "measured_package_cached", "package_kernels", "skinny_measures"]
+
+#: CPUs whose rows on the results page were measured before the skinny kernel was a candidate: they keep their choice
+#: until the row is measured again with it (``SPECDEC_KERNELS=measure`` measures there too), so that a choice made
+#: on one CPU never costs another. ``(vendor, family, model)`` -> the row.
+SKINNY_RULE_KEPT: dict[tuple[str, str, str], str] = {
+    ("AuthenticAMD", "25", "1"): "AMD Zen 3 (docs/results/2026-11-28-aot-zen3)",
+}
+
+
+def skinny_measures() -> bool:
+    """Whether ``weights="auto"`` measures the skinny kernel here: where the linears' kernels are measured
+    (:func:`~specdec.backends.kernel_times.measuring`) and the CPU is not in :data:`SKINNY_RULE_KEPT` (unless
+    ``SPECDEC_KERNELS=measure``); never with ``SPECDEC_SKINNY=off`` (no build, no measurement: the test suite, or a
+    machine that should keep torch's own kernels)."""
+    switch = os.environ.get("SPECDEC_SKINNY", "auto")
+    if switch not in ("auto", "off"):
+        raise ValueError(f"SPECDEC_SKINNY must be 'auto' or 'off', got {switch!r}")
+    if switch == "off":
+        return False
+    info = cpu_info()
+    kept = (info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")) in SKINNY_RULE_KEPT
+    return measuring() and (not kept or os.environ.get("SPECDEC_KERNELS") == "measure")
+
+
+def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, str]:
+    """``(swapped, reason)``: put each float32 CPU linear of ``model`` (in place) whose shape measured faster on the
+    skinny kernel onto it, before its package is named; ``reason`` says what was decided and from which table, or
+    why nothing was measured (``""`` where the rule applies without a reason worth reporting).
+
+    ``cached_only`` (``static_shapes="auto"``, which never builds): decide only from a table and a kernel already on
+    this machine, and keep the choice only where the package it names is cached too (else ``model`` is left stock).
+    """
+    linears = _candidates(model)
+    if not linears:
+        return 0, ""
+    if cached_only and not (table_path(torch.float32, PACKAGE_KERNELS).exists() and built()):
+        return 0, ""
+    if (why := unavailable()) is not None:
+        return 0, f"the package's linears stay stock: {why}"
+    table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=PACKAGE_KERNELS)
+    swapped, reason = _swap(model, linears, lambda linear: table.choice(linear_shape(linear)) == "skinny")
+    if cached_only and swapped and cached_package(model) is None:
+        plain_linears(model)
+        return 0, ""
+    return swapped, reason
+
+
+def eager_kernels(model: nn.Module) -> tuple[int, str]:
+    """``(swapped, reason)``: on eager shapes, put each float32 CPU linear of ``model`` (in place) whose shape's
+    skinny ``T(1) + T(8)`` beat both stock and packed (within ``TIE``) onto the kernel, before the rest is packed;
+    ``reason`` says what was decided and from which tables, or why nothing was measured."""
+    linears = _candidates(model)
+    if not linears:
+        return 0, ""
+    if (why := unavailable()) is not None:
+        return 0, f"no linear on the skinny kernel: {why}"
+    shapes = [linear_shape(m) for m in linears]
+    skinny, others = kernel_table(shapes, torch.float32, kernels=PACKAGE_KERNELS), kernel_table(shapes, torch.float32)
+
+    def wins(linear: nn.Linear) -> bool:
+        shape = linear_shape(linear)
+        rivals = [c for c in (others.cost(shape, k) for k in KERNELS) if c is not None]
+        mine = skinny.cost(shape, "skinny")
+        return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals)
+
+    return _swap(model, linears, wins)
+
+
+def _swap(model: nn.Module, linears: list[nn.Linear], wins: Callable[[nn.Linear], bool]) -> tuple[int, str]:
+    """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(swapped, reason)``."""
+    swapped = skinny_linears(model, only=wins)
+    source = f"{table_path(torch.float32, PACKAGE_KERNELS).name}; `specdec doctor` shows it"
+    return swapped, f"{swapped} of {len(linears)} linears measured faster on the skinny kernel here ({source})"
+
+
+def _candidates(model: nn.Module) -> list[nn.Linear]:
+    """``model``'s plain float32 CPU linears where the kernel is measured here, else none."""
+    linears = [m for m in model.modules() if plain_linear(m) and m.weight.dtype == torch.float32]
+    return linears if linears and linears[0].weight.device.type == "cpu" and skinny_measures() else []
+
+
+def measured_package_cached(model: nn.Module) -> bool:
+    """Whether this machine has the package of ``model`` with the measured kernels (:func:`package_kernels`, from
+    cached measurements only); ``model`` itself is not changed."""
+    variant = shared_copy(model)
+    return package_kernels(variant, cached_only=True)[0] > 0
