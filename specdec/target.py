@@ -120,10 +120,11 @@ class HFTarget(Target):
     def weights_choice(self) -> str:
         """The ``weights`` choice that reproduces this adapter's weights on modules of :attr:`model` (idempotent):
         ``"auto"`` where it packed a subset (``"packed-vocab"`` by the rule, ``"packed-some"`` as measured: the same
-        rule or the cached measurement chooses the same subset again), and where single rows run stock (only ``"auto"``
-        chooses that)."""
+        rule or the cached measurement chooses the same subset again), and where single rows run stock or linears run
+        on the skinny kernel (only ``"auto"`` chooses those)."""
         subset = self.execution.weights in ("packed-vocab", "packed-some")
-        return "auto" if subset or self.execution.single_stock else self.execution.weights
+        chosen = self.execution.single_stock or self.execution.skinny
+        return "auto" if subset or chosen else self.execution.weights
 
     def sibling(self, max_len: int) -> HFTarget:
         """Another adapter, with a cache of its own of ``max_len``, over this one's (already prepared) model."""

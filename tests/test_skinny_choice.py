@@ -114,7 +114,7 @@ def test_aot_builds_the_measured_package_and_auto_finds_it(monkeypatch) -> None:
     built = HFTarget(m, max_len=64, static_shapes="aot")
     assert built.execution.skinny == n and built.execution.aot and not skinny.uses_skinny(m)  # a copy was changed
     assert "linears on the skinny kernel" in built.execution.describe() and built.execution.label == "stock+aot+skinny"
-    assert greedy_tokens(built) == want
+    assert greedy_tokens(built) == want and built.sibling(64).execution.skinny == n  # a sibling: the same package
 
     def no_build(*args, **kwargs):
         raise AssertionError("a package was built again")
@@ -144,6 +144,10 @@ def test_eager_shapes_take_the_kernel_where_it_beats_stock_and_packed(monkeypatc
     target = HFTarget(m, max_len=64, static_shapes=False)
     assert target.execution.skinny == n and target.execution.label == "stock+skinny" and not skinny.uses_skinny(m)
     assert greedy_tokens(target) == want
+    sibling = target.sibling(32)  # another cache over the same prepared model (cost probes, several prompts)
+    assert (
+        target.weights_choice == "auto" and sibling.execution.skinny == n and sibling.execution.label == "stock+skinny"
+    )
     # row-invariant numerics asked for keep every linear packed; a kernel within the tie margin is not taken
     invariant = HFTarget(m, max_len=64, static_shapes=False, invariant=True).execution
     assert invariant.skinny == 0 and invariant.weights == "packed"

@@ -45,7 +45,7 @@ from specdec.backends.kernel_times import (
     table_path,
 )
 from specdec.backends.kernels import plain_linear, shared_copy
-from specdec.backends.skinny import built, plain_linears, skinny_linears, unavailable
+from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
 
 __all__ = ["SKINNY_RULE_KEPT", "eager_kernels", "measured_package_cached", "package_kernels", "skinny_measures"]
 
@@ -80,9 +80,9 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     ``cached_only`` (``static_shapes="auto"``, which never builds): decide only from a table and a kernel already on
     this machine, and keep the choice only where the package it names is cached too (else ``model`` is left stock).
     """
-    linears = _candidates(model)
+    linears, already = _candidates(model), len(skinny_names(model))
     if not linears:
-        return 0, ""
+        return already, ""
     if cached_only and not (table_path(torch.float32, PACKAGE_KERNELS).exists() and built()):
         return 0, ""
     if (why := unavailable()) is not None:
@@ -99,9 +99,9 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
     """``(swapped, reason)``: on eager shapes, put each float32 CPU linear of ``model`` (in place) whose shape's
     skinny ``T(1) + T(8)`` beat both stock and packed (within ``TIE``) onto the kernel, before the rest is packed;
     ``reason`` says what was decided and from which tables, or why nothing was measured."""
-    linears = _candidates(model)
+    linears, already = _candidates(model), len(skinny_names(model))
     if not linears:
-        return 0, ""
+        return already, ""
     if (why := unavailable()) is not None:
         return 0, f"no linear on the skinny kernel: {why}"
     shapes = [linear_shape(m) for m in linears]
@@ -117,10 +117,13 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
 
 
 def _swap(model: nn.Module, linears: list[nn.Linear], wins: Callable[[nn.Linear], bool]) -> tuple[int, str]:
-    """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(swapped, reason)``."""
-    swapped = skinny_linears(model, only=wins)
+    """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(on the kernel, reason)``, counting the linears
+    a previous preparation put there (idempotent)."""
+    before = len(skinny_names(model))
+    swapped = before + skinny_linears(model, only=wins)
     source = f"{table_path(torch.float32, PACKAGE_KERNELS).name}; `specdec doctor` shows it"
-    return swapped, f"{swapped} of {len(linears)} linears measured faster on the skinny kernel here ({source})"
+    total = before + len(linears)
+    return swapped, f"{swapped} of {total} linears measured faster on the skinny kernel here ({source})"
 
 
 def _candidates(model: nn.Module) -> list[nn.Linear]:
