@@ -1,9 +1,10 @@
 """The skinny GEMM (``specdec::skinny_linear``, :mod:`specdec.backends.skinny`): exact enough, row-invariant bit for
 bit, compilable, and refused with a reason where it cannot run.
 
-Marked heavy: the first use builds the C++ kernel (about 40 s on 2 cores), and no default path runs it yet (the
-kernel is opt-in). Each variant runs where the CPU has its instructions: the AVX2 one on every x86 CPU with AVX2
-and FMA (AVX-512 CPUs included), the AVX-512 one where the CPU has AVX-512.
+Marked heavy: the first use builds the C++ kernel (about 40 s on 2 cores); the suite's other tests keep it out
+(``SPECDEC_SKINNY=off``), its choice is tested in ``tests/test_skinny_choice.py``. Each variant runs where the CPU
+has its instructions: the AVX2 one on every x86 CPU with AVX2 and FMA (AVX-512 CPUs included), the AVX-512 one where
+the CPU has AVX-512.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ is bound by memory. Measured on the 2-core Intel Xeon of family 6 model 106 (wei
 ``docs/results/2026-11-29-skinny-intel-f6m106``): the 49152 x 576 lm_head 6.9 ms for 8 rows against 20.5 ms for
 ``F.linear`` (MKL), one row even (4.9 / 5.0 ms); a 576 x 576 projection's one row 24 % slower than MKL's, its 8 rows
 1.6x faster. In an ahead-of-time package the 8-row forward fell from 50-55 to 35-44 ms (T(8)/T(1) 1.19-1.35
-against 1.44-1.62); opt-in, not a default (the one-row step was 7 % slower in the decoding loop).
+against 1.44-1.62). ``weights="auto"`` puts a linear on it where its shape measured faster here
+(:mod:`specdec.backends.skinny_choice`); :func:`skinny_linears` does it by hand.
 
 Contract (row invariance): every output ``y[m, n]`` is summed in one fixed order, whatever the number of rows in the
 call up to :data:`INVARIANT_ROWS` (``skinny.cpp`` says which); a row computed alone and the same row inside a tree
