@@ -22,9 +22,8 @@ Contract (exactness: a package is never run for another model): the file name ho
 decides the compiled code and its constants: the model's weights (every tensor's bytes), its config, dtype and
 attention implementation, which linears run on the skinny kernel (:mod:`specdec.backends.skinny`), the machine (CPU
 model and flags, torch version, thread count: :func:`~specdec.backends.kernel_times.machine_key`), transformers'
-version and :data:`FORMAT`. A package that fails to
-build or load raises :class:`PackageError`; the runner then warns once and runs the same static forward eagerly
-(:func:`~specdec.backends.compiled.run_compiled`).
+version and :data:`FORMAT`. A package that fails to build or load raises :class:`PackageError`; the runner then warns
+once and runs the same static forward eagerly (:func:`~specdec.backends.compiled.run_compiled`).
 """
 
 from __future__ import annotations

@@ -212,10 +212,9 @@ def resolve(
 def _auto_static(model: nn.Module, device: torch.device | None, draft: bool, weights: str) -> bool:
     """``static_shapes="auto"``: on for CUDA; on a CPU, where this machine has the model's package (as ``"aot"`` built
     it: no process compiles then) and the weights asked for can run static (``"auto"``, ``"stock"``), else off."""
-    if device is None or device.type == "cuda":
-        return device is not None
-    cached = cached_package(model) is not None or (weights == "auto" and measured_package_cached(model))
-    return device.type == "cpu" and not draft and weights in ("auto", "stock") and cached
+    if device is None or device.type != "cpu" or draft or weights not in ("auto", "stock"):
+        return device is not None and device.type == "cuda"  # decided before any weights are hashed
+    return cached_package(model) is not None or (weights == "auto" and measured_package_cached(model))
 
 
 def _aot(model: nn.Module, static_shapes: StaticShapes) -> bool:

@@ -88,7 +88,7 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     if (why := unavailable()) is not None:
         return 0, f"the package's linears stay stock: {why}"
     table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=PACKAGE_KERNELS)
-    swapped, reason = _swap(model, linears, lambda linear: table.choice(linear_shape(linear)) == "skinny")
+    swapped, reason = _swap(model, linears, already, lambda linear: table.choice(linear_shape(linear)) == "skinny")
     if cached_only and swapped and cached_package(model) is None:
         plain_linears(model)
         return 0, ""
@@ -113,16 +113,17 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
         mine = skinny.cost(shape, "skinny")
         return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals)
 
-    return _swap(model, linears, wins)
+    return _swap(model, linears, already, wins)
 
 
-def _swap(model: nn.Module, linears: list[nn.Linear], wins: Callable[[nn.Linear], bool]) -> tuple[int, str]:
-    """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(on the kernel, reason)``, counting the linears
-    a previous preparation put there (idempotent)."""
-    before = len(skinny_names(model))
-    swapped = before + skinny_linears(model, only=wins)
+def _swap(
+    model: nn.Module, linears: list[nn.Linear], already: int, wins: Callable[[nn.Linear], bool]
+) -> tuple[int, str]:
+    """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(on the kernel, reason)``, counting the
+    ``already`` there from a previous preparation (idempotent)."""
+    swapped = already + skinny_linears(model, only=wins)
     source = f"{table_path(torch.float32, PACKAGE_KERNELS).name}; `specdec doctor` shows it"
-    total = before + len(linears)
+    total = already + len(linears)
     return swapped, f"{swapped} of {total} linears measured faster on the skinny kernel here ({source})"
 
 
