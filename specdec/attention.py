@@ -37,7 +37,7 @@ __all__ = [
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 #: implementations that take an explicit 4-D additive mask
-MASKABLE = ("eager", "sdpa", "specdec_sdpa", "specdec_sdpa_invariant")
+MASKABLE = ("eager", "sdpa", "specdec_sdpa", "specdec_sdpa_invariant", "specdec_sdpa_skinny")
 TESTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3")  # tests/test_families.py
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.backends import GQA_INVARIANT, execution_label
+from specdec.backends import attention_label, execution_label
 from specdec.backends.measured import row_kernels
 from specdec.curve_watch import watch_curve
 from specdec.interfaces import TreePolicy
@@ -179,9 +179,8 @@ def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None
 
 def _backend_label(model: torch.nn.Module) -> str:
     """What runs ``model``'s forwards (a curve's name and record): weights (:func:`specdec.backends.execution_label`),
-    row kernels (:func:`~specdec.backends.measured.row_kernels`), row-invariant numerics (dearer attention per row)."""
-    invariant = getattr(getattr(model, "config", None), "_attn_implementation", None) == GQA_INVARIANT
-    return execution_label(model) + row_kernels(model) + ("+invariant" if invariant else "")
+    row kernels (:func:`~specdec.backends.measured.row_kernels`), the attention's form (``attention_label``)."""
+    return execution_label(model) + row_kernels(model) + attention_label(model)
 
 
 # ------------------------------------------------------------------------------------------------- measuring

@@ -103,6 +103,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"  group {members}: {'packed and stacked' if wins else 'each member by its own row'}")
         if name == "float32":
             _print_package_kernels(model, args.refresh)
+            _print_attention(model)
         variant = shared_copy(model)  # with the package's measured kernels, where that package is cached
         package_kernels(variant, cached_only=True)
         package = cached_package(variant)
@@ -134,6 +135,20 @@ def _print_package_kernels(model, refresh: bool) -> None:
     path = table_path(torch.float32, PACKAGE_KERNELS)
     print(f"  its ahead-of-time package (static_shapes='aot'), ms per call, weights cold ({path}):")
     print("\n".join("  " + line for line in table.rows()))
+
+
+def _print_attention(model) -> None:
+    """The few-row attention's measurement for float32 ``model`` (:mod:`specdec.backends.attention_choice`)."""
+    from specdec.backends.attention_choice import attention_times
+
+    fits, why, times = attention_times(model)
+    if times is None:
+        print(f"  attention: SDPA ({why or 'the skinny kernels are not measured on this CPU'})")
+        return
+    rows = ", ".join(f"{name} {' / '.join(f'{us:.0f}' for us in by_rows.values())}" for name, by_rows in times.items())
+    print(
+        f"  attention, us per call for 1 / 8 rows ({rows}): {why}; eager, where every linear runs on the skinny kernel"
+    )
 
 
 def _print_packages() -> None:

@@ -25,7 +25,7 @@ from specdec.backends.choice import (
     resolve,
 )
 from specdec.backends.cpu import cpu_gemm_profile
-from specdec.backends.gqa import GQA_ATTENTION, GQA_INVARIANT
+from specdec.backends.gqa import GQA_ATTENTION, GQA_INVARIANT, GQA_SKINNY, attention_label
 from specdec.backends.kernels import (
     VOCAB_ROWS,
     FastPathWarning,
@@ -40,6 +40,8 @@ from specdec.backends.kernels import (
 __all__ = [
     "GQA_ATTENTION",
     "GQA_INVARIANT",
+    "GQA_SKINNY",
+    "attention_label",
     "VOCAB_ROWS",
     "WEIGHTS",
     "BackendError",

@@ -34,7 +34,7 @@ from torch import nn
 
 from specdec.backends.aot import cached_package, package_path
 from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
-from specdec.backends.gqa import GQA_NAMES, cache_dtype, set_attention, use_gqa_attention
+from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY, SKINNY_NUMERICS, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
     VOCAB_ROWS,
     FastPathWarning,
@@ -135,7 +135,7 @@ class Execution:
         return (
             self.weights
             + ("+aot" + "+skinny" * (self.skinny > 0) if self.aot else "+static" if self.static else "")
-            + ("+invariant" if self.invariant else "")
+            + ("+invariant" if self.invariant else "+attention" * (self.attention == GQA_SKINNY))
         )
 
     def describe(self) -> str:
@@ -151,6 +151,7 @@ class Execution:
             mb = self.single_stock_bytes / 2**20
             weights += f", {self.single_stock} of them running a single row stock (plain weights kept: {mb:.0f} MB)"
         numerics = f", row-invariant numerics (float64 attention and KV cache{padded})" if self.invariant else ""
+        numerics += SKINNY_NUMERICS * (self.attention == GQA_SKINNY)
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 
@@ -388,7 +389,7 @@ def _apply_weights(
         reason = f"oneDNN weight packing failed ({e})"
         _warn(warn, "fast path off, running stock", reason)
         return Execution("stock", reason=reason)
-    attention = use_gqa_attention(model)
+    attention = use_gqa_attention(model, skinny=True if weights == "auto" else None)  # where asked and it fits
     if skinny and not packed:
         return Execution(execution_label(model), attention=attention, reason=chose, skinny=skinny)
     if skipped:

@@ -27,12 +27,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GQA_ATTENTION", "GQA_INVARIANT", "GQA_NAMES", "cache_dtype", "set_attention", "use_gqa_attention"]
+__all__ = [
+    "GQA_ATTENTION",
+    "GQA_INVARIANT",
+    "GQA_NAMES",
+    "GQA_SKINNY",
+    "attention_label",
+    "cache_dtype",
+    "set_attention",
+    "use_gqa_attention",
+]
 
 GQA_ATTENTION = "specdec_sdpa"
 GQA_INVARIANT = "specdec_sdpa_invariant"
-#: Both forms of the copy-free GQA attention.
-GQA_NAMES = (GQA_ATTENTION, GQA_INVARIANT)
+#: :func:`_gqa_sdpa` with a decoding step's or a tree's few query rows on ``specdec::skinny_attention``.
+GQA_SKINNY = "specdec_sdpa_skinny"
+#: Every form of the copy-free GQA attention.
+GQA_NAMES = (GQA_ATTENTION, GQA_INVARIANT, GQA_SKINNY)
+#: What :meth:`~specdec.backends.choice.Execution.describe` adds for a forward on the skinny GEMM and attention.
+SKINNY_NUMERICS = ", row-invariant float32 (linears and attention on the skinny kernels)"
+#: The most query rows the skinny attention takes (the largest tree, as for the skinny GEMM); more is a prefill.
+SKINNY_ROWS = 64
 
 
 def _causal(module: nn.Module, t: int, attention_mask: torch.Tensor | None, is_causal: bool | None) -> bool:
@@ -117,11 +132,43 @@ def _gqa_attention_invariant(
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
+def _gqa_skinny(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """:func:`_gqa_sdpa` with the few query rows of a step or a tree on ``specdec::skinny_attention`` (same contract
+    and shapes; ``skinny_attention.cpp`` states the kernel's: float32, a mask shared by the heads, and each row's
+    output bitwise the same whichever rows share the call). A prefill, dropout, another dtype or a per-head mask runs
+    :func:`_gqa_sdpa`."""
+    t = query.shape[2]
+    fits = attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1)
+    if _causal(module, t, attention_mask, is_causal) or dropout or t > SKINNY_ROWS or not fits:
+        return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+    if query.dtype != torch.float32 or key.dtype != torch.float32 or query.device.type != "cpu":
+        return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+    _refuse_unsupported(kwargs)
+    if attention_mask is not None and attention_mask.dtype not in (torch.bool, torch.float32):
+        attention_mask = attention_mask.float()
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return torch.ops.specdec.skinny_attention(query, key, value, attention_mask, scale), None
+
+
 def _register_gqa_attention() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-    for name, function in ((GQA_ATTENTION, _gqa_sdpa), (GQA_INVARIANT, _gqa_attention_invariant)):
+    for name, function in (
+        (GQA_ATTENTION, _gqa_sdpa),
+        (GQA_INVARIANT, _gqa_attention_invariant),
+        (GQA_SKINNY, _gqa_skinny),
+    ):
         if name not in AttentionInterface._global_mapping:
             AttentionInterface.register(name, function)
             AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
@@ -135,18 +182,31 @@ def set_attention(model: nn.Module, name: str) -> bool:
     return config._attn_implementation == name
 
 
+def attention_label(model: nn.Module) -> str:
+    """What a cost curve's name adds for ``model``'s attention: ``"+invariant"`` (row-invariant numerics, dearer per
+    row), ``"+attention"`` (the few-row kernel), else ``""``."""
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return {GQA_INVARIANT: "+invariant", GQA_SKINNY: "+attention"}.get(attention, "")
+
+
 def cache_dtype(attention: str | None) -> torch.dtype | None:
     """The dtype a KV cache should hold for a model whose attention implementation is ``attention``: float64 for the
     invariant form (which reads float64 keys/values without converting them), None (the model's own) otherwise."""
     return torch.float64 if attention == GQA_INVARIANT else None
 
 
-def use_gqa_attention(model: nn.Module, invariant: bool = False) -> str:
-    """Switch an ``sdpa`` model to the copy-free GQA attention (its row-invariant form with ``invariant``); returns
-    the attention implementation now in force."""
+def use_gqa_attention(model: nn.Module, invariant: bool = False, skinny: bool | None = None) -> str:
+    """Switch an ``sdpa`` model to the copy-free GQA attention (its row-invariant form with ``invariant``; with
+    ``skinny``, its few-row form where :func:`~specdec.backends.attention_choice.skinny_attention_fits` says so;
+    ``None`` keeps the few-row form where the model has it); returns the attention implementation now in force."""
     attention = getattr(getattr(model, "config", None), "_attn_implementation", "") or ""
     if attention in ("sdpa", *GQA_NAMES):
         _register_gqa_attention()
-        name = GQA_INVARIANT if invariant else GQA_ATTENTION
+        if skinny:
+            from specdec.backends.attention_choice import skinny_attention_fits
+
+            skinny = skinny_attention_fits(model)[0]
+        few = skinny or (skinny is None and attention == GQA_SKINNY)
+        name = GQA_INVARIANT if invariant else GQA_SKINNY if few else GQA_ATTENTION
         attention = name if set_attention(model, name) else attention
     return attention

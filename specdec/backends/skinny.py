@@ -42,6 +42,7 @@ __all__ = [
     "built",
     "INVARIANT_ROWS",
     "SOURCE",
+    "SOURCES",
     "SkinnyError",
     "SkinnyLinear",
     "load",
@@ -54,6 +55,12 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
+#: Every source of the kernel library: the GEMM and the few-row attention (:mod:`specdec.backends.attention_choice`).
+SOURCES = (
+    SOURCE,
+    Path(__file__).with_name("skinny_attention.cpp"),
+    Path(__file__).with_name("skinny_attention_impl.h"),
+)
 log = logging.getLogger(__name__)
 #: The most rows whose outputs are summed in the kernel's fixed order (``INVARIANT_ROWS`` in ``skinny.cpp``; the
 #: package's largest tree, :data:`specdec.backends.aot.MAX_ROWS`); a longer input, a prompt's prefill, runs on
@@ -69,7 +76,8 @@ class SkinnyError(RuntimeError):
 
 def _library() -> tuple[str, Path]:
     """The kernel library's name and build folder for this source, torch and :data:`BUILD`."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + BUILD.encode()).hexdigest()[:12]
+    code = b"".join(path.read_bytes() for path in SOURCES)
+    digest = hashlib.sha256(code + torch.__version__.encode() + BUILD.encode()).hexdigest()[:12]
     name = f"specdec_skinny_{digest}"
     return name, cache_dir() / "ext" / name
 
@@ -82,7 +90,8 @@ def built() -> bool:
 
 @functools.cache
 def load() -> None:
-    """Build (once per source and torch version) and load the kernel library, registering ``specdec::skinny_linear``.
+    """Build (once per source and torch version) and load the kernel library, registering ``specdec::skinny_linear``
+    and ``specdec::skinny_attention``.
 
     Raises:
         SkinnyError: the CPU lacks AVX2 and FMA, or the build failed (the compiler's message is kept as the cause).
@@ -99,7 +108,7 @@ def load() -> None:
 
         build_extension(  # -fopenmp: at::parallel_for runs on torch's OpenMP threads only when compiled with it
             name,
-            [str(SOURCE)],
+            [str(path) for path in SOURCES if path.suffix == ".cpp"],
             extra_cflags=["-O3", "-fopenmp"],
             extra_ldflags=["-fopenmp"],
             build_directory=str(build),
@@ -131,6 +140,10 @@ def _register_fake() -> None:
     @torch.library.register_fake("specdec::skinny_linear")
     def _(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, isa: int = 0) -> torch.Tensor:
         return x.new_empty(*x.shape[:-1], w.shape[0])
+
+    @torch.library.register_fake("specdec::skinny_attention")
+    def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float, isa: int = 0):
+        return q.new_empty(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
 
 
 @functools.cache

@@ -1,0 +1,150 @@
+"""Whether a float32 CPU target's attention runs on the few-row kernel (``specdec::skinny_attention``): where asked
+for (``SPECDEC_ATTENTION=few-row``), every linear already runs on the skinny GEMM and the kernel measured no slower
+than SDPA here.
+
+Why: with both, a float32 forward is row-invariant, a tree's row bitwise its 1-token step (both kernels' contracts;
+``tests/test_skinny_attention.py`` checks it on SmolLM2, with SDPA as the negative control), so greedy speculation
+emits plain decoding's tokens with no near-tie allowance, at float32's speed (the invariant numerics of
+:mod:`specdec.backends.gqa` pay for theirs with float64 attention). Why not by default: speed does not choose it.
+Measured on the Intel Xeon of family 6 model 106 (2 threads, ``docs/results/2026-11-29-skinny-attention-intel-f6m106``)
+the kernel alone runs 1 row in 0.43x SDPA's time and 8-16 rows in 0.55-0.95x, SmolLM2's eager forward gains
+1-5 %, but on Spec-Bench (18 x 96, T = 0, one process, three runs) plain decoding ran 1.00-1.04x, EAGLE-3 0.98-1.00x
+and the composite 0.96-0.98x their SDPA side.
+
+The measurement (:func:`attention_times`): both run the model's head shape for 1 and 8 query rows over :data:`KEYS`
+cached keys with a tree's mask, interleaved pass by pass (:data:`PASSES`, the median kept); the kernel fits where
+its ``T(1) + T(8)`` is at most SDPA's plus :data:`~specdec.backends.kernel_times.TIE`. Cached per machine
+(:func:`~specdec.backends.kernel_times.machine_key`), head shape and kernel build, beside the linears' tables;
+``specdec doctor`` prints it. SDPA stays, unmeasured, unless asked for, where the skinny kernels are off
+(:func:`~specdec.backends.skinny_choice.skinny_measures`: ``SPECDEC_SKINNY=off``, measuring switched off, a kept
+CPU), where some linear runs on another kernel, for a model that is not float32 on the CPU, a head size that is not a
+multiple of 8, or where the kernel library cannot run (the reason is returned).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from specdec.backends.kernel_times import TIE, table_path
+
+__all__ = ["KEYS", "PASSES", "attention_shape", "attention_times", "few_row_asked", "skinny_attention_fits"]
+
+#: Cached keys each timed call attends over (a mid-length chat context).
+KEYS = 256
+#: Interleaved timing passes (the median pass is kept); each pass times :data:`CALLS` calls per candidate and rows.
+PASSES = 7
+CALLS = 32
+#: The candidates' names in the cached table (its file is the linears' table name for these kernels).
+CANDIDATES = ("sdpa", "skinny-attention")
+ROWS = (1, 8)
+
+
+def attention_shape(model: nn.Module) -> tuple[int, int, int] | None:
+    """``(query heads, kv heads, head size)`` from ``model.config``, or None where it does not say."""
+    config = getattr(model, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    if not heads:
+        return None
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    size = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return int(heads), int(kv), int(size)
+
+
+def few_row_asked() -> bool:
+    """Whether ``SPECDEC_ATTENTION`` asks for the few-row attention (``few-row``; ``sdpa``, the default, does not)."""
+    switch = os.environ.get("SPECDEC_ATTENTION", "sdpa")
+    if switch not in ("sdpa", "few-row"):
+        raise ValueError(f"SPECDEC_ATTENTION must be 'sdpa' or 'few-row', got {switch!r}")
+    return switch == "few-row"
+
+
+def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:
+    """``(fits, reason)``: whether ``model``'s attention should run on the few-row kernel here (the module
+    docstring), and from what (a cached or new measurement, or why not; ``""`` where not asked for or the kernels
+    are off)."""
+    from specdec.backends.kernels import plain_linear
+    from specdec.backends.skinny import SkinnyLinear
+
+    if not few_row_asked():
+        return False, ""
+    linears = [m for m in model.modules() if plain_linear(m) or isinstance(m, SkinnyLinear)]
+    if not linears or not all(isinstance(m, SkinnyLinear) for m in linears):
+        return False, ""  # another kernel runs some linear: no row invariance to gain
+    return attention_times(model)[:2]
+
+
+def attention_times(model: nn.Module) -> tuple[bool, str, dict[str, dict[str, float]] | None]:
+    """``(fits, reason, times)``: the few-row kernel's and SDPA's microseconds per call for ``model``'s head shape
+    (``times[candidate][rows]``, measured once per machine and cached; None where not measured, ``reason`` saying
+    why, ``""`` where the kernels are off) and whether the kernel fits, whatever runs the linears."""
+    from specdec.backends.skinny import _library, unavailable
+    from specdec.backends.skinny_choice import skinny_measures
+
+    shape = attention_shape(model)
+    param = next(model.parameters(), None)
+    if shape is None or param is None or param.dtype != torch.float32 or param.device.type != "cpu":
+        return False, "", None
+    heads, kv, size = shape
+    if size % 8 or heads % kv or not skinny_measures():
+        return False, "", None
+    if (why := unavailable()) is not None:
+        return False, f"attention on SDPA: {why}", None
+    path = table_path(torch.float32, CANDIDATES)
+    entry = f"{heads}x{kv}x{size}-{_library()[0]}"
+    table = json.loads(path.read_text()) if path.exists() else {}
+    if entry not in table:
+        table[entry] = _measure(heads, kv, size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(table, indent=1, sort_keys=True))
+    times = table[entry]
+    sdpa, skinny = (sum(times[name][str(t)] for t in ROWS) for name in CANDIDATES)
+    fits = skinny <= (1 + TIE) * sdpa
+    return (
+        fits,
+        (
+            f"attention on {'the few-row kernel' if fits else 'SDPA'}: T(1) + T(8) {skinny:.0f} us against SDPA's "
+            f"{sdpa:.0f} us here ({path.name})"
+        ),
+        times,
+    )
+
+
+def _inputs(heads: int, kv: int, size: int, rows: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """A tree forward's attention inputs: q ``[1, heads, rows, size]``, k/v ``[1, kv, KEYS, size]``, and the mask of
+    a chain of ``rows`` nodes after ``KEYS - rows`` committed keys (``[1, 1, rows, KEYS]``, additive)."""
+    q = torch.randn(1, heads, rows, size, generator=generator)
+    k, v = (torch.randn(1, kv, KEYS, size, generator=generator) for _ in range(2))
+    allowed = torch.ones(rows, KEYS, dtype=torch.bool)
+    allowed[:, KEYS - rows :] = torch.ones(rows, rows, dtype=torch.bool).tril()
+    mask = torch.zeros(rows, KEYS).masked_fill_(~allowed, torch.finfo(torch.float32).min)[None, None]
+    return q, k, v, mask
+
+
+def _measure(heads: int, kv: int, size: int) -> dict[str, dict[str, float]]:
+    """Microseconds per call, median of :data:`PASSES` interleaved passes, per candidate and row count."""
+    from specdec.backends.gqa import _gqa_sdpa
+
+    generator = torch.Generator().manual_seed(0)
+    scale = size**-0.5
+    inputs = {rows: _inputs(heads, kv, size, rows, generator) for rows in ROWS}
+    runs = {
+        "sdpa": lambda q, k, v, m: _gqa_sdpa(None, q, k, v, m, scaling=scale),
+        "skinny-attention": lambda q, k, v, m: torch.ops.specdec.skinny_attention(q, k, v, m, scale),
+    }
+    passes: dict[str, dict[int, list[float]]] = {name: {rows: [] for rows in ROWS} for name in CANDIDATES}
+    with torch.inference_mode():
+        for index in range(PASSES + 1):  # the first pass warms up and is dropped
+            for name in CANDIDATES:
+                for rows in ROWS:
+                    start = time.perf_counter()
+                    for _ in range(CALLS):
+                        runs[name](*inputs[rows])
+                    if index:
+                        passes[name][rows].append((time.perf_counter() - start) / CALLS * 1e6)
+    return {name: {str(rows): statistics.median(passes[name][rows]) for rows in ROWS} for name in CANDIDATES}

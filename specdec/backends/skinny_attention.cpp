@@ -1,0 +1,253 @@
+// specdec::skinny_attention(q, k, v, mask, scale): softmax(q k^T * scale + mask) v for the few query rows of a
+// decoding step or a draft tree, float32, grouped-query heads read in place.
+//
+// Why: torch's CPU SDPA (its flash kernel) spends 60-120 us a layer on one query row against a few hundred keys,
+// whose arithmetic is a few microseconds, and 150-400 us on 8-16 rows (measured on the 2-core Xeon f6m106): about a
+// tenth of a 1-token step of a 135M model and a fifth of a 16-row tree. Here each (batch, kv head, query row) item
+// gathers the keys its mask lets it see, scores them for every query head of the group (the keys loaded once), and
+// sums the values in registers.
+//
+// Contract (row invariance): a query row's output depends only on its query, on the keys and values it sees, in the
+// order of their slots, and on their additive mask values, never on the other rows of the call, on how many slots
+// are masked or where: a key's score is one fixed sum over its lanes and tree (the same for every key whatever its
+// place among the W scored together), the sum of exponentials runs over the visible keys in a fixed lane layout of
+// their ranks, and each weighted sum over the keys any row of the item sees, in slot order, where a key the row does
+// not see adds an exact 0 (which changes no sum). A 1-token step (keys [0, L]) and the same row in a tree (its
+// ancestors at later slots, siblings masked) therefore give the same bits, in float32. The vector code
+// (skinny_attention_impl.h) is compiled twice: AVX2 (8 lanes) and AVX-512 (16 lanes, where the CPU has it and the
+// head size is a multiple of 16); the order differs between the two, and one machine always runs the same one.
+//
+// Masks: an additive float mask (0 where seen, a value <= -1e30 such as the dtype's minimum or -inf where not: such
+// a slot contributes exactly nothing to softmax) or a boolean one (true = seen), broadcast over heads ([B or 1, 1,
+// T, S]); no mask = every key seen. A row that sees no key gets zeros (a padding row, never read).
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <torch/library.h>
+#include <torch/torch.h>
+
+#include <array>
+#include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace {
+
+constexpr float UNSEEN = -1e30f;  // an additive mask value at or below this hides its key
+constexpr int64_t AHEAD = 8;      // value rows prefetched this many keys ahead
+constexpr int64_t ROWS = 4;       // query rows per item (their keys loaded once for all of them)
+constexpr int64_t MAX_W = 16;     // the widest vector's floats: buffers are padded to a multiple of it
+
+struct Shapes {
+  int64_t G, D, S;                 // query heads per kv head, head size, key slots
+  int64_t qs_h, qs_t, ks_s, vs_s;  // strides (floats): q's head and row, k's and v's slot
+};
+
+// One item: the G query heads of one kv head for `rows` rows of a call. keys[n] (n < n_keys) are the slots any of
+// these rows sees, in order; add[t][n] is row t's mask value there (-inf where it does not see the key, and past
+// n_keys to a multiple of MAX_W; row stride as); lead[t], rest[t] say which keys row t sees (seen_sum). q points at head 0 of the
+// group in the item's first row; out at that row's first head of the group ([T, H, D] layout, row stride os).
+struct Item {
+  const float* q;
+  const float* k;
+  const float* v;
+  const int64_t* keys;
+  int64_t n_keys, rows;
+  const float* add;  // [rows][as]
+  int64_t as;
+  const int64_t* lead;
+  const std::vector<int64_t>* rest;
+  float* out;
+  int64_t os;
+};
+
+using Attend = void (*)(const Item&, float, const Shapes&, const float*, float*, float*);
+
+// The 8 horizontal sums of a[0..7] as one vector, each by the same tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+#define SPECDEC_SUM8                                                                                              \
+  inline __m256 sum8(const __m256* a) {                                                                          \
+    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);                              \
+    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);                              \
+    const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);                                    \
+    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));             \
+  }
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+constexpr int W = 8, RB = 3;  // 3 query vectors x 4 vectors of c: 12 of the 16 registers
+using vec = __m256;
+SPECDEC_SUM8
+inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vec x) { _mm256_storeu_ps(p, x); }
+inline vec vset(float x) { return _mm256_set1_ps(x); }
+inline vec vzero() { return _mm256_setzero_ps(); }
+inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline vec vfnma(vec a, vec b, vec c) { return _mm256_fnmadd_ps(a, b, c); }
+inline vec vadd(vec a, vec b) { return _mm256_add_ps(a, b); }
+inline vec vsub(vec a, vec b) { return _mm256_sub_ps(a, b); }
+inline vec vmul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+inline vec vmax(vec a, vec b) { return _mm256_max_ps(a, b); }
+inline vec vfloor(vec x) { return _mm256_floor_ps(x); }
+inline vec vpow2i(vec n) {  // 2^n for integral n in [-126, 127]
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline vec vkeep_seen(vec p, vec x) { return _mm256_and_ps(p, _mm256_cmp_ps(x, vset(-INFINITY), _CMP_NEQ_OQ)); }
+inline float vhmax(vec x) {
+  alignas(32) float lanes[W];
+  _mm256_store_ps(lanes, x);
+  return *std::max_element(lanes, lanes + W);
+}
+inline vec vsum(const vec* a) { return sum8(a); }
+#include "skinny_attention_impl.h"
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+namespace avx512 {
+constexpr int W = 16, RB = 6;  // 6 query vectors x 4 vectors of c: 24 of the 32 registers
+using vec = __m512;
+SPECDEC_SUM8
+inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vec x) { _mm512_storeu_ps(p, x); }
+inline vec vset(float x) { return _mm512_set1_ps(x); }
+inline vec vzero() { return _mm512_setzero_ps(); }
+inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline vec vfnma(vec a, vec b, vec c) { return _mm512_fnmadd_ps(a, b, c); }
+inline vec vadd(vec a, vec b) { return _mm512_add_ps(a, b); }
+inline vec vsub(vec a, vec b) { return _mm512_sub_ps(a, b); }
+inline vec vmul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+inline vec vmax(vec a, vec b) { return _mm512_max_ps(a, b); }
+inline vec vfloor(vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+inline vec vpow2i(vec n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+inline vec vkeep_seen(vec p, vec x) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset(-INFINITY), _CMP_NEQ_OQ), p); }
+inline float vhmax(vec x) { return _mm512_reduce_max_ps(x); }
+inline __m256 halves(vec x) {  // lane l of the low half plus lane l of the high half
+  return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+// The 16 horizontal sums of a[0..15], each by the same tree: its halves added lane by lane, then sum8's tree.
+inline vec vsum(const vec* a) {
+  __m256 h[16];
+  for (int i = 0; i < 16; ++i) h[i] = halves(a[i]);
+  const __m256 lo = sum8(h), hi = sum8(h + 8);
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+#include "skinny_attention_impl.h"
+}  // namespace avx512
+#pragma GCC pop_options
+
+at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::optional<at::Tensor>& mask, double scale, int64_t isa) {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  TORCH_CHECK(isa >= 0 && isa <= 2, "specdec::skinny_attention: isa is 0 (best), 1 (AVX2) or 2 (AVX-512), got ", isa);
+  TORCH_CHECK(isa == 2 ? has_avx512 : has_avx2, "specdec::skinny_attention: this CPU lacks ",
+              isa == 2 ? "AVX-512" : "AVX2 and FMA");
+  TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), "specdec::skinny_attention: CPU only");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "specdec::skinny_attention runs float32, got q ", q.scalar_type(), ", k ", k.scalar_type(), ", v ",
+              v.scalar_type());
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(), "specdec::skinny_attention: q [B, H, T, D] and ",
+              "k, v [B, H_kv, S, D] expected, got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), S = k.size(2);
+  TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hkv > 0 && H % Hkv == 0 && D % 8 == 0 && (isa != 2 || D % 16 == 0),
+              "specdec::skinny_attention: batch and head size must match, query heads a multiple of kv heads and the "
+              "head size a multiple of 8 (16 for AVX-512), got q ", q.sizes(), " and k ", k.sizes());
+  const at::Tensor qc = q.stride(3) == 1 ? q : q.contiguous();
+  const at::Tensor kc = k.stride(3) == 1 ? k : k.contiguous();
+  const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
+  at::Tensor m;
+  if (mask.has_value()) {
+    m = *mask;
+    TORCH_CHECK(m.dim() == 4 && (m.size(0) == 1 || m.size(0) == B) && m.size(1) == 1 && m.size(2) == T &&
+                    m.size(3) == S && (m.scalar_type() == at::kFloat || m.scalar_type() == at::kBool),
+                "specdec::skinny_attention: a float32 or bool mask [B or 1, 1, T, S] expected, got ", m.sizes(), " ",
+                m.scalar_type());
+    m = m.contiguous();
+  }
+  const Shapes s{H / Hkv, D, S, qc.stride(1), qc.stride(2), kc.stride(2), vc.stride(2)};
+  // the widest variant this CPU and head size allow, unless one is asked for (how each is tested on any machine)
+  const Attend attend = isa == 2 || (isa == 0 && has_avx512 && D % 16 == 0) ? avx512::attend : avx2::attend;
+  at::Tensor out = at::empty({B, T, H, D}, q.options());
+  const int64_t chunks = (T + ROWS - 1) / ROWS, items = B * Hkv * chunks;
+  const bool* mask_b = m.defined() && m.scalar_type() == at::kBool ? m.data_ptr<bool>() : nullptr;
+  const float* mask_f = m.defined() && m.scalar_type() == at::kFloat ? m.data_ptr<float>() : nullptr;
+  at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
+    const int64_t padded_s = (S + MAX_W - 1) / MAX_W * MAX_W;
+    std::vector<int64_t> keys(S), lead(ROWS);
+    std::vector<std::vector<int64_t>> rest(ROWS);
+    std::vector<float> add(ROWS * padded_s), scores(ROWS * s.G * padded_s), inv(ROWS * s.G), zeros(D, 0.0f);
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t b = item / (Hkv * chunks), g = item / chunks % Hkv, t0 = item % chunks * ROWS;
+      const int64_t rows = std::min(ROWS, T - t0);
+      const int64_t mb = m.defined() && m.size(0) > 1 ? b : 0;
+      auto value = [&](int64_t t, int64_t j) -> float {  // row t's additive mask value at slot j; -inf: unseen
+        if (mask_b != nullptr) return mask_b[(mb * T + t) * S + j] ? 0.0f : -INFINITY;
+        if (mask_f == nullptr) return 0.0f;
+        const float a = mask_f[(mb * T + t) * S + j];
+        return a > UNSEEN ? a : -INFINITY;
+      };
+      int64_t n = 0;
+      for (int64_t i = 0; i < rows; ++i) lead[i] = -1, rest[i].clear();
+      const int64_t padded = [&] {  // the keys any row sees, each row's values over them
+        std::vector<float> col(rows);
+        for (int64_t j = 0; j < S; ++j) {
+          bool any = false;
+          for (int64_t i = 0; i < rows; ++i) col[i] = value(t0 + i, j), any |= col[i] != -INFINITY;
+          if (!any) continue;
+          keys[n] = j;
+          for (int64_t i = 0; i < rows; ++i) add[i * padded_s + n] = col[i];
+          ++n;
+        }
+        return (n + MAX_W - 1) / MAX_W * MAX_W;
+      }();
+      for (int64_t i = 0; i < rows; ++i) {  // re-lay add at the item's stride; lead and rest per row
+        float* row = add.data() + i * padded;
+        if (padded != padded_s) std::copy(add.data() + i * padded_s, add.data() + i * padded_s + n, row);
+        std::fill(row + n, row + padded, -INFINITY);
+        for (int64_t j = 0; j < n; ++j) {
+          if (lead[i] < 0 && row[j] == -INFINITY) lead[i] = j;
+          if (lead[i] >= 0 && row[j] != -INFINITY) rest[i].push_back(j);
+        }
+        if (lead[i] < 0) lead[i] = n;
+      }
+      const Item it{qc.data_ptr<float>() + b * qc.stride(0) + g * s.G * s.qs_h + t0 * s.qs_t,
+                    kc.data_ptr<float>() + b * kc.stride(0) + g * kc.stride(1),
+                    vc.data_ptr<float>() + b * vc.stride(0) + g * vc.stride(1),
+                    keys.data(), n, rows, add.data(), padded, lead.data(), rest.data(),
+                    out.data_ptr<float>() + ((b * T + t0) * H + g * s.G) * D, H * D};
+      attend(it, static_cast<float>(scale), s, zeros.data(), scores.data(), inv.data());
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+// The C shim an ahead-of-time package calls (``aot_inductor.custom_ops_to_c_shims``), as for skinny_linear.
+extern "C" AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_skinny_attention(AtenTensorHandle q, AtenTensorHandle k,
+                                                                            AtenTensorHandle v, AtenTensorHandle* mask,
+                                                                            double scale, int64_t isa,
+                                                                            AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = skinny_attention(*torch::aot_inductor::tensor_handle_to_tensor_pointer(q),
+                                      *torch::aot_inductor::tensor_handle_to_tensor_pointer(k),
+                                      *torch::aot_inductor::tensor_handle_to_tensor_pointer(v),
+                                      torch::aot_inductor::pointer_to_optional<at::Tensor>(mask), scale, isa);
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
+
+TORCH_LIBRARY_FRAGMENT(specdec, m) {
+  m.def("skinny_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale, int isa=0) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(specdec, CPU, m) { m.impl("skinny_attention", &skinny_attention); }
+
+TORCH_LIBRARY_IMPL(specdec, Autograd, m) {
+  m.impl("skinny_attention", torch::autograd::autogradNotImplementedFallback());
+}
