@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import ClassVar
 
-__all__ = ["EXIT_USAGE", "SpecdecError", "UsageError", "error_exit", "print_error", "user_message"]
+__all__ = ["EXIT_USAGE", "BackendError", "SpecdecError", "UsageError", "error_exit", "print_error", "user_message"]
 
 #: The exit code of a user mistake.
 EXIT_USAGE = 2
@@ -29,6 +29,10 @@ class SpecdecError(Exception):
     """
 
     command_lines: ClassVar[Mapping[str, str]] = {}
+
+
+class BackendError(SpecdecError, ValueError):
+    """A backend choice that cannot serve a model exactly (or is not a choice at all)."""
 
 
 class UsageError(SpecdecError):

@@ -214,3 +214,39 @@ def test_smollm2_float32_eagle3_greedy_equals_vanilla_token_for_token_on_the_ski
         result = spec.generate(ids, greedy, stop)
         assert result.tokens == vanilla.generate(ids, greedy, stop).tokens
         assert result.metrics.tau > 1.1
+
+
+@pytest.mark.parametrize("skinny_linears", [True, False])
+def test_invariant_float32_takes_the_few_row_attention_not_float64(monkeypatch, tmp_path, skinny_linears) -> None:
+    """``invariant=True`` on a float32 target whose attention the kernel serves: the few-row attention on a float32
+    cache (not float64 SDPA), with the linears on the skinny GEMM where measured faster (costs patched) or packed
+    with single rows padded as probed; either way tree rows are bitwise 1-token steps and greedy tokens are the stock
+    target's. Negative control: with ``SPECDEC_SKINNY=off`` the float64 attention serves it, as before."""
+    from specdec.backends.gqa import GQA_INVARIANT
+    from specdec.backends.kernel_times import KernelTable
+    from specdec.generate import StopCondition, VanillaGenerator
+    from specdec.models import tiny_llama
+    from specdec.sampling import SamplingParams
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
+    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
+    ms = {"stock": 1.0, "packed": 0.8, "skinny": 0.4 if skinny_linears else 2.0}
+    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, kernel: ms[kernel])
+    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)  # heads of 16
+
+    def greedy(target: HFTarget) -> list[int]:
+        stop = StopCondition(max_new_tokens=16, eos_token_ids=())
+        return list(VanillaGenerator(target).generate(torch.arange(5), SamplingParams(temperature=0.0), stop).tokens)
+
+    want = greedy(HFTarget(model, max_len=64, weights="stock", static_shapes=False))
+    target = HFTarget(model, max_len=64, static_shapes=False, invariant=True)
+    execution = target.execution
+    assert execution.invariant and execution.attention == GQA_SKINNY and execution.cache_dtype is None
+    assert (execution.skinny > 0) is skinny_linears and "few-row attention" in execution.describe()
+    assert all(rows_match_steps(target.model, True, target=target))
+    assert greedy(target) == want
+    monkeypatch.setenv("SPECDEC_SKINNY", "off")
+    before = HFTarget(model, max_len=64, static_shapes=False, invariant=True).execution
+    assert before.attention == GQA_INVARIANT and before.cache_dtype == torch.float64 and before.skinny == 0

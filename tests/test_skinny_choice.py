@@ -8,10 +8,11 @@ What is shown, on tiny random Llamas with specdec's cache in a temporary folder:
   which linears run on the kernel: stock, some and all give three names (a key that only said "skinny" would hand a
   partial choice the full one's package);
 * heavy: on eager shapes a linear takes the kernel where it beats both stock and packed (not within the tie
-  margin, never under ``invariant=True``), and greedy tokens stay the eager stock target's; ``static_shapes="aot"``
-  builds the package of the measured choice, whose greedy tokens are the eager stock target's; ``"auto"`` finds that
-  package later without building; a model whose measured choice is stock is not handed it (eager, as no stock
-  package is cached).
+  margin, not under ``invariant=True`` where the few-row attention cannot serve the model: heads of 4 here;
+  ``tests/test_skinny_attention.py`` has the route where it can), and greedy tokens stay the eager stock target's;
+  ``static_shapes="aot"`` builds the package of the measured choice, whose greedy tokens are the eager stock
+  target's; ``"auto"`` finds that package later without building; a model whose measured choice is stock is not
+  handed it (eager, as no stock package is cached).
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def test_eager_shapes_take_the_kernel_where_it_beats_stock_and_packed(monkeypatc
     assert (
         target.weights_choice == "auto" and sibling.execution.skinny == n and sibling.execution.label == "stock+skinny"
     )
-    # row-invariant numerics asked for keep every linear packed; a kernel within the tie margin is not taken
+    # row-invariant numerics asked for keep every linear packed where the few-row attention cannot serve the model
+    # (heads of 4 here); a kernel within the tie margin is not taken
     invariant = HFTarget(m, max_len=64, static_shapes=False, invariant=True).execution
     assert invariant.skinny == 0 and invariant.weights == "packed"
     costs(monkeypatch, 0.78)

@@ -33,7 +33,15 @@ from torch import nn
 
 from specdec.backends.kernel_times import TIE, table_path
 
-__all__ = ["KEYS", "PASSES", "attention_shape", "attention_times", "few_row_asked", "skinny_attention_fits"]
+__all__ = [
+    "KEYS",
+    "PASSES",
+    "attention_shape",
+    "attention_times",
+    "few_row_asked",
+    "few_row_serves",
+    "skinny_attention_fits",
+]
 
 #: Cached keys each timed call attends over (a mid-length chat context).
 KEYS = 256
@@ -62,6 +70,21 @@ def few_row_asked() -> bool:
     if switch not in ("sdpa", "few-row"):
         raise ValueError(f"SPECDEC_ATTENTION must be 'sdpa' or 'few-row', got {switch!r}")
     return switch == "few-row"
+
+
+def few_row_serves(model: nn.Module) -> bool:
+    """Whether the few-row kernel can run ``model``'s attention here, whatever its speed: float32 on the CPU, a head
+    size that is a multiple of 8, the kernel library available and ``SPECDEC_SKINNY`` not ``off``. Row-invariant
+    numerics (:mod:`specdec.backends.numerics`) take it there instead of float64 SDPA."""
+    from specdec.backends.skinny import unavailable
+
+    shape = attention_shape(model)
+    param = next(model.parameters(), None)
+    if shape is None or param is None or param.dtype != torch.float32 or param.device.type != "cpu":
+        return False
+    if shape[2] % 8 or shape[0] % shape[1] or os.environ.get("SPECDEC_SKINNY", "auto") == "off":
+        return False
+    return unavailable() is None
 
 
 def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:

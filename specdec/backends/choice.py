@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from specdec.backends.aot import cached_package, package_path
+from specdec.backends.attention_choice import few_row_serves
 from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
 from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY, SKINNY_NUMERICS, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
@@ -50,11 +51,12 @@ from specdec.backends.kernels import (
 )
 from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
+from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.skinny import uses_skinny
 from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels
 from specdec.backends.stacking import stack_projections, unstack_projections
-from specdec.errors import SpecdecError
+from specdec.errors import BackendError
 
 __all__ = [
     "WEIGHTS",
@@ -72,12 +74,7 @@ __all__ = [
 Weights = Literal["auto", "stock", "packed", "int8"]
 WEIGHTS: tuple[str, ...] = ("auto", "stock", "packed", "int8")
 StaticShapes = bool | Literal["auto", "aot"]
-Invariant = bool | Literal["auto"]
 STATIC_MARK = "_specdec_static"  # set on a model prepared for static shapes
-
-
-class BackendError(SpecdecError, ValueError):
-    """A backend choice that cannot serve a model exactly (or is not a choice at all)."""
 
 
 @dataclass(frozen=True)
@@ -150,8 +147,10 @@ class Execution:
         if self.single_stock:
             mb = self.single_stock_bytes / 2**20
             weights += f", {self.single_stock} of them running a single row stock (plain weights kept: {mb:.0f} MB)"
-        numerics = f", row-invariant numerics (float64 attention and KV cache{padded})" if self.invariant else ""
-        numerics += SKINNY_NUMERICS * (self.attention == GQA_SKINNY)
+        float64 = f", row-invariant numerics (float64 attention and KV cache{padded})"
+        few = f", row-invariant numerics (few-row attention{padded})"
+        numerics = (few if self.attention == GQA_SKINNY else float64) if self.invariant else ""
+        numerics = numerics or SKINNY_NUMERICS * (self.attention == GQA_SKINNY)
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 
@@ -284,9 +283,10 @@ def apply(
         resolved, static, _ = resolve(model, weights, static_shapes)
         if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl" and not measuring()):
             what = "static shapes" if static else f"weights {weights!r}, which resolve to {resolved!r} on this CPU"
-            raise BackendError(f"{_INVARIANT_NEEDS}; this model would run {what} ({_INVARIANT_FIX})")
-    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors, skinny_ok=invariant is not True)
-    on, reason = _invariant(invariant, execution, _params(model)[1])
+            raise BackendError(f"{INVARIANT_NEEDS}; this model would run {what} ({INVARIANT_FIX})")
+    skinny_ok = invariant is not True or few_row_serves(model)  # invariant float32: skinny linears, few-row attention
+    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors, skinny_ok=skinny_ok)
+    on, reason = invariant_on(invariant, execution, model)
     slow = _slow_dtype(model)
     if slow:  # the dtype is the caller's choice: kept, with one warning that also says what else it costs
         cost = dtype_cost(model, "stock" if execution.weights == "stock" else "packed") if warn else ""  # measures
@@ -322,34 +322,6 @@ _BF16_AUTO = (
     "auto packs bfloat16 weights only on CPUs with native bfloat16 instructions (avx512_bf16 or amx_bf16); "
     "weights='packed' packs them wherever oneDNN can"
 )
-_INVARIANT_NEEDS = "row-invariant numerics need every linear packed, eager shapes and SDPA attention"
-_INVARIANT_FIX = (
-    "pass weights='packed' and static_shapes=False, i.e. --weights packed --static-shapes off, or leave invariant off"
-)
-
-
-def _invariant(invariant: Invariant, execution: Execution, dtype: torch.dtype | None) -> tuple[bool, str]:
-    """``(on, reason)``: whether row-invariant numerics apply (:func:`apply`), and why not where ``auto`` left them off
-    on a bfloat16 or float16 model (:func:`apply` warns with it)."""
-    if invariant is False or (invariant == "auto" and dtype not in (torch.bfloat16, torch.float16)):
-        return False, ""
-    if invariant == "auto" and dtype == torch.float16:
-        return False, (
-            "float16 runs stock (packed weights, which the numerics need, run float32 or bfloat16): greedy output "
-            "may differ from vanilla's at near-ties; a bfloat16 target gets them"
-        )
-    missing = (
-        "static shapes" if execution.static else "",
-        f"{execution.weights} weights" if execution.weights != "packed" else "",
-        f"{execution.skipped} linear(s) left stock" if execution.skipped else "",
-        f"{execution.attention} attention" if execution.attention and execution.attention not in GQA_NAMES else "",
-    )
-    missing = ", ".join(m for m in missing if m)
-    if not missing:
-        return True, ""
-    if invariant is True:
-        raise BackendError(f"{_INVARIANT_NEEDS}; this model runs {missing} ({_INVARIANT_FIX})")
-    return False, f"{_INVARIANT_NEEDS}, not {missing}: greedy output may differ from vanilla's at near-ties"
 
 
 def _apply_weights(

@@ -196,7 +196,8 @@ def cache_dtype(attention: str | None) -> torch.dtype | None:
 
 
 def use_gqa_attention(model: nn.Module, invariant: bool = False, skinny: bool | None = None) -> str:
-    """Switch an ``sdpa`` model to the copy-free GQA attention (its row-invariant form with ``invariant``; with
+    """Switch an ``sdpa`` model to the copy-free GQA attention (with ``invariant`` a row-invariant form: the few-row
+    kernel where :func:`~specdec.backends.attention_choice.few_row_serves`, else float64 SDPA; with
     ``skinny``, its few-row form where :func:`~specdec.backends.attention_choice.skinny_attention_fits` says so;
     ``None`` keeps the few-row form where the model has it); returns the attention implementation now in force."""
     attention = getattr(getattr(model, "config", None), "_attn_implementation", "") or ""
@@ -207,6 +208,10 @@ def use_gqa_attention(model: nn.Module, invariant: bool = False, skinny: bool | 
 
             skinny = skinny_attention_fits(model)[0]
         few = skinny or (skinny is None and attention == GQA_SKINNY)
-        name = GQA_INVARIANT if invariant else GQA_SKINNY if few else GQA_ATTENTION
+        if invariant:  # the few-row kernel where it serves the model (row-invariant in float32), else float64 SDPA
+            from specdec.backends.attention_choice import few_row_serves
+
+            few = few_row_serves(model)
+        name = GQA_SKINNY if few else GQA_INVARIANT if invariant else GQA_ATTENTION
         attention = name if set_attention(model, name) else attention
     return attention
