@@ -274,8 +274,8 @@ def add_backend_options(parser: argparse.ArgumentParser, drafts: bool = True, st
         default="auto",
         help="row-invariant numerics, so greedy speculative output equals vanilla's token for token: single rows "
         "padded to two in the packed linears, the attention in float64 on a float64 KV cache (4x the bfloat16 cache's "
-        "memory); auto (default): on for a "
-        "bfloat16 target with packed linears",
+        "memory), or on float32 the few-row attention kernel where it serves the model (float32 cache); auto "
+        "(default): on for a bfloat16 target with packed linears",
     )
     if drafts:
         parser.add_argument(

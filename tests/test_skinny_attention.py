@@ -250,3 +250,26 @@ def test_invariant_float32_takes_the_few_row_attention_not_float64(monkeypatch, 
     monkeypatch.setenv("SPECDEC_SKINNY", "off")
     before = HFTarget(model, max_len=64, static_shapes=False, invariant=True).execution
     assert before.attention == GQA_INVARIANT and before.cache_dtype == torch.float64 and before.skinny == 0
+
+
+@pytest.mark.slow
+def test_smollm2_float32_invariant_batched_greedy_rows_equal_each_prompt_alone(monkeypatch) -> None:
+    """Issue 49's greedy proof on the real target, with no near-tie allowance: float32 SmolLM2 under
+    ``invariant=True`` (the few-row attention and the measured linears), three MT-bench prompts of different lengths
+    decoded together by EAGLE-3 give each prompt's tokens decoded alone."""
+    from specdec.assets import chat_ids, mtbench_prompts
+    from specdec.generate import StopCondition
+    from specdec.methods import MethodOptions, build_method
+    from specdec.sampling import SamplingParams
+
+    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
+    model, tokenizer = smollm2(torch.float32)
+    target = HFTarget(model, max_len=384, static_shapes=False, invariant=True, in_place=False)
+    assert target.execution.attention == GQA_SKINNY and target.execution.invariant
+    spec = build_method("eagle3", target, MethodOptions())
+    prompts = [chat_ids(tokenizer, mtbench_prompts()[i]) for i in (0, 1, 16)]
+    stop, greedy = StopCondition(max_new_tokens=48), SamplingParams(temperature=0.0)
+    alone = [spec.generate(p, greedy, stop).tokens for p in prompts]
+    assert len({tuple(a) for a in alone}) == len(prompts)  # a row handed another's tokens would show
+    batch = spec.generate_batch(prompts, greedy, stop, speculate="always")
+    assert [r.tokens for r in batch] == alone
