@@ -131,8 +131,8 @@ def attention_times(model: nn.Module) -> tuple[bool, str, dict[str, dict[str, fl
     return (
         fits,
         (
-            f"attention on {'the few-row kernel' if fits else 'SDPA'}: T(1) + T(8) {skinny:.0f} us against SDPA's "
-            f"{sdpa:.0f} us here ({path.name})"
+            f"the few-row kernel's T(1) + T(8) {skinny:.0f} us against SDPA's {sdpa:.0f} us here ({path.name}): "
+            f"{'within' if fits else 'beyond'} the tie margin"
         ),
         times,
     )
