@@ -40,6 +40,7 @@ __all__ = [
     "attention_times",
     "few_row_asked",
     "few_row_serves",
+    "kernel_shape",
     "skinny_attention_fits",
 ]
 
@@ -72,32 +73,37 @@ def few_row_asked() -> bool:
     return switch == "few-row"
 
 
-def few_row_serves(model: nn.Module) -> bool:
-    """Whether the few-row kernel can run ``model``'s attention here, whatever its speed: float32 on the CPU, a head
-    size that is a multiple of 8, the kernel library available and ``SPECDEC_SKINNY`` not ``off``. Row-invariant
-    numerics (:mod:`specdec.backends.numerics`) take it there instead of float64 SDPA."""
-    from specdec.backends.skinny import unavailable
-
+def kernel_shape(model: nn.Module) -> tuple[int, int, int] | None:
+    """``model``'s head shape (:func:`attention_shape`) where the kernel can run its attention: float32 on the CPU,
+    query heads a multiple of kv heads, a head size that is a multiple of 8; else None."""
     shape = attention_shape(model)
     param = next(model.parameters(), None)
     if shape is None or param is None or param.dtype != torch.float32 or param.device.type != "cpu":
-        return False
-    if shape[2] % 8 or shape[0] % shape[1] or os.environ.get("SPECDEC_SKINNY", "auto") == "off":
-        return False
-    return unavailable() is None
+        return None
+    heads, kv, size = shape
+    return None if size % 8 or heads % kv else shape
+
+
+def few_row_serves(model: nn.Module) -> bool:
+    """Whether the few-row kernel can run ``model``'s attention here, whatever its speed (:func:`kernel_shape`, the
+    kernel library available, ``SPECDEC_SKINNY`` not ``off``). Row-invariant numerics
+    (:mod:`specdec.backends.numerics`) take it there instead of float64 SDPA."""
+    from specdec.backends.skinny import unavailable
+    from specdec.backends.skinny_choice import skinny_off
+
+    return kernel_shape(model) is not None and not skinny_off() and unavailable() is None
 
 
 def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:
     """``(fits, reason)``: whether ``model``'s attention should run on the few-row kernel here (the module
     docstring), and from what (a cached or new measurement, or why not; ``""`` where not asked for or the kernels
     are off)."""
-    from specdec.backends.kernels import plain_linear
-    from specdec.backends.skinny import SkinnyLinear
+    from specdec.backends.kernels import plain_linear, runs_packed
+    from specdec.backends.skinny import uses_skinny
 
     if not few_row_asked():
         return False, ""
-    linears = [m for m in model.modules() if plain_linear(m) or isinstance(m, SkinnyLinear)]
-    if not linears or not all(isinstance(m, SkinnyLinear) for m in linears):
+    if not uses_skinny(model) or any(plain_linear(m) or runs_packed(m) for m in model.modules()):
         return False, ""  # another kernel runs some linear: no row invariance to gain
     return attention_times(model)[:2]
 
@@ -109,13 +115,10 @@ def attention_times(model: nn.Module) -> tuple[bool, str, dict[str, dict[str, fl
     from specdec.backends.skinny import _library, unavailable
     from specdec.backends.skinny_choice import skinny_measures
 
-    shape = attention_shape(model)
-    param = next(model.parameters(), None)
-    if shape is None or param is None or param.dtype != torch.float32 or param.device.type != "cpu":
+    shape = kernel_shape(model)
+    if shape is None or not skinny_measures():
         return False, "", None
     heads, kv, size = shape
-    if size % 8 or heads % kv or not skinny_measures():
-        return False, "", None
     if (why := unavailable()) is not None:
         return False, f"attention on SDPA: {why}", None
     path = table_path(torch.float32, CANDIDATES)

@@ -147,10 +147,9 @@ class Execution:
         if self.single_stock:
             mb = self.single_stock_bytes / 2**20
             weights += f", {self.single_stock} of them running a single row stock (plain weights kept: {mb:.0f} MB)"
-        float64 = f", row-invariant numerics (float64 attention and KV cache{padded})"
-        few = f", row-invariant numerics (few-row attention{padded})"
-        numerics = (few if self.attention == GQA_SKINNY else float64) if self.invariant else ""
-        numerics = numerics or SKINNY_NUMERICS * (self.attention == GQA_SKINNY)
+        few = self.attention == GQA_SKINNY
+        how = "few-row attention" if few else "float64 attention and KV cache"
+        numerics = f", row-invariant numerics ({how}{padded})" if self.invariant else SKINNY_NUMERICS * few
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 

@@ -154,9 +154,8 @@ def _gqa_skinny(
     :func:`_gqa_sdpa`."""
     t = query.shape[2]
     fits = attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1)
-    if _causal(module, t, attention_mask, is_causal) or dropout or t > SKINNY_ROWS or not fits:
-        return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-    if query.dtype != torch.float32 or key.dtype != torch.float32 or query.device.type != "cpu":
+    fits = fits and t <= SKINNY_ROWS and not dropout and not _causal(module, t, attention_mask, is_causal)
+    if not fits or query.dtype != torch.float32 or key.dtype != torch.float32 or query.device.type != "cpu":
         return _gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _refuse_unsupported(kwargs)
     if attention_mask is not None and attention_mask.dtype not in (torch.bool, torch.float32):
@@ -208,15 +207,12 @@ def use_gqa_attention(model: nn.Module, invariant: bool = False, skinny: bool | 
     attention = getattr(getattr(model, "config", None), "_attn_implementation", "") or ""
     if attention in ("sdpa", *GQA_NAMES):
         _register_gqa_attention()
-        if skinny:
-            from specdec.backends.attention_choice import skinny_attention_fits
+        from specdec.backends.attention_choice import few_row_serves, skinny_attention_fits
 
-            skinny = skinny_attention_fits(model)[0]
-        few = skinny or (skinny is None and attention == GQA_SKINNY)
         if invariant:  # the few-row kernel where it serves the model (row-invariant in float32), else float64 SDPA
-            from specdec.backends.attention_choice import few_row_serves
-
             few = few_row_serves(model)
+        else:
+            few = skinny_attention_fits(model)[0] if skinny else skinny is None and attention == GQA_SKINNY
         name = GQA_SKINNY if few else GQA_INVARIANT if invariant else GQA_ATTENTION
         attention = name if set_attention(model, name) else attention
     return attention

@@ -40,14 +40,15 @@ constexpr int64_t ROWS = 4;       // query rows per item (their keys loaded once
 constexpr int64_t MAX_W = 16;     // the widest vector's floats: buffers are padded to a multiple of it
 
 struct Shapes {
-  int64_t G, D, S;                 // query heads per kv head, head size, key slots
+  int64_t G, D;                    // query heads per kv head, head size
   int64_t qs_h, qs_t, ks_s, vs_s;  // strides (floats): q's head and row, k's and v's slot
 };
 
 // One item: the G query heads of one kv head for `rows` rows of a call. keys[n] (n < n_keys) are the slots any of
 // these rows sees, in order; add[t][n] is row t's mask value there (-inf where it does not see the key, and past
-// n_keys to a multiple of MAX_W; row stride as); lead[t], rest[t] say which keys row t sees (seen_sum). q points at head 0 of the
-// group in the item's first row; out at that row's first head of the group ([T, H, D] layout, row stride os).
+// n_keys to a multiple of MAX_W; row stride as); lead[t], rest[t] say which keys row t sees (seen_sum). q points at
+// head 0 of the group in the item's first row; out at that row's first head of the group ([T, H, D] layout, row
+// stride os).
 struct Item {
   const float* q;
   const float* k;
@@ -169,7 +170,7 @@ at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::
                 m.scalar_type());
     m = m.contiguous();
   }
-  const Shapes s{H / Hkv, D, S, qc.stride(1), qc.stride(2), kc.stride(2), vc.stride(2)};
+  const Shapes s{H / Hkv, D, qc.stride(1), qc.stride(2), kc.stride(2), vc.stride(2)};
   // the widest variant this CPU and head size allow, unless one is asked for (how each is tested on any machine)
   const Attend attend = isa == 2 || (isa == 0 && has_avx512 && D % 16 == 0) ? avx512::attend : avx2::attend;
   at::Tensor out = at::empty({B, T, H, D}, q.options());
@@ -181,6 +182,7 @@ at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::
     std::vector<int64_t> keys(S), lead(ROWS);
     std::vector<std::vector<int64_t>> rest(ROWS);
     std::vector<float> add(ROWS * padded_s), scores(ROWS * s.G * padded_s), inv(ROWS * s.G), zeros(D, 0.0f);
+    std::vector<float> column(ROWS);
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t b = item / (Hkv * chunks), g = item / chunks % Hkv, t0 = item % chunks * ROWS;
       const int64_t rows = std::min(ROWS, T - t0);
@@ -191,24 +193,19 @@ at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::
         const float a = mask_f[(mb * T + t) * S + j];
         return a > UNSEEN ? a : -INFINITY;
       };
-      int64_t n = 0;
-      for (int64_t i = 0; i < rows; ++i) lead[i] = -1, rest[i].clear();
-      const int64_t padded = [&] {  // the keys any row sees, each row's values over them
-        std::vector<float> col(rows);
-        for (int64_t j = 0; j < S; ++j) {
-          bool any = false;
-          for (int64_t i = 0; i < rows; ++i) col[i] = value(t0 + i, j), any |= col[i] != -INFINITY;
-          if (!any) continue;
-          keys[n] = j;
-          for (int64_t i = 0; i < rows; ++i) add[i * padded_s + n] = col[i];
-          ++n;
-        }
-        return (n + MAX_W - 1) / MAX_W * MAX_W;
-      }();
-      for (int64_t i = 0; i < rows; ++i) {  // re-lay add at the item's stride; lead and rest per row
-        float* row = add.data() + i * padded;
-        if (padded != padded_s) std::copy(add.data() + i * padded_s, add.data() + i * padded_s + n, row);
-        std::fill(row + n, row + padded, -INFINITY);
+      int64_t n = 0;  // the keys any row sees, and each row's mask values over them (rows of add, stride padded_s)
+      for (int64_t j = 0; j < S; ++j) {
+        bool any = false;
+        for (int64_t i = 0; i < rows; ++i) column[i] = value(t0 + i, j), any |= column[i] != -INFINITY;
+        if (!any) continue;
+        keys[n] = j;
+        for (int64_t i = 0; i < rows; ++i) add[i * padded_s + n] = column[i];
+        ++n;
+      }
+      for (int64_t i = 0; i < rows; ++i) {  // -inf past the keys, to a multiple of MAX_W; lead and rest per row
+        float* row = add.data() + i * padded_s;
+        std::fill(row + n, row + (n + MAX_W - 1) / MAX_W * MAX_W, -INFINITY);
+        lead[i] = -1, rest[i].clear();
         for (int64_t j = 0; j < n; ++j) {
           if (lead[i] < 0 && row[j] == -INFINITY) lead[i] = j;
           if (lead[i] >= 0 && row[j] != -INFINITY) rest[i].push_back(j);
@@ -218,7 +215,7 @@ at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::
       const Item it{qc.data_ptr<float>() + b * qc.stride(0) + g * s.G * s.qs_h + t0 * s.qs_t,
                     kc.data_ptr<float>() + b * kc.stride(0) + g * kc.stride(1),
                     vc.data_ptr<float>() + b * vc.stride(0) + g * vc.stride(1),
-                    keys.data(), n, rows, add.data(), padded, lead.data(), rest.data(),
+                    keys.data(), n, rows, add.data(), padded_s, lead.data(), rest.data(),
                     out.data_ptr<float>() + ((b * T + t0) * H + g * s.G) * D, H * D};
       attend(it, static_cast<float>(scale), s, zeros.data(), scores.data(), inv.data());
     }

@@ -47,7 +47,14 @@ from specdec.backends.kernel_times import (
 from specdec.backends.kernels import plain_linear, shared_copy
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
 
-__all__ = ["SKINNY_RULE_KEPT", "eager_kernels", "measured_package_cached", "package_kernels", "skinny_measures"]
+__all__ = [
+    "SKINNY_RULE_KEPT",
+    "eager_kernels",
+    "measured_package_cached",
+    "package_kernels",
+    "skinny_measures",
+    "skinny_off",
+]
 
 #: CPUs whose rows on the results page were measured before the skinny kernel was a candidate: they keep their choice
 #: until the row is measured again with it (``SPECDEC_KERNELS=measure`` measures there too), so that a choice made
@@ -57,15 +64,20 @@ SKINNY_RULE_KEPT: dict[tuple[str, str, str], str] = {
 }
 
 
+def skinny_off() -> bool:
+    """Whether ``SPECDEC_SKINNY=off`` keeps the skinny kernels out (``auto``, the default, does not)."""
+    switch = os.environ.get("SPECDEC_SKINNY", "auto")
+    if switch not in ("auto", "off"):
+        raise ValueError(f"SPECDEC_SKINNY must be 'auto' or 'off', got {switch!r}")
+    return switch == "off"
+
+
 def skinny_measures() -> bool:
     """Whether ``weights="auto"`` measures the skinny kernel here: where the linears' kernels are measured
     (:func:`~specdec.backends.kernel_times.measuring`) and the CPU is not in :data:`SKINNY_RULE_KEPT` (unless
     ``SPECDEC_KERNELS=measure``); never with ``SPECDEC_SKINNY=off`` (no build, no measurement: the test suite, or a
     machine that should keep torch's own kernels)."""
-    switch = os.environ.get("SPECDEC_SKINNY", "auto")
-    if switch not in ("auto", "off"):
-        raise ValueError(f"SPECDEC_SKINNY must be 'auto' or 'off', got {switch!r}")
-    if switch == "off":
+    if skinny_off():
         return False
     info = cpu_info()
     kept = (info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")) in SKINNY_RULE_KEPT
