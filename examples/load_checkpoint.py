@@ -21,7 +21,7 @@ import torch
 
 from specdec import SamplingParams
 from specdec.checkpoints import CheckpointError, load_eagle_head
-from specdec.drafters.eagle import EagleDrafter
+from specdec.drafters.eagle1 import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama

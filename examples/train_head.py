@@ -19,7 +19,7 @@ import torch
 
 from specdec import SamplingParams
 from specdec.checkpoints import export_eagle3, load_eagle_head
-from specdec.drafters.eagle import EagleDrafter
+from specdec.drafters.eagle1 import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama

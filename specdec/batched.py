@@ -4,6 +4,7 @@ A batched cycle runs each row's phases of :mod:`specdec.cycle` (its own drafter 
 and generator), one forward of all rows' trees (:class:`~specdec.rows.BatchRows`), and one ``tolist`` of every row's
 packed values::
 
+    expand_roots(rows)                              # every row's root step in one head forward, where it can
     drafted = [draft(row) for row in rows]          # ragged trees: each row its own size
     steps   = rows.forward([d.tree for d in drafted])
     values  = torch.cat([judge(row, d, s) ...]).tolist()   # the batch's one host sync
@@ -30,6 +31,7 @@ Contracts:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -121,7 +123,10 @@ class _Batch:
 
     def admit(self) -> Iterator[RowEvent]:
         """Prefill waiting prompts into free rows (the target's own prefill, :meth:`BatchRows.join`); each joining
-        row's first token, or its failure."""
+        row's first token, or its failure. The joining rows' drafters then take their prompts together (their first root
+        step, :meth:`_expand_roots`), counted as prefill: a speculative cycle's time holds no prompt, so the batch's
+        choice of speculating or stepping (:mod:`specdec.pace`) compares cycles with steps."""
+        joined = []
         while self.waiting and len(self.live) < self.max_batch:
             index = self.waiting.pop(0)
             ids, row, parts = self.prepared[index]  # type: ignore[misc]
@@ -141,10 +146,12 @@ class _Batch:
                 yield RowEvent(index, None, error)
                 continue
             self.live.append(index)
+            joined.append(index)
             row.metrics.time_prefill = time.perf_counter() - row.started
             yield from self._emit(index, row, [int(row.root)])
             if row.done:
                 self._drop([r for r, i in enumerate(self.live) if i != index])
+        self._expand_roots([i for i in joined if i in self.live], "time_prefill")
 
     def _emit(self, index: int, row: Row, tokens: list[int]) -> Iterator[RowEvent]:
         """The row's tokens, up to where its stop condition holds (as decoding it alone stops)."""
@@ -165,6 +172,24 @@ class _Batch:
         self.rows.leave(keep)
         self.live = [self.live[r] for r in keep]
 
+    def _expand_roots(self, indices: list[int], timer: str) -> None:
+        """The rows' first expansions of their next trees, run together where their drafters can
+        (:meth:`~specdec.interfaces.Drafter.expand_roots`, per drafter type), each row's metric ``timer`` holding its
+        share of the time; a failure leaves each row to run its own at its draft, where it fails alone."""
+        t = time.perf_counter()
+        groups: dict[type, list[tuple]] = {}
+        for index in indices:
+            row = self._row(index)
+            if row.drafter is not None and row.root is not None:
+                part = row.drafter.batch_part()
+                groups.setdefault(type(part), []).append((part, row.root.reshape(1)))
+        for kind, members in groups.items():
+            with contextlib.suppress(*ROW_FAILURES):  # no state changed: each row then runs (and fails) alone
+                kind.expand_roots([d for d, _ in members], [r for _, r in members])
+        for index in indices:
+            metrics = self._row(index).metrics
+            setattr(metrics, timer, getattr(metrics, timer) + (time.perf_counter() - t) / len(indices))
+
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
         speculate = self.pace is not None and self.pace.choose()
@@ -175,6 +200,8 @@ class _Batch:
         events: list[RowEvent] = []
         drafted: list[Drafted] = []
         keep: list[int] = []
+        if speculate:  # the rows' root steps together
+            self._expand_roots(self.live, "time_draft")
         for r, index in enumerate(self.live):
             row, t = self._row(index), time.perf_counter()
             try:

@@ -12,7 +12,18 @@ import sys
 from collections.abc import Mapping
 from typing import ClassVar
 
-__all__ = ["EXIT_USAGE", "BackendError", "SpecdecError", "UsageError", "error_exit", "print_error", "user_message"]
+__all__ = [
+    "EXIT_USAGE",
+    "BackendError",
+    "IncompatibleVerifierError",
+    "SpecdecError",
+    "UnservableDrafterError",
+    "UsageError",
+    "VocabMismatchError",
+    "error_exit",
+    "print_error",
+    "user_message",
+]
 
 #: The exit code of a user mistake.
 EXIT_USAGE = 2
@@ -33,6 +44,19 @@ class SpecdecError(Exception):
 
 class BackendError(SpecdecError, ValueError):
     """A backend choice that cannot serve a model exactly (or is not a choice at all)."""
+
+
+class VocabMismatchError(SpecdecError, ValueError):
+    """Drafter and target disagree on the vocabulary size."""
+
+
+class UnservableDrafterError(SpecdecError, ValueError):
+    """A drafter cannot serve where it is used: a part of a composite drafter (its vocabulary, hidden states the
+    target lacks, a proposer without ``propose``), or a drafter without proposals under a policy of proposals only."""
+
+
+class IncompatibleVerifierError(SpecdecError, ValueError):
+    """A verifier pinned by the user cannot verify the trees a policy grows at the requested sampling settings."""
 
 
 class UsageError(SpecdecError):

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
 
-from specdec.errors import SpecdecError
+from specdec.errors import IncompatibleVerifierError, UnservableDrafterError, VocabMismatchError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree, PartialTree
 
@@ -34,24 +35,12 @@ __all__ = [
     "Verdict",
     "Drafter",
     "TreePolicy",
+    "UnservableDrafterError",
     "Verifier",
     "Target",
     "VocabMismatchError",
     "top_children",
 ]
-
-
-class VocabMismatchError(SpecdecError, ValueError):
-    """Drafter and target disagree on the vocabulary size."""
-
-
-class UnservableDrafterError(SpecdecError, ValueError):
-    """A drafter cannot serve where it is used: a part of a composite drafter (its vocabulary, hidden states the
-    target lacks, a proposer without ``propose``), or a drafter without proposals under a policy of proposals only."""
-
-
-class IncompatibleVerifierError(SpecdecError, ValueError):
-    """A verifier pinned by the user cannot verify the trees a policy grows at the requested sampling settings."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +228,17 @@ class Drafter(ABC):
         twin = copy.copy(self)
         twin.reset()
         return twin
+
+    def batch_part(self) -> Drafter:
+        """The drafter a batch hands :meth:`expand_roots` for this row (a composite's tree drafter); default self."""
+        return self
+
+    @classmethod
+    def expand_roots(cls, drafters: Sequence[Drafter], roots: Sequence[torch.Tensor]) -> None:
+        """Several rows' first expansions of their next trees at once (``roots[i]`` ``[1]``: drafter ``i``'s root),
+        each kept for its tree's first :meth:`expand`, which then gives what it would alone, up to rounding. The
+        batched loop calls it on its rows' :meth:`batch_part` s, per type. Default: nothing (each runs alone)."""
+        return None
 
     def proposals(self, root: int) -> list[Continuation]:
         """Whole continuations this drafter proposes after the context ``history + [root]``, beside the children

@@ -10,7 +10,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from specdec.attention import additive_mask
 from specdec.backends import Int8Linear, PackedLinear
-from specdec.drafters.eagle import EagleDrafter
+from specdec.drafters.eagle1 import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.eagle.config import EagleConfig, default_aux_layers
 from specdec.eagle.heads import Eagle1Head, Eagle3Head

@@ -6,7 +6,7 @@ line below and its name to ``__all__``. Keep one import per line so parallel add
 
 # --- drafters: one import per line, one per file ---
 from specdec.drafters.composite import CompositeDrafter
-from specdec.drafters.eagle import EagleDrafter
+from specdec.drafters.eagle1 import EagleDrafter
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.drafters.ngram import NGramDrafter
 from specdec.drafters.retrieval import RetrievalDrafter

@@ -123,6 +123,10 @@ class CompositeDrafter(Drafter):
     def expand_draft(self, tree: PartialTree, frontier: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self._tree_part().expand_draft(tree, frontier)
 
+    def batch_part(self) -> Drafter:
+        """The tree drafter's (its expansions are the composite's); itself without one."""
+        return self if self.tree_drafter is None else self.tree_drafter.batch_part()
+
     def _tree_part(self) -> Drafter:
         if self.tree_drafter is None:
             raise UnservableDrafterError(

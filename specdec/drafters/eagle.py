@@ -1,4 +1,5 @@
-"""EAGLE-1 drafter (also EAGLE-2 / HASS heads): a feature-level draft head on top of the target's features.
+"""The EAGLE drafters' base: a feature-level draft head on top of the target's features, its cache and tree
+steps (the EAGLE-1 / EAGLE-2 / HASS drafter: :mod:`specdec.drafters.eagle1`; EAGLE-3's: :mod:`specdec.drafters.eagle3`).
 
 Alignment (all EAGLE versions): the draft at position ``t`` receives (feature of token ``t``, token ``t+1``) and
 predicts token ``t+2``. With ``c`` tokens in the target's cache and the tree root (the token the target emitted
@@ -20,7 +21,8 @@ State kept between calls (gpt-fast style, preallocated, indexed by position, rol
 * ``node_out [tree_capacity, H]``: each expanded node's output, the input feature of its children.
 
 Committed pairs are not run at :meth:`commit`; they run lazily in the next tree's first :meth:`expand`, batched
-with the root pair in one forward.
+with the root pair in one forward (the root step; a batch runs its rows' root steps in one forward before they grow
+their trees, :meth:`EagleDrafterBase.expand_roots`).
 
 Static steps (``static_shapes=True``, for ``torch.compile(fullgraph=True)`` and CUDA graphs): the head keeps plain
 linears and its forward, with the scorer that turns its outputs into draft logits (the draft lm_head), is compiled as
@@ -47,29 +49,25 @@ On a static-shape target the head gets compiled steps where graphs replay weight
 from __future__ import annotations
 
 import copy
+import itertools
 from abc import abstractmethod
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from specdec.attention import additive_mask
-from specdec.backends import Execution, Int8Linear, PackedLinear, StaticShapes, packed_copy, resolve
+from specdec.backends import Execution, StaticShapes, packed_copy, resolve
 from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes
-from specdec.checkpoints import load_draft_vocab
-from specdec.drafters.eagle_steps import ScoredStep, draft_backend, head_for
-from specdec.eagle.checks import check_draft_vocab, check_head_target
+from specdec.drafters.eagle_steps import ScoredStep
+from specdec.eagle.checks import check_head_target
 from specdec.eagle.fusion import fuse_for_inference
-from specdec.eagle.heads import Eagle1Head, Eagle3Head, scatter_vocab
+from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.eagle.layers import KVSlots
-from specdec.interfaces import Drafter, HiddenRequest, TargetHidden, top_children
+from specdec.interfaces import Drafter, TargetHidden, top_children
 from specdec.tree import PartialTree
 
-if TYPE_CHECKING:
-    from specdec.target import HFTarget
-
-__all__ = ["EagleDrafter", "EagleDrafterBase"]
+__all__ = ["EagleDrafterBase"]
 
 
 def _target_config(target: nn.Module):
@@ -165,6 +163,7 @@ class EagleDrafterBase(Drafter):
         self._pairs_done = 0  # committed pairs whose keys/values are in the buffer (positions [0, _pairs_done))
         self._root_ready = False  # the current tree's root pair sits at position c-1
         self._tree: PartialTree | None = None
+        self._primed: torch.Tensor | None = None  # [1, V_d]: the next tree's root logits, run by expand_roots
 
     def fork(self) -> EagleDrafterBase:
         """The same head (shared, not copied) with buffers of its own for another sequence."""
@@ -197,6 +196,7 @@ class EagleDrafterBase(Drafter):
             self._pairs_done = c  # the root pair at position c-1 was run with the target feature f_{c-1}
         self._root_ready = False
         self._tree = None
+        self._primed = None
 
     @torch.no_grad()
     def expand(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
@@ -235,8 +235,35 @@ class EagleDrafterBase(Drafter):
             if frontier.shape[0] != 1:
                 raise ValueError("the first expand of a tree must have frontier == [0] (the root)")
             self._tree = tree
-            return self._expand_root(tree)
+            if self._primed is None:  # not run with other rows' roots (expand_roots): alone
+                self._root_step([self], [tree.tokens[:1]])
+            logits, self._primed = self._primed, None
+            return logits
         return self._expand_nodes(tree, frontier)
+
+    @classmethod
+    @torch.no_grad()
+    def expand_roots(cls, drafters: Sequence[Drafter], roots: Sequence[torch.Tensor]) -> None:
+        """:meth:`Drafter.expand_roots`: the root steps of drafters that share one head, one head forward per head.
+
+        Each drafter's pending pairs and root pair (:meth:`_root_rows`) go into one forward: every projection
+        and the draft lm_head run once over all rows, each drafter's rows attend within its own key/value buffer
+        (:meth:`EagleAttention.forward <specdec.eagle.layers.EagleAttention.forward>` with several caches). A drafter
+        that cannot join runs its root step alone at its first expand: static steps (compiled per shape), one without
+        a prompt or with its root step run already. A first root step runs the prompt's pairs (a batch's rows
+        joining together take their prompts in one forward).
+
+        Contract: ``roots[i]`` (``[1]``) is the root of drafter ``i``'s next tree. A row's draft logits depend only
+        on its own pairs up to the linears' rounding (int8 weights quantize each forward's inputs with one scale: a
+        row's q may move with its neighbours' rows, and verification reads the q it was drafted from either way).
+        """
+        groups: dict[int, list[tuple[EagleDrafterBase, torch.Tensor]]] = {}
+        for d, root in zip(drafters, roots, strict=True):
+            if isinstance(d, EagleDrafterBase) and not d.static and d._length and d._primed is None:
+                d._ensure_tree_capacity(1)  # a first tree larger than the root grows the buffers, keeping it
+                groups.setdefault(id(d.head), []).append((d, root))
+        for group in groups.values():
+            cls._root_step([d for d, _ in group], [r for _, r in group])
 
     # --------------------------------------------------------------------------------------------- internals
     def _append(self, tokens: torch.Tensor, hidden: TargetHidden) -> None:
@@ -259,29 +286,32 @@ class EagleDrafterBase(Drafter):
         size = self.max_len + capacity + max(BUCKETS) * self.static
         k = torch.zeros(b, h, size, d, dtype=self._dtype, device=self._device)
         v = torch.zeros_like(k)
-        if self._k is not None:
-            n = self._pairs_done
+        if self._k is not None:  # keep the committed pairs' keys/values, and a root pair already run
+            n = self._pairs_done + self._root_ready
             k[:, :, :n], v[:, :, :n] = self._k[:, :, :n], self._v[:, :, :n]
         if self.static and not freezes(k.device):  # CUDA graphs write into them in place: static addresses
             torch._dynamo.mark_static_address(k)
             torch._dynamo.mark_static_address(v)
         self._k, self._v = k, v
-        self._node_out = torch.zeros(capacity, self.head.config.hidden_size, dtype=self._dtype, device=self._device)
+        node_out = torch.zeros(capacity, self.head.config.hidden_size, dtype=self._dtype, device=self._device)
+        if self._node_out is not None:  # the root's output, where expand_roots ran it
+            node_out[: self._node_out.shape[0]] = self._node_out
+        self._node_out = node_out
         self._tree_capacity = capacity
         if self._owns_head:  # RoPE looked up for every position the buffer holds
             self._attention.rotary.cache(size, self._device, self._dtype)
 
-    def _expand_root(self, tree: PartialTree) -> torch.Tensor:
-        """Run every pending committed pair plus the root pair in one forward; return the root's draft logits
-        ``[1, V_d]``.
+    def _root_rows(self, root: torch.Tensor) -> tuple:
+        """This drafter's root step: every pending committed pair plus the root pair (``root [1]``), as ``(tokens
+        [T], features [T, Hf], positions [T], mask [T, span], cache, compiled, n)``, ``n`` real rows first.
 
         Static steps pad the ``n`` rows to ``bucket(n)``: padding rows sit in scratch slots after the tree's and see
         only themselves; a first step longer than the largest bucket (the prompt) runs eagerly, like a prefill.
         """
         c, start = self._length, self._pairs_done
         n = c - start  # pending pairs + the root pair
-        tokens = torch.cat((self._tokens[start + 1 : c], tree.tokens[:1].to(self._device)))
-        hidden = self._input_hidden(self._features_buf[start:c])
+        tokens = torch.cat((self._tokens[start + 1 : c], root.reshape(1).to(self._device)))
+        features = self._features_buf[start:c]
         compiled = self.static and n <= max(BUCKETS)
         rows = bucket(n) if compiled else n
         positions = torch.arange(start, start + rows, device=self._device)
@@ -292,18 +322,41 @@ class EagleDrafterBase(Drafter):
             scratch = torch.arange(span - max(BUCKETS), span - max(BUCKETS) + rows, device=self._device)
             slots = torch.where(positions < c, positions, scratch)
             tokens = torch.cat((tokens, tokens.new_zeros(pad)))
-            hidden = torch.cat((hidden, hidden.new_zeros(pad, hidden.shape[1])))
+            features = torch.cat((features, features.new_zeros(pad, features.shape[1])))
         cols = torch.arange(span, device=self._device)[None, :]
         mask = cols <= positions[:, None]  # causal over the committed pairs
         if compiled:  # padding rows see only their own scratch slot
             mask = mask & (positions[:, None] < c) | (cols == slots[:, None])
-        cache = KVSlots(self._k, self._v, slots, span)
-        root = torch.full((1,), n - 1, device=self._device)  # the root pair's row, the only one scored (no H2D sync)
-        out, logits = self._step(compiled, tokens, hidden, positions, mask, cache, root)
-        self._pairs_done = c - 1
-        self._root_ready = True
-        self._node_out[0] = out[0]
-        return logits
+        return tokens, features, positions, mask, KVSlots(self._k, self._v, slots, span), compiled, n
+
+    @staticmethod
+    def _root_step(drafters: Sequence[EagleDrafterBase], roots: Sequence[torch.Tensor]) -> None:
+        """Run the drafters' root steps (:meth:`_root_rows`) in one head forward (one drafter: its own step, compiled
+        where static); each keeps its root pair's draft logits ``[1, V_d]`` for its next tree's first expand."""
+        parts = [d._root_rows(r) for d, r in zip(drafters, roots, strict=True)]
+        lead = drafters[0]
+        tokens, features, positions, masks, caches, compiled, counts = zip(*parts, strict=True)
+        one = len(parts) == 1
+        # each drafter's root pair's row, the only one scored (host ints: no device read)
+        if one:
+            roots_at = torch.full((1,), counts[0] - 1, device=lead._device)
+        else:
+            starts = itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)
+            roots_at = torch.tensor([a + n - 1 for a, n in zip(starts, counts, strict=True)], device=lead._device)
+        out, logits = lead._step(
+            one and compiled[0],
+            torch.cat(tokens),
+            lead._input_hidden(torch.cat(features)),
+            torch.cat(positions),
+            masks[0] if one else masks,
+            caches[0] if one else caches,
+            roots_at,
+        )
+        for i, d in enumerate(drafters):
+            d._pairs_done = d._length - 1
+            d._root_ready = True
+            d._node_out[0] = out[i]
+            d._primed = logits[i : i + 1]
 
     def _expand_nodes(self, tree: PartialTree, frontier: torch.Tensor) -> torch.Tensor:
         """One forward over the ``F`` frontier nodes (inputs: parent's output, own token; mask: prefix + ancestors);
@@ -338,8 +391,8 @@ class EagleDrafterBase(Drafter):
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        mask: torch.Tensor,
-        cache: KVSlots,
+        mask: torch.Tensor | Sequence[torch.Tensor],
+        cache: KVSlots | Sequence[KVSlots],
         rows: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One head forward over ``T`` rows (``tokens [T]``, ``hidden [T, H]``, ``positions [T]``, ``mask [T, span]``
@@ -347,7 +400,12 @@ class EagleDrafterBase(Drafter):
 
         ``compiled``: the head and its scorer as one compiled graph (:class:`ScoredStep`); on CUDA its outputs are
         copied, since the next CUDA-graph replay overwrites the graph's own (a stochastic tree keeps the logits)."""
-        args = (self.head.embed(tokens)[None], hidden[None], positions[None], additive_mask(mask, self._dtype))
+        bias = (
+            additive_mask(mask, self._dtype)
+            if isinstance(mask, torch.Tensor)
+            else [additive_mask(m, self._dtype) for m in mask]
+        )
+        args = (self.head.embed(tokens)[None], hidden[None], positions[None], bias)
         if compiled:
             out, logits = self._head_step(*args, rows, cache=cache)
             if out.device.type == "cuda":
@@ -356,101 +414,3 @@ class EagleDrafterBase(Drafter):
         out, _ = self.head(*args, cache=cache)
         out = out[0] if rows is None else out[0, rows]
         return out, self._draft_logits(out)
-
-
-class EagleDrafter(EagleDrafterBase):
-    """Drafter for EAGLE-1 / EAGLE-2 / HASS heads (:class:`Eagle1Head`).
-
-    Consumes the target's post-norm last hidden state (``HiddenRequest(final=True)``); the head predicts the next
-    feature and the **target's** lm_head turns it into logits.
-
-    Args:
-        head: the draft head (its ``embed_tokens`` is used if present, else the target's embedding is shared).
-        target: the Hugging Face target model (``get_input_embeddings``, ``get_output_embeddings``, ``config``).
-        max_len: capacity in committed tokens (the target's cache size).
-        draft_vocab: ``[V_d]`` increasing target token ids the drafter may propose (a shortlist, e.g. the most frequent
-            tokens of the training data), or None for the whole vocabulary. The head's features go through the
-            target lm_head's rows for these ids only (``V_d / V`` of the full lm_head's cost); every other token
-            gets draft probability 0.
-        weights: how the head and the lm_head rows it scores run (:mod:`specdec.backends`): ``"auto"`` (int8 draft
-            weights on CPU, :class:`~specdec.backends.Int8Linear`, with an int8 copy of the lm_head rows), ``"int8"``,
-            ``"packed"`` (fp32 oneDNN) or ``"stock"``.
-        static_shapes: fixed-shape head steps compiled once per shape (the module docstring's "Static steps").
-
-    Contract (losslessness is untouched): q is the softmax over the shortlist and exactly 0 elsewhere; the verifier
-    scores the target's full vocabulary, so a token outside the shortlist is still emitted with its target
-    probability (through the residual or the bonus), it is only never proposed.
-    """
-
-    hidden_request = HiddenRequest(final=True)
-
-    def __init__(
-        self,
-        head: Eagle1Head,
-        target: nn.Module,
-        max_len: int,
-        draft_vocab: torch.Tensor | None = None,
-        weights: str = "auto",
-        static_shapes: StaticShapes = False,
-    ) -> None:
-        if not isinstance(head, Eagle1Head):
-            raise TypeError(f"EagleDrafter needs an Eagle1Head, got {type(head).__name__} (use Eagle3Drafter)")
-        tcfg = _target_config(target)
-        lm_head = target.get_output_embeddings()
-        shape = getattr(lm_head, "out_features", None), getattr(lm_head, "in_features", None)
-        if lm_head is None or shape != (tcfg.vocab_size, tcfg.hidden_size):
-            raise ValueError("the target has no lm_head of shape [vocab_size, hidden_size]")
-        self.lm_head, self.draft_vocab = lm_head, None
-        kind = resolve(head, weights, static_shapes, draft=True)[0]
-        if draft_vocab is not None or kind == "int8":  # the draft's own copy of the lm_head rows it scores
-            ids = None if draft_vocab is None else check_draft_vocab(draft_vocab, tcfg.vocab_size)
-            rows = nn.Linear(tcfg.hidden_size, tcfg.vocab_size if ids is None else ids.shape[0], bias=False).eval()
-            if getattr(lm_head, "bias", None) is not None:
-                raise ValueError("EagleDrafter: a target lm_head with a bias is not supported for draft copies")
-            with torch.no_grad():
-                w = lm_head.weight.detach()
-                rows.weight.copy_(w if ids is None else w[ids.to(w.device)])
-            rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
-            if kind == "int8":
-                self.lm_head = Int8Linear(rows, keep_weight=False)  # the float rows are not needed (no copy kept)
-            elif kind == "stock":
-                self.lm_head = rows
-            else:
-                self.lm_head = PackedLinear(rows)
-            self.draft_vocab = None if ids is None else ids.to(lm_head.weight.device)
-        super().__init__(head, target, max_len, head.config.hidden_size, weights, static_shapes)
-
-    @classmethod
-    def from_target(
-        cls, target: HFTarget, head: str | Path | Eagle1Head, draft_shortlist: bool = True, weights: str = "auto"
-    ) -> EagleDrafter:
-        """The drafter of an EAGLE-1 / HASS head for ``target``: device, dtype and cache size follow the target, static
-        shapes too except on a CPU under ``weights="auto"`` (:func:`~specdec.drafters.eagle_steps.draft_backend`).
-
-        Args:
-            head: a head folder (or file) in any supported checkpoint format, or a loaded :class:`Eagle1Head`.
-            draft_shortlist: draft over the shortlist saved beside the head (``draft_vocab.safetensors``) when there
-                is one, instead of the full vocabulary.
-            weights: the head's weights (:mod:`specdec.backends`; ``"auto"``: int8 on a CPU).
-        """
-        vocab = None
-        if not isinstance(head, nn.Module) and draft_shortlist:
-            vocab = load_draft_vocab(head, target.vocab_size) if Path(head).is_dir() else None
-        loaded = head_for(target, head)
-        return cls(loaded, target.model, target.max_len, vocab, *draft_backend(target, weights))
-
-    def _features(self, hidden: TargetHidden) -> torch.Tensor:
-        if hidden.final is None:
-            raise KeyError("EagleDrafter needs the target's final features (HiddenRequest(final=True))")
-        return hidden.final
-
-    def _scorer(self) -> nn.Module:
-        return self.lm_head  # [F, V] or [F, V_d]
-
-    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids if self.draft_vocab is None else self.draft_vocab[draft_ids]
-
-    def _to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
-        if self.draft_vocab is None:
-            return draft_logits
-        return scatter_vocab(draft_logits, self.draft_vocab, self.vocab_size)

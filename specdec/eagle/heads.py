@@ -20,6 +20,8 @@ The building blocks (attention, MLP, the two decoder layers, rotary embedding) a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -93,9 +95,9 @@ class Eagle1Head(_HeadBase):
         input_embeds: torch.Tensor,
         features: torch.Tensor,
         position_ids: torch.Tensor,
-        attn_bias: torch.Tensor,
+        attn_bias: torch.Tensor | Sequence[torch.Tensor],
         past_kv: KV | None = None,
-        cache: KVSlots | None = None,
+        cache: KVSlots | Sequence[KVSlots] | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """Predict the next feature for each (feature of token t, embedding of token t+1) pair.
 
@@ -165,9 +167,9 @@ class Eagle3Head(_HeadBase):
         input_embeds: torch.Tensor,
         hidden: torch.Tensor,
         position_ids: torch.Tensor,
-        attn_bias: torch.Tensor,
+        attn_bias: torch.Tensor | Sequence[torch.Tensor],
         past_kv: KV | None = None,
-        cache: KVSlots | None = None,
+        cache: KVSlots | Sequence[KVSlots] | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """One mid-layer step.
 

@@ -11,6 +11,7 @@ and returns the new keys/values.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -144,9 +145,9 @@ class EagleAttention(nn.Module):
         self,
         x: torch.Tensor,
         position_ids: torch.Tensor,
-        attn_bias: torch.Tensor,
+        attn_bias: torch.Tensor | Sequence[torch.Tensor],
         past_kv: KV | None = None,
-        cache: KVSlots | None = None,
+        cache: KVSlots | Sequence[KVSlots] | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """Attend from ``T`` new positions to ``cat(past, new)``, or to a preallocated cache's first ``span`` slots.
 
@@ -158,7 +159,10 @@ class EagleAttention(nn.Module):
                 ``cache``: ``S = cache.span``, columns = cache slots.
             past_kv: ``(k, v)`` each ``[B, h_kv, S - T, d]`` (rotated keys), or None.
             cache: preallocated keys/values; the new rows are written at ``cache.slots`` *before* attending, so a
-                row sees itself through its own slot (no concatenation, no copy of the past).
+                row sees itself through its own slot (no concatenation, no copy of the past). Several caches (one per
+                sequence, ``B = 1``): the ``T`` rows are theirs in order (``len(slots)`` each) and ``attn_bias`` is one
+                bias per cache; each sequence's rows attend within its own cache only, while every projection runs
+                once over all ``T`` rows (several sequences' draft steps in one forward).
 
         Returns:
             ``out [B, T, H]`` and the new ``(k, v)`` each ``[B, h_kv, T, d]`` (keys rotated).
@@ -174,9 +178,34 @@ class EagleAttention(nn.Module):
         v = v.reshape(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = self.rotary(position_ids, q.dtype)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if cache is not None and past_kv is not None:
+            raise ValueError("pass past_kv or cache, not both")
+        if isinstance(cache, (list, tuple)):  # several sequences' rows: each attends within its own cache
+            if b != 1 or len(attn_bias) != len(cache) or sum(c.slots.shape[0] for c in cache) != t:
+                raise ValueError(f"{len(cache)} caches need B = 1, one bias each and T = their slots (got T={t})")
+            ends = torch.tensor([c.slots.shape[0] for c in cache]).cumsum(0).tolist()
+            parts = zip(cache, attn_bias, [0, *ends[:-1]], ends, strict=True)
+            out = torch.cat(
+                [self._attend(q[:, :, i:j], k[:, :, i:j], v[:, :, i:j], bias, None, c) for c, bias, i, j in parts],
+                dim=2,
+            )
+        else:
+            out = self._attend(q, k, v, attn_bias, past_kv, cache)
+        out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
+        return self.o_proj(out), (k, v)
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_bias: torch.Tensor,
+        past_kv: KV | None,
+        cache: KVSlots | None,
+    ) -> torch.Tensor:
+        """``q [B, h, T, d]`` over ``cat(past, k/v [B, h_kv, T, d])`` or the cache (written first): ``[B, h, T, d]``."""
+        t = q.shape[2]
         if cache is not None:
-            if past_kv is not None:
-                raise ValueError("pass past_kv or cache, not both")
             cache.keys.index_copy_(2, cache.slots, k)
             cache.values.index_copy_(2, cache.slots, v)
             keys, values = cache.keys[:, :, : cache.span], cache.values[:, :, : cache.span]
@@ -187,9 +216,7 @@ class EagleAttention(nn.Module):
         if attn_bias.shape[-1] != keys.shape[2] or attn_bias.shape[-2] != t:
             raise ValueError(f"attn_bias {tuple(attn_bias.shape)} does not match T={t}, S={keys.shape[2]}")
         gqa = self.num_heads != self.num_kv_heads  # SDPA shares each key/value head across its query group
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_bias.to(q.dtype), enable_gqa=gqa)
-        out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
-        return self.o_proj(out), (k, v)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_bias.to(q.dtype), enable_gqa=gqa)
 
 
 class EagleMLP(nn.Module):
@@ -223,9 +250,9 @@ class Eagle1Layer(nn.Module):
         self,
         x: torch.Tensor,
         position_ids: torch.Tensor,
-        attn_bias: torch.Tensor,
+        attn_bias: torch.Tensor | Sequence[torch.Tensor],
         past_kv: KV | None,
-        cache: KVSlots | None = None,
+        cache: KVSlots | Sequence[KVSlots] | None = None,
     ) -> tuple[torch.Tensor, KV]:
         attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv, cache)
         h = x + attn
@@ -248,9 +275,9 @@ class Eagle3Layer(nn.Module):
         input_embeds: torch.Tensor,
         hidden: torch.Tensor,
         position_ids: torch.Tensor,
-        attn_bias: torch.Tensor,
+        attn_bias: torch.Tensor | Sequence[torch.Tensor],
         past_kv: KV | None,
-        cache: KVSlots | None = None,
+        cache: KVSlots | Sequence[KVSlots] | None = None,
     ) -> tuple[torch.Tensor, KV]:
         x = torch.cat((self.input_layernorm(input_embeds), self.hidden_norm(hidden)), dim=-1)
         attn, kv = self.self_attn(x, position_ids, attn_bias, past_kv, cache)
