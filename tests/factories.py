@@ -8,7 +8,7 @@ import torch
 from specdec.backends.cpu import packing_error
 from specdec.drafters import Eagle3Drafter, EagleDrafter, NGramDrafter, SmallLMDrafter
 from specdec.eagle.config import default_aux_layers
-from specdec.interfaces import Drafter, TreePolicy
+from specdec.interfaces import Drafter, TargetHidden, TreePolicy
 from specdec.train.heads import build_head
 from specdec.trees import DynamicTreePolicy, StaticTreePolicy, StochasticTreePolicy
 
@@ -71,6 +71,26 @@ def make_drafter(
     if kind == "eagle3":
         return Eagle3Drafter(random_head("eagle3", model, seed), model, max_len, **kw)
     raise ValueError(kind)
+
+
+def seeded_hidden(drafter: Drafter, n: int, seed: int, width: int = 16) -> TargetHidden:
+    """Seeded target hidden states for ``n`` positions (``width`` wide), in the form the drafter asks for."""
+    g = torch.Generator().manual_seed(seed)
+    if drafter.hidden_request.final:
+        return TargetHidden(final=torch.randn(n, width, generator=g))
+    return TargetHidden(layers={i: torch.randn(n, width, generator=g) for i in drafter.hidden_request.layers})
+
+
+def record_topk(drafter: Drafter, seen: list[torch.Tensor]) -> None:
+    """Every ``expand_topk`` the drafter answers is appended to ``seen`` as ``(log q, tokens as float)``."""
+    original = drafter.expand_topk
+
+    def record(tree, frontier, k):
+        logq, tokens = original(tree, frontier, k)
+        seen.extend((logq, tokens.float()))
+        return logq, tokens
+
+    drafter.expand_topk = record
 
 
 def make_policy(kind: str, paths=None) -> TreePolicy:

@@ -18,12 +18,11 @@ import torch
 
 from specdec.drafters.eagle import EagleDrafterBase
 from specdec.generate import SpeculativeGenerator, StopCondition
-from specdec.interfaces import TargetHidden
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.trees import DynamicTreePolicy
-from tests.factories import make_drafter
+from tests.factories import make_drafter, record_topk, seeded_hidden
 
 MAX_LEN, VOCAB, H = 64, 24, 16
 GREEDY = SamplingParams(temperature=0.0)
@@ -35,26 +34,6 @@ def model():
     return tiny_llama(vocab_size=VOCAB, hidden_size=H, num_layers=2, logit_scale=1.5)
 
 
-def _hidden(drafter, n: int, seed: int) -> TargetHidden:
-    """Seeded target hidden states for ``n`` positions, in the form the drafter asks for."""
-    g = torch.Generator().manual_seed(seed)
-    if drafter.hidden_request.final:
-        return TargetHidden(final=torch.randn(n, H, generator=g))
-    return TargetHidden(layers={i: torch.randn(n, H, generator=g) for i in drafter.hidden_request.layers})
-
-
-def _recorded(drafter, seen: list) -> None:
-    """Every ``expand_topk`` the drafter answers is appended to ``seen`` (log q, tokens)."""
-    original = drafter.expand_topk
-
-    def record(tree, frontier, k):
-        logq, tokens = original(tree, frontier, k)
-        seen.extend((logq, tokens.float()))
-        return logq, tokens
-
-    drafter.expand_topk = record
-
-
 def _rows(kind: str, model, together: bool, rotate: bool = False) -> list[list[torch.Tensor]]:
     """Three forks of one drafter over four trees each, commits of 1-3 tokens between them; with ``together`` every
     tree's root steps run together (the first's: the prompts, into buffers its tree then grows; tree 3 is the first of
@@ -63,8 +42,8 @@ def _rows(kind: str, model, together: bool, rotate: bool = False) -> list[list[t
     drafters = [base.fork() for _ in PROMPTS]
     seen: list[list[torch.Tensor]] = [[] for _ in PROMPTS]
     for r, (d, prompt) in enumerate(zip(drafters, PROMPTS, strict=True)):
-        d.prefill(prompt, _hidden(d, len(prompt), seed=r))
-        _recorded(d, seen[r])
+        d.prefill(prompt, seeded_hidden(d, len(prompt), seed=r, width=H))
+        record_topk(d, seen[r])
     for cycle in range(4):
         policy = DynamicTreePolicy(topk=2 + (cycle > 1), depth=2 + (cycle > 1), total_tokens=6 + 6 * (cycle > 1))
         roots = [torch.tensor([(5 + 3 * r + cycle) % VOCAB]) for r in range(len(drafters))]
@@ -74,7 +53,9 @@ def _rows(kind: str, model, together: bool, rotate: bool = False) -> list[list[t
         for r, d in enumerate(drafters):
             policy.grow(d, roots[r][0], GREEDY, None)
             accepted = torch.arange(1 + (r + cycle) % 3) % VOCAB
-            d.commit(torch.cat([roots[r], accepted]), _hidden(d, 1 + accepted.shape[0], seed=100 * r + cycle))
+            d.commit(
+                torch.cat([roots[r], accepted]), seeded_hidden(d, 1 + accepted.shape[0], seed=100 * r + cycle, width=H)
+            )
     return seen
 
 

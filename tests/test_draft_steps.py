@@ -23,7 +23,7 @@ from specdec.interfaces import TargetHidden
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.trees import DynamicTreePolicy
-from tests.factories import make_drafter
+from tests.factories import make_drafter, record_topk, seeded_hidden
 
 pytestmark = pytest.mark.filterwarnings("error::specdec.backends.FastPathWarning")
 MAX_LEN = 72
@@ -36,11 +36,7 @@ def model():
 
 def _features(drafter, n: int) -> TargetHidden:
     """Target hidden states for ``n`` positions in the form the drafter asks for (seeded, so both drafters agree)."""
-    g = torch.Generator().manual_seed(n)
-    request = drafter.hidden_request
-    if request.final:
-        return TargetHidden(final=torch.randn(n, 16, generator=g))
-    return TargetHidden(layers={i: torch.randn(n, 16, generator=g) for i in request.layers})
+    return seeded_hidden(drafter, n, seed=n)
 
 
 def _levels(drafter, rounds: int = 3) -> list[torch.Tensor]:
@@ -49,14 +45,7 @@ def _levels(drafter, rounds: int = 3) -> list[torch.Tensor]:
     prompt = torch.arange(3) % 24  # every root step (2-4 rows: the root pair at rows 1-3) pads to one bucket, 4
     drafter.prefill(prompt, _features(drafter, 3))
     seen: list[torch.Tensor] = []
-    original = drafter.expand_topk
-
-    def record(tree, frontier, k):
-        logq, tokens = original(tree, frontier, k)
-        seen.extend((logq, tokens.float()))
-        return logq, tokens
-
-    drafter.expand_topk = record
+    record_topk(drafter, seen)
     for r in range(rounds):
         root = torch.tensor(5 + r)
         policy.grow(drafter, root, SamplingParams(temperature=0.0), None)
