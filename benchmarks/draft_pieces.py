@@ -64,7 +64,7 @@ def main() -> None:
     gen = build_method(args.method, HFTarget(model), MethodOptions())
     policy, drafter = gen.policy, gen.drafter
     timed(policy, "grow", "policy.grow")
-    for name in ("expand_topk", "_run", "_expand_root", "_expand_nodes", "_draft_logits", "_input_hidden"):
+    for name in ("expand_topk", "_run", "_root_step", "_expand_nodes", "_draft_logits", "_input_hidden"):
         timed(drafter, name, f"drafter.{name}")
     timed(drafter.head, "forward", "head.forward")
     timed(eagle_drafters, "top_children", "top_children")

@@ -31,8 +31,8 @@ Contracts:
 
 from __future__ import annotations
 
-import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -184,11 +184,14 @@ class _Batch:
                 part = row.drafter.batch_part()
                 groups.setdefault(type(part), []).append((part, row.root.reshape(1)))
         for kind, members in groups.items():
-            with contextlib.suppress(*ROW_FAILURES):  # no state changed: each row then runs (and fails) alone
+            try:
                 kind.expand_roots([d for d, _ in members], [r for _, r in members])
+            except ROW_FAILURES as error:  # no state changed that matters: each row then runs (and fails) alone
+                warnings.warn(f"{kind.__name__}.expand_roots failed, its rows draft alone: {error}", stacklevel=2)
+        share = (time.perf_counter() - t) / max(1, len(indices))
         for index in indices:
             metrics = self._row(index).metrics
-            setattr(metrics, timer, getattr(metrics, timer) + (time.perf_counter() - t) / len(indices))
+            setattr(metrics, timer, getattr(metrics, timer) + share)
 
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""

@@ -7,6 +7,9 @@ What each test could catch:
   level of three rows' trees (different prompts, different commits, EAGLE-1 and EAGLE-3 heads) is compared with the
   same drafters run alone; the control hands the rows their neighbours' roots and must differ;
 * a root pair lost when a drafter's buffers grow after its root step ran (a tree larger than the last): compared too;
+* a primed root step never expanded (a plain step) then committed: its pair counted twice or lost, compared too;
+* drafters grouped though they cannot share a forward (one head, different scorers: logits over the wrong vocabulary;
+  a dynamic-NTK RoPE head, whose base one row's length would set for the others): each guard removed fails it;
 * the batched loop still running each row's root step alone (the cost removed): root steps per forward are counted,
   with the loop's call patched out as the control.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec.drafters import EagleDrafter
 from specdec.drafters.eagle import EagleDrafterBase
 from specdec.generate import SpeculativeGenerator, StopCondition
 from specdec.models import tiny_llama
@@ -35,7 +39,8 @@ def model():
 
 
 def _rows(kind: str, model, together: bool, rotate: bool = False) -> list[list[torch.Tensor]]:
-    """Three forks of one drafter over four trees each, commits of 1-3 tokens between them; with ``together`` every
+    """Three forks of one drafter over four trees each (row 0's second a plain step: its root alone committed), commits
+    of 1-3 tokens between them; with ``together`` every
     tree's root steps run together (the first's: the prompts, into buffers its tree then grows; tree 3 is the first of
     a larger capacity); ``rotate``: each row is handed its neighbour's root."""
     base = make_drafter(kind, model, MAX_LEN, weights="stock")
@@ -51,6 +56,9 @@ def _rows(kind: str, model, together: bool, rotate: bool = False) -> list[list[t
             handed = roots[1:] + roots[:1] if rotate else roots
             type(base).expand_roots(drafters, handed)
         for r, d in enumerate(drafters):
+            if (r, cycle) == (0, 1):  # a plain step: the root step ran (together) but no tree grew; the root kept
+                d.commit(roots[r], seeded_hidden(d, 1, seed=100 * r + cycle, width=H))
+                continue
             policy.grow(d, roots[r][0], GREEDY, None)
             accepted = torch.arange(1 + (r + cycle) % 3) % VOCAB
             d.commit(
@@ -76,6 +84,41 @@ def test_rows_handed_their_neighbours_roots_draft_otherwise(model) -> None:
         for x, y in zip(a, t, strict=True)
     )
     assert differs, "the comparison cannot tell a row's root from its neighbour's"
+
+
+def test_drafters_that_cannot_share_a_forward_run_alone(model) -> None:
+    """Drafters of one head with different scorers (a shortlist and the whole vocabulary) each get their own forward,
+    with logits over their own vocabulary; a head whose RoPE base follows the largest position (dynamic NTK) is left
+    to run alone. Control: two forks of one drafter share a forward."""
+    base = make_drafter("eagle1-shortlist", model, MAX_LEN, weights="stock")
+    whole = EagleDrafter(base.head, model, MAX_LEN, weights="stock")
+    roots = [torch.tensor([3]), torch.tensor([4])]
+    sizes: list[int] = []
+    original = EagleDrafterBase._root_step
+
+    def counted(drafters, roots):
+        sizes.append(len(drafters))
+        return original(drafters, roots)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(EagleDrafterBase, "_root_step", staticmethod(counted))
+        for pair in ([base.fork(), whole], [base.fork(), base.fork()]):
+            for d, prompt in zip(pair, PROMPTS, strict=False):
+                d.prefill(prompt, seeded_hidden(d, len(prompt), seed=1, width=H))
+            EagleDrafterBase.expand_roots(pair, roots)
+            if pair[1] is whole:
+                assert [d._primed.shape[-1] for d in pair] == [VOCAB // 2, VOCAB]
+    assert sizes == [1, 1, 2], sizes
+    dynamic = [base.fork(), base.fork()]
+    for d, prompt in zip(dynamic, PROMPTS, strict=False):
+        d.prefill(prompt, seeded_hidden(d, len(prompt), seed=1, width=H))
+    kind = base._attention.rotary.kind
+    base._attention.rotary.kind = "dynamic"  # the forks share the head: its attention and RoPE
+    try:
+        EagleDrafterBase.expand_roots(dynamic, roots)
+    finally:
+        base._attention.rotary.kind = kind
+    assert all(d._primed is None for d in dynamic)
 
 
 def _root_steps_per_forward(model, monkeypatch, patched: bool) -> list[int]:

@@ -250,18 +250,23 @@ class EagleDrafterBase(Drafter):
         and the draft lm_head run once over all rows, each drafter's rows attend within its own key/value buffer
         (:meth:`EagleAttention.forward <specdec.eagle.layers.EagleAttention.forward>` with several caches). A drafter
         that cannot join runs its root step alone at its first expand: static steps (compiled per shape), one without
-        a prompt or with its root step run already. A first root step runs the prompt's pairs (a batch's rows
-        joining together take their prompts in one forward).
+        a prompt or with its root step run already, a head with dynamic-NTK RoPE (its base follows the largest
+        position in a call: one row's length would rotate another's keys). Drafters are grouped by head and scorer
+        (the forks of one drafter share both). A first root step runs the prompt's pairs (a batch's rows joining
+        together take their prompts in one forward).
 
         Contract: ``roots[i]`` (``[1]``) is the root of drafter ``i``'s next tree. A row's draft logits depend only
         on its own pairs up to the linears' rounding (int8 weights quantize each forward's inputs with one scale: a
         row's q may move with its neighbours' rows, and verification reads the q it was drafted from either way).
         """
-        groups: dict[int, list[tuple[EagleDrafterBase, torch.Tensor]]] = {}
+        groups: dict[tuple[int, int], list[tuple[EagleDrafterBase, torch.Tensor]]] = {}
         for d, root in zip(drafters, roots, strict=True):
-            if isinstance(d, EagleDrafterBase) and not d.static and d._length and d._primed is None:
-                d._ensure_tree_capacity(1)  # a first tree larger than the root grows the buffers, keeping it
-                groups.setdefault(id(d.head), []).append((d, root))
+            if not isinstance(d, EagleDrafterBase) or d.static or not d._length or d._primed is not None:
+                continue
+            if d._attention.rotary.kind == "dynamic":
+                continue
+            d._ensure_tree_capacity(1)  # a first tree larger than the root grows the buffers, keeping it
+            groups.setdefault((id(d.head), id(d._score)), []).append((d, root))
         for group in groups.values():
             cls._root_step([d for d, _ in group], [r for _, r in group])
 
@@ -303,7 +308,8 @@ class EagleDrafterBase(Drafter):
 
     def _root_rows(self, root: torch.Tensor) -> tuple:
         """This drafter's root step: every pending committed pair plus the root pair (``root [1]``), as ``(tokens
-        [T], features [T, Hf], positions [T], mask [T, span], cache, compiled, n)``, ``n`` real rows first.
+        [T], features [n, Hf], positions [T], mask [T, span], cache, compiled, n)``: ``n`` real rows, then ``T - n``
+        padding rows where compiled (their head inputs zero).
 
         Static steps pad the ``n`` rows to ``bucket(n)``: padding rows sit in scratch slots after the tree's and see
         only themselves; a first step longer than the largest bucket (the prompt) runs eagerly, like a prefill.
@@ -322,7 +328,6 @@ class EagleDrafterBase(Drafter):
             scratch = torch.arange(span - max(BUCKETS), span - max(BUCKETS) + rows, device=self._device)
             slots = torch.where(positions < c, positions, scratch)
             tokens = torch.cat((tokens, tokens.new_zeros(pad)))
-            features = torch.cat((features, features.new_zeros(pad, features.shape[1])))
         cols = torch.arange(span, device=self._device)[None, :]
         mask = cols <= positions[:, None]  # causal over the committed pairs
         if compiled:  # padding rows see only their own scratch slot
@@ -337,16 +342,17 @@ class EagleDrafterBase(Drafter):
         lead = drafters[0]
         tokens, features, positions, masks, caches, compiled, counts = zip(*parts, strict=True)
         one = len(parts) == 1
-        # each drafter's root pair's row, the only one scored (host ints: no device read)
-        if one:
-            roots_at = torch.full((1,), counts[0] - 1, device=lead._device)
-        else:
-            starts = itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)
-            roots_at = torch.tensor([a + n - 1 for a, n in zip(starts, counts, strict=True)], device=lead._device)
+        # each drafter's root pair's row, the only one scored (filled on the device from host ints: no copy, no sync)
+        starts = itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)
+        at = [a + n - 1 for a, n in zip(starts, counts, strict=True)]
+        roots_at = torch.cat([torch.full((1,), i, device=lead._device) for i in at])
+        hidden = lead._input_hidden(torch.cat(features))
+        if len(hidden) < len(tokens[0]) and one:  # a compiled step's padding rows: zero inputs
+            hidden = torch.cat((hidden, hidden.new_zeros(len(tokens[0]) - len(hidden), hidden.shape[1])))
         out, logits = lead._step(
             one and compiled[0],
             torch.cat(tokens),
-            lead._input_hidden(torch.cat(features)),
+            hidden,
             torch.cat(positions),
             masks[0] if one else masks,
             caches[0] if one else caches,

@@ -10,6 +10,7 @@ and returns the new keys/values.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ class EagleAttention(nn.Module):
         if isinstance(cache, (list, tuple)):  # several sequences' rows: each attends within its own cache
             if b != 1 or len(attn_bias) != len(cache) or sum(c.slots.shape[0] for c in cache) != t:
                 raise ValueError(f"{len(cache)} caches need B = 1, one bias each and T = their slots (got T={t})")
-            ends = torch.tensor([c.slots.shape[0] for c in cache]).cumsum(0).tolist()
+            ends = list(itertools.accumulate(c.slots.shape[0] for c in cache))
             parts = zip(cache, attn_bias, [0, *ends[:-1]], ends, strict=True)
             out = torch.cat(
                 [self._attend(q[:, :, i:j], k[:, :, i:j], v[:, :, i:j], bias, None, c) for c, bias, i, j in parts],
