@@ -86,13 +86,8 @@ def test_rows_handed_their_neighbours_roots_draft_otherwise(model) -> None:
     assert differs, "the comparison cannot tell a row's root from its neighbour's"
 
 
-def test_drafters_that_cannot_share_a_forward_run_alone(model) -> None:
-    """Drafters of one head with different scorers (a shortlist and the whole vocabulary) each get their own forward,
-    with logits over their own vocabulary; a head whose RoPE base follows the largest position (dynamic NTK) is left
-    to run alone. Control: two forks of one drafter share a forward."""
-    base = make_drafter("eagle1-shortlist", model, MAX_LEN, weights="stock")
-    whole = EagleDrafter(base.head, model, MAX_LEN, weights="stock")
-    roots = [torch.tensor([3]), torch.tensor([4])]
+def _count_root_steps(monkeypatch) -> list[int]:
+    """Patches the root step to record how many drafters each forward runs; the list it fills."""
     sizes: list[int] = []
     original = EagleDrafterBase._root_step
 
@@ -100,8 +95,19 @@ def test_drafters_that_cannot_share_a_forward_run_alone(model) -> None:
         sizes.append(len(drafters))
         return original(drafters, roots)
 
+    monkeypatch.setattr(EagleDrafterBase, "_root_step", staticmethod(counted))
+    return sizes
+
+
+def test_drafters_that_cannot_share_a_forward_run_alone(model) -> None:
+    """Drafters of one head with different scorers (a shortlist and the whole vocabulary) each get their own forward,
+    with logits over their own vocabulary; a head whose RoPE base follows the largest position (dynamic NTK) is left
+    to run alone. Control: two forks of one drafter share a forward."""
+    base = make_drafter("eagle1-shortlist", model, MAX_LEN, weights="stock")
+    whole = EagleDrafter(base.head, model, MAX_LEN, weights="stock")
+    roots = [torch.tensor([3]), torch.tensor([4])]
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(EagleDrafterBase, "_root_step", staticmethod(counted))
+        sizes = _count_root_steps(m)
         for pair in ([base.fork(), whole], [base.fork(), base.fork()]):
             for d, prompt in zip(pair, PROMPTS, strict=False):
                 d.prefill(prompt, seeded_hidden(d, len(prompt), seed=1, width=H))
@@ -126,14 +132,7 @@ def _root_steps_per_forward(model, monkeypatch, patched: bool) -> list[int]:
     gen = SpeculativeGenerator(
         target, make_drafter("eagle3", model, MAX_LEN), DynamicTreePolicy(topk=2, depth=2, total_tokens=4)
     )
-    sizes: list[int] = []
-    original = EagleDrafterBase._root_step
-
-    def counted(drafters, roots):
-        sizes.append(len(drafters))
-        return original(drafters, roots)
-
-    monkeypatch.setattr(EagleDrafterBase, "_root_step", staticmethod(counted))
+    sizes = _count_root_steps(monkeypatch)
     if patched:
         monkeypatch.setattr("specdec.batched._Batch._expand_roots", lambda self, indices, timer: None)
     gen.generate_batch([p.tolist() for p in PROMPTS], GREEDY, StopCondition(max_new_tokens=12), speculate="always")

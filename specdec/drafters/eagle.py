@@ -342,18 +342,19 @@ class EagleDrafterBase(Drafter):
         lead = drafters[0]
         tokens, features, positions, masks, caches, compiled, counts = zip(*parts, strict=True)
         one = len(parts) == 1
+        joined = (lambda xs: xs[0]) if one else torch.cat  # one drafter (the one-sequence loop): no copies
         # each drafter's root pair's row, the only one scored (filled on the device from host ints: no copy, no sync)
         starts = itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)
         at = [a + n - 1 for a, n in zip(starts, counts, strict=True)]
-        roots_at = torch.cat([torch.full((1,), i, device=lead._device) for i in at])
-        hidden = lead._input_hidden(torch.cat(features))
-        if len(hidden) < len(tokens[0]) and one:  # a compiled step's padding rows: zero inputs
+        roots_at = joined([torch.full((1,), i, device=lead._device) for i in at])
+        hidden = lead._input_hidden(joined(features))
+        if one and compiled[0]:  # a compiled step's padding rows: zero inputs
             hidden = torch.cat((hidden, hidden.new_zeros(len(tokens[0]) - len(hidden), hidden.shape[1])))
         out, logits = lead._step(
             one and compiled[0],
-            torch.cat(tokens),
+            joined(tokens),
             hidden,
-            torch.cat(positions),
+            joined(positions),
             masks[0] if one else masks,
             caches[0] if one else caches,
             roots_at,
