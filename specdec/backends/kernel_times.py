@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
-from specdec.backends.kernels import FastPathWarning, PackedLinear
+from specdec.backends.kernels import FastPathWarning, Int8Linear, PackedLinear
 
 __all__ = [
     "ATTEMPTS",
@@ -66,6 +66,9 @@ KERNELS = ("stock", "packed")
 #: packs plain weights itself there, so a linear runs stock (timed as ``F.linear``) or on the skinny kernel
 #: (:class:`~specdec.backends.skinny.SkinnyLinear`). Their tables are cached apart (the kernels are in the key).
 PACKAGE_KERNELS = ("stock", "skinny")
+#: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`): their copies must
+#: exceed :data:`COLD_BYTES` in int8.
+INT8_BYTES = {"int8": 1, "w8": 1}
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -157,19 +160,25 @@ def sides(
     ``nn.Linear`` s and their twins (same values) on each other kernel in ``kernels``: packed where oneDNN packs
     ``dtype`` here, skinny (float32; raises :class:`~specdec.backends.skinny.SkinnyError` where it cannot run)."""
     n_in, n_out, bias = shape
+    itemsize = min(INT8_BYTES.get(k, dtype.itemsize) for k in kernels)  # copies enough for the leanest kernel's bytes
     plain = []
-    for _ in range(min(MAX_COPIES, max(1, math.ceil(cold_bytes / (n_in * n_out * dtype.itemsize))))):
+    for _ in range(min(MAX_COPIES, max(1, math.ceil(cold_bytes / (n_in * n_out * itemsize))))):
         lin = nn.Linear(n_in, n_out, bias=bias, dtype=dtype)
         with torch.no_grad():
             lin.weight.copy_(torch.randn(n_out, n_in, generator=generator) / math.sqrt(n_in))
         plain.append(lin)
-    mods = {"stock": plain}
+    mods = {"stock": plain} if "stock" in kernels else {}
     if "packed" in kernels and packing_error(dtype) is None:
         mods["packed"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
-    if "skinny" in kernels:
-        from specdec.backends.skinny import SkinnyLinear
+    if "int8" in kernels:
+        mods["int8"] = [Int8Linear(lin, keep_weight=False) for lin in plain]
+    if {"skinny", "w8"} & set(kernels):
+        from specdec.backends.skinny import SkinnyLinear, W8Linear
 
-        mods["skinny"] = [SkinnyLinear(lin) for lin in plain]
+        if "skinny" in kernels:
+            mods["skinny"] = [SkinnyLinear(lin) for lin in plain]
+        if "w8" in kernels:
+            mods["w8"] = [W8Linear(lin, keep_weight=False) for lin in plain]
     return mods
 
 

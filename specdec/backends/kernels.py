@@ -373,10 +373,14 @@ def shared_copy(module: nn.Module) -> nn.Module:
 
 
 def packed_copy(
-    module: nn.Module, int8: bool = False, transform: Callable[[nn.Module], nn.Module] | None = None
+    module: nn.Module,
+    int8: bool = False,
+    transform: Callable[[nn.Module], nn.Module] | None = None,
+    int8_linear: Callable[..., nn.Module] = Int8Linear,
 ) -> nn.Module:
-    """A copy of ``module`` whose linears are packed (fp32 oneDNN, or :class:`Int8Linear` with ``int8``) and whose
-    other tensors are *shared* with ``module`` (:func:`shared_copy`).
+    """A copy of ``module`` whose linears are packed (fp32 oneDNN, or int8 with ``int8``: ``int8_linear(linear,
+    keep_weight=...)`` each, :class:`Int8Linear` by default) and whose other tensors are *shared* with ``module``
+    (:func:`shared_copy`).
 
     For modules that keep training or are used elsewhere (a draft head): the original stays untouched; the copy
     costs one packed weight per linear. The copy is a snapshot: later updates to the original's linear weights do
@@ -395,5 +399,5 @@ def packed_copy(
         return clone
     for parent, name, child in list(each_child(clone)):
         if plain_linear(child):
-            swap_module(parent, name, child, Int8Linear(child, keep_weight=id(child.weight) in shared))
+            swap_module(parent, name, child, int8_linear(child, keep_weight=id(child.weight) in shared))
     return clone

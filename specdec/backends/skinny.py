@@ -45,6 +45,7 @@ __all__ = [
     "SOURCES",
     "SkinnyError",
     "SkinnyLinear",
+    "W8Linear",
     "load",
     "package_options",
     "plain_linears",
@@ -55,9 +56,11 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
-#: Every source of the kernel library: the GEMM and the few-row attention (:mod:`specdec.backends.attention_choice`).
+#: Every source of the kernel library: the GEMM, its int8-weight twin (:class:`W8Linear`) and the few-row attention
+#: (:mod:`specdec.backends.attention_choice`).
 SOURCES = (
     SOURCE,
+    Path(__file__).with_name("skinny_w8.cpp"),
     Path(__file__).with_name("skinny_attention.cpp"),
     Path(__file__).with_name("skinny_attention_impl.h"),
 )
@@ -141,6 +144,10 @@ def _register_fake() -> None:
     def _(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, isa: int = 0) -> torch.Tensor:
         return x.new_empty(*x.shape[:-1], w.shape[0])
 
+    @torch.library.register_fake("specdec::skinny_linear_w8")
+    def _(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, b: torch.Tensor | None = None, isa: int = 0):
+        return x.new_empty(*x.shape[:-1], w.shape[0])
+
     @torch.library.register_fake("specdec::skinny_attention")
     def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float, isa: int = 0):
         return q.new_empty(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
@@ -182,6 +189,50 @@ class SkinnyLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class W8Linear(nn.Module):
+    """Draft-only: ``y ~ x W^T + b`` with ``W`` quantized once to int8 per output channel (symmetric) and the inputs
+    kept in float32, run by ``specdec::skinny_linear_w8`` (``skinny_w8.cpp``).
+
+    The same weights and bytes as :class:`~specdec.backends.kernels.Int8Linear` (fbgemm's dynamic int8 GEMM), without
+    its quantization of the inputs: those share one scale per call, which cost EAGLE-3's shipped head 3 % of τ on
+    16-node trees (1.854 against 1.913 in float32; these weights with float inputs: 1.917), and which makes a row's
+    output depend on the rows beside it. Here a row's output is bitwise the same alone or among up to
+    :data:`INVARIANT_ROWS` rows (the kernel's contract). It *approximates* the linear, so only drafters use it
+    (lossless with any draft: the verifier reads the q the draft produced).
+
+    Shapes: ``x [..., in_features]`` (float32 or bfloat16, CPU) -> ``[..., out_features]`` in ``x``'s dtype (the
+    kernel itself runs on float32 inputs).
+
+    Args:
+        linear: the ``nn.Linear`` to replace (float weights, any float dtype).
+        keep_weight: keep its weight reachable as :attr:`weight` (shared, not copied); otherwise it is released and
+            :attr:`weight` dequantizes the int8 one on demand.
+    """
+
+    def __init__(self, linear: nn.Linear, keep_weight: bool = True) -> None:
+        super().__init__()
+        load()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        w = linear.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous())
+        self.register_buffer("scale", scale.contiguous())
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+        self._weight = linear.weight if keep_weight else None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The float weight ``[out, in]``: the kept one, or the int8 one dequantized."""
+        return self._weight if self._weight is not None else self.qweight.float() * self.scale[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.specdec.skinny_linear_w8(x.float(), self.qweight, self.scale, self.bias)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights, float inputs"
 
 
 def uses_skinny(model: nn.Module) -> bool:

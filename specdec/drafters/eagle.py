@@ -59,6 +59,7 @@ from torch import nn
 from specdec.attention import additive_mask
 from specdec.backends import Execution, StaticShapes, packed_copy, resolve
 from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes
+from specdec.backends.draft_int8 import draft_int8_linear
 from specdec.drafters.eagle_steps import ScoredStep
 from specdec.eagle.checks import check_head_target
 from specdec.eagle.fusion import fuse_for_inference
@@ -108,7 +109,9 @@ class EagleDrafterBase(Drafter):
         self.execution = Execution(kind, self.static, reason=reason)
         plain = kind == "stock"
         int8 = kind == "int8"  # the copy fuses q/k/v, gate/up and the norms (same values, fewer ops)
-        self.head = head if plain else packed_copy(head, int8=int8, transform=fuse_for_inference)
+        self.head = (
+            head if plain else packed_copy(head, int8=int8, transform=fuse_for_inference, int8_linear=draft_int8_linear)
+        )
         self._score = self._scorer()
         self._head_step = compile_forward(ScoredStep(self.head, self._score)) if self.static else None
         self.vocab_size = tcfg.vocab_size

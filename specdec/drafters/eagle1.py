@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from specdec.backends import Int8Linear, PackedLinear, StaticShapes, resolve
+from specdec.backends import PackedLinear, StaticShapes, resolve
+from specdec.backends.draft_int8 import draft_int8_linear
 from specdec.checkpoints import load_draft_vocab
 from specdec.drafters.eagle import EagleDrafterBase, _target_config
 from specdec.drafters.eagle_steps import draft_backend, head_for
@@ -39,7 +40,7 @@ class EagleDrafter(EagleDrafterBase):
             target lm_head's rows for these ids only (``V_d / V`` of the full lm_head's cost); every other token
             gets draft probability 0.
         weights: how the head and the lm_head rows it scores run (:mod:`specdec.backends`): ``"auto"`` (int8 draft
-            weights on CPU, :class:`~specdec.backends.Int8Linear`, with an int8 copy of the lm_head rows), ``"int8"``,
+            weights on CPU, :mod:`specdec.backends.draft_int8`, with an int8 copy of the lm_head rows), ``"int8"``,
             ``"packed"`` (fp32 oneDNN) or ``"stock"``.
         static_shapes: fixed-shape head steps compiled once per shape (the module docstring's "Static steps").
 
@@ -78,7 +79,7 @@ class EagleDrafter(EagleDrafterBase):
                 rows.weight.copy_(w if ids is None else w[ids.to(w.device)])
             rows = rows.to(device=lm_head.weight.device, dtype=lm_head.weight.dtype)
             if kind == "int8":
-                self.lm_head = Int8Linear(rows, keep_weight=False)  # the float rows are not needed (no copy kept)
+                self.lm_head = draft_int8_linear(rows, keep_weight=False)  # no float rows kept (not needed)
             elif kind == "stock":
                 self.lm_head = rows
             else:
