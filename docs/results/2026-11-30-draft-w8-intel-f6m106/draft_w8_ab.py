@@ -41,7 +41,7 @@ else:  # the first prompts of each Spec-Bench family
         families.setdefault(p.family, []).append(p.text)
     texts = [t for family in families.values() for t in family[: max(1, args.prompts // len(families))]]
 ids = [chat_ids(tok, t).tolist() for t in texts]
-target = HFTarget(model, max_len=1024, static_shapes=False if args.static_shapes == "off" else "auto")
+target = HFTarget(model, max_len=2048, static_shapes=False if args.static_shapes == "off" else "auto")
 print(f"cpu={cpu_name()} threads=2 {target.execution.label}: {target.execution.describe()}", flush=True)
 
 factories = {
