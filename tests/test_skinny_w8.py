@@ -20,31 +20,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.backends import draft_int8, skinny
-from specdec.backends.cpu import cpu_flags
 from specdec.backends.kernel_times import KernelTable, kernel_table
 from specdec.backends.kernels import Int8Linear
 from specdec.backends.skinny import W8Linear
 from specdec.drafters import Eagle3Drafter
-from specdec.models import cache_dir, tiny_llama
+from specdec.models import tiny_llama
 from tests.factories import random_head
+from tests.test_skinny import ISAS, kernel, needs_kernel  # noqa: F401 (kernel: the fixture needs_kernel names)
+from tests.test_skinny_choice import measured  # noqa: F401 (a fixture: kernels measured, in a cache of the test's own)
 
 pytestmark = pytest.mark.heavy
-
-
-@pytest.fixture
-def kernel() -> None:
-    reason = skinny.unavailable() if cpu_flags() else "no /proc/cpuinfo: the CPU's flags are unknown"
-    if reason is not None:
-        pytest.skip(f"skinny kernel unavailable: {reason}")
-
-
-needs_kernel = pytest.mark.usefixtures("kernel")
-ISAS = [
-    pytest.param(1, id="avx2"),
-    pytest.param(
-        2, id="avx512", marks=pytest.mark.skipif("avx512f" not in cpu_flags(), reason="this CPU has no AVX-512")
-    ),
-]
 
 
 def quantized(n: int, k: int, seed: int) -> W8Linear:
@@ -76,10 +61,10 @@ def test_matches_the_dequantized_linear_in_float64(isa: int, k: int, n: int) -> 
             assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * k**0.5), (rows, (y - ref).abs().max())
 
 
-def row_invariant(kernel, x: torch.Tensor) -> bool:
-    """Every row of ``kernel(x)`` bitwise equal to the row alone, and to the row inside every prefix of ``x``."""
-    alone = torch.cat([kernel(x[i : i + 1]) for i in range(x.shape[0])])
-    return all(torch.equal(kernel(x[:m]), alone[:m]) for m in range(1, x.shape[0] + 1))
+def row_invariant(f, x: torch.Tensor) -> bool:
+    """Every row of ``f(x)`` bitwise equal to the row alone, and to the row inside every prefix of ``x``."""
+    alone = torch.cat([f(x[i : i + 1]) for i in range(x.shape[0])])
+    return all(torch.equal(f(x[:m]), alone[:m]) for m in range(1, x.shape[0] + 1))
 
 
 @needs_kernel
@@ -129,18 +114,6 @@ def test_the_module_keeps_or_releases_the_float_weight_and_refuses_bad_input() -
         torch.ops.specdec.skinny_linear_w8(x, w8, s, None, 3)
 
 
-@pytest.fixture
-def measuring(monkeypatch, tmp_path):
-    """Draft kernels measured (the suite keeps the rule), in this test's own cache beside the built library."""
-    ext = cache_dir() / "ext"
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    if ext.is_dir():
-        (tmp_path / "ext").symlink_to(ext)
-    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
-    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
-    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
-
-
 def fake_table(ms: dict, failed: dict | None = None):
     table = KernelTable({}, ms=ms, failed=failed or {})
     return lambda shapes, dtype, kernels: table
@@ -151,7 +124,7 @@ def times(int8: float, w8: float) -> dict:
 
 
 @needs_kernel
-@pytest.mark.usefixtures("measuring")
+@pytest.mark.usefixtures("measured")
 def test_the_table_decides_each_draft_linear(monkeypatch) -> None:
     ms = {"16x8": times(1.0, 2.0), "16x9": times(2.0, 1.0), "16x10": times(1.0, 1.01)}
     monkeypatch.setattr(draft_int8, "kernel_table", fake_table(ms, {"16x11": "too noisy"}))
@@ -165,7 +138,7 @@ def test_the_table_decides_each_draft_linear(monkeypatch) -> None:
 
 
 @needs_kernel
-@pytest.mark.usefixtures("measuring")
+@pytest.mark.usefixtures("measured")
 def test_a_measured_table_is_written_and_an_eagle3_drafter_follows_it() -> None:
     target = tiny_llama(vocab_size=64, hidden_size=32, num_layers=3, seed=0)
     drafter = Eagle3Drafter(random_head("eagle3", target, seed=0), target, max_len=64, weights="int8")
@@ -173,10 +146,10 @@ def test_a_measured_table_is_written_and_an_eagle3_drafter_follows_it() -> None:
     assert len(linears) >= 5  # fc, the fused q/k/v, o, the fused gate/up, down, lm_head
     table = kernel_table([], torch.float32, kernels=draft_int8.DRAFT_KERNELS)  # read back from this test's cache
     for name, m in linears.items():
-        measured = [
+        names = [
             n for n in [*table.ms, *table.failed] if n.removesuffix("+bias") == f"{m.in_features}x{m.out_features}"
         ]
-        assert len(measured) == 1, (name, measured)
-        shape = KernelTable.shape(measured[0])
-        want = Int8Linear if table.choice(shape) == "int8" or measured[0] in table.failed else W8Linear
-        assert type(m) is want, (name, table.ms.get(measured[0]))
+        assert len(names) == 1, (name, names)
+        shape = KernelTable.shape(names[0])
+        want = Int8Linear if table.choice(shape) == "int8" or names[0] in table.failed else W8Linear
+        assert type(m) is want, (name, table.ms.get(names[0]))
