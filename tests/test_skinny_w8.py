@@ -52,12 +52,12 @@ def test_matches_the_dequantized_linear_in_float64(isa: int, k: int, n: int) -> 
     m = quantized(n, k, seed=k * n)
     w = m.qweight.double() * m.scale.double()[:, None]
     g = torch.Generator().manual_seed(0)
-    for rows in (1, 2, 5, 8, 9, 16, 17, 64, 65, 130):  # above 64 rows: a prefill, on torch's own GEMM
+    for rows in (0, 1, 2, 5, 8, 9, 16, 17, 40, 64, 65, 130):  # above 64 rows: a prefill, on torch's own GEMM
         for bias in (False, True):
-            x = torch.randn(2, rows, k, generator=g)
+            x = torch.randn(rows, k, generator=g) if rows % 2 == 0 else torch.randn(1, rows, k, generator=g)
             y = op(x, m, isa, bias)
             ref = F.linear(x.double(), w, m.bias.double() if bias else None)
-            assert y.shape == (2, rows, n) and y.dtype == torch.float32
+            assert y.shape == (*x.shape[:-1], n) and y.dtype == torch.float32
             assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * k**0.5), (rows, (y - ref).abs().max())
 
 
@@ -95,6 +95,7 @@ def test_the_module_keeps_or_releases_the_float_weight_and_refuses_bad_input() -
     linear = nn.Linear(40, 24)
     kept, released = W8Linear(linear), W8Linear(linear, keep_weight=False)
     assert kept.weight is linear.weight
+    assert kept.bias.data_ptr() != linear.bias.data_ptr()  # a snapshot, as the int8 weight is
     assert torch.allclose(released.weight, linear.weight, atol=linear.weight.abs().max().item() / 127)
     x = torch.randn(3, 40)
     with torch.no_grad():
@@ -108,6 +109,8 @@ def test_the_module_keeps_or_releases_the_float_weight_and_refuses_bad_input() -
         torch.ops.specdec.skinny_linear_w8(torch.randn(3, 39), w8, s)
     with pytest.raises(RuntimeError, match="scale"):
         torch.ops.specdec.skinny_linear_w8(x, w8, s[:-1])
+    with pytest.raises(RuntimeError, match="scale"):
+        torch.ops.specdec.skinny_linear_w8(x, w8, s[:, None])
     with pytest.raises(RuntimeError, match="bias"):
         torch.ops.specdec.skinny_linear_w8(x, w8, s, torch.randn(23))
     with pytest.raises(RuntimeError, match="isa"):

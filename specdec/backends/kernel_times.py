@@ -190,7 +190,9 @@ def time_shape(
     at least ``repeats`` passes, more where a round of them takes under :data:`MIN_SECONDS` / ``repeats`` (short
     passes are the noisy ones), at most :data:`MAX_REPEATS`."""
     first = next(iter(mods.values()))[0]
-    xs = {n: torch.randn(n, first.in_features).to(first.weight.dtype) for n in rows}
+    plain = next((layers[0] for layers in mods.values() if isinstance(layers[0], nn.Linear)), None)
+    dtype = torch.float32 if plain is None else plain.weight.dtype  # the int8 kernels take float32 inputs
+    xs = {n: torch.randn(n, first.in_features).to(dtype) for n in rows}
     times: dict[str, dict[int, list[float]]] = {k: {n: [] for n in rows} for k in mods}
     t0 = time.perf_counter()
     for layers in mods.values():  # the warm-up round, which also sizes the number of passes

@@ -145,6 +145,7 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const std::op
   const float* wp = wc.data_ptr<float>();
   const float* bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
+  if (M == 0) return y.view(out_shape);  // no rows: nothing to compute (and no kernel for zero rows)
   const Kernel tile = table == AVX512 ? rows_avx512_r<TILE, 4> : rows_avx2<TILE>;
   at::parallel_for(0, N, ROW_BLOCK, [&](int64_t n0, int64_t n1) {
     if (M <= MAX_ROWS) {  // a step or a tree: one pass over this thread's rows of w

@@ -213,13 +213,16 @@ class W8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear, keep_weight: bool = True) -> None:
         super().__init__()
+        if linear.weight.device.type != "cpu":
+            raise ValueError(f"W8Linear runs on the CPU, got a weight on {linear.weight.device}")
         load()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         w = linear.weight.detach().float()
         scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
         self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous())
         self.register_buffer("scale", scale.contiguous())
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+        bias = None if linear.bias is None else linear.bias.detach().to(torch.float32, copy=True)  # a snapshot
+        self.register_buffer("bias", bias)
         self._weight = linear.weight if keep_weight else None
 
     @property

@@ -155,8 +155,11 @@ at::Tensor skinny_linear_w8(const at::Tensor& x, const at::Tensor& w, const at::
   TORCH_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "specdec::skinny_linear_w8: x [..., K] and ",
               "w [N, K] expected, got x ", x.sizes(), " and w ", w.sizes());
   const int64_t K = w.size(1), N = w.size(0);
-  TORCH_CHECK(scale.numel() == N, "specdec::skinny_linear_w8: scale [N] expected, got ", scale.sizes());
-  TORCH_CHECK(!b.has_value() || (b->scalar_type() == at::kFloat && b->numel() == N && b->device().is_cpu()),
+  TORCH_CHECK(K > 0, "specdec::skinny_linear_w8: w [N, K] with K > 0 expected, got ", w.sizes());
+  TORCH_CHECK(scale.dim() == 1 && scale.numel() == N, "specdec::skinny_linear_w8: scale [N] expected, got ",
+              scale.sizes());
+  TORCH_CHECK(!b.has_value() ||
+                  (b->scalar_type() == at::kFloat && b->dim() == 1 && b->numel() == N && b->device().is_cpu()),
               "specdec::skinny_linear_w8: bias [N] float32 expected, got ", b.has_value() ? b->sizes() : x.sizes());
   const at::Tensor sc = scale.contiguous();
   if (x.numel() > INVARIANT_ROWS * K)  // a prefill: the weights widened once, torch's GEMM
@@ -173,6 +176,7 @@ at::Tensor skinny_linear_w8(const at::Tensor& x, const at::Tensor& w, const at::
   const float* sp = sc.data_ptr<float>();
   const float* bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
+  if (M == 0) return y.view(out_shape);  // no rows: nothing to compute (and no kernel for zero rows)
   at::parallel_for(0, N, ROW_BLOCK, [&](int64_t n0, int64_t n1) {
     if (M <= TILE) {  // one pass over this thread's weight rows
       table[M - 1](xp, wp, sp, bp, yp, K, N, n0, n1);
