@@ -12,6 +12,7 @@ D=docs/results/2026-11-30-draft-w8-intel-f6m106
 .venv/bin/python $D/draft_w8_ab.py --prompts 12 --new-tokens 96                    # -> ab_t0_mtbench.txt
 .venv/bin/python $D/draft_w8_ab.py --prompts 12 --new-tokens 96 --temperature 1    # -> ab_t1_mtbench.txt
 .venv/bin/python $D/draft_w8_ab.py --prompts 24 --new-tokens 96 --temperature 1 --dataset spec-bench  # -> ab_t1_specbench.txt
+.venv/bin/python $D/draft_w8_ab.py --prompts 24 --new-tokens 96 --temperature 1 --dataset spec-bench --seed 1  # -> ab_t1_specbench_seed1.txt
 
 # The kernels alone, cold (-> w8_micro_avx512.txt, w8_micro_avx2.txt)
 .venv/bin/python $D/w8_micro.py 0

@@ -30,6 +30,7 @@ parser.add_argument("--top-p", type=float, default=1.0)
 parser.add_argument("--methods", nargs="+", default=["eagle3", "composite"])
 parser.add_argument("--dataset", default="mtbench", choices=["mtbench", "spec-bench"])
 parser.add_argument("--static-shapes", default="auto", choices=["auto", "off"])
+parser.add_argument("--seed", type=int, default=0, help="the sampling seed of every call (T > 0)")
 args = parser.parse_args()
 torch.set_num_threads(2)
 model, tok = load_smollm2()
@@ -68,7 +69,7 @@ for method in args.methods:
         head = gens[f"{method} {side}"].drafter.batch_part()  # a composite's EAGLE part
         kinds = sorted({type(m).__name__ for m in head.head.modules() if "Linear" in type(m).__name__})
         print(f"  {method} {side}: {kinds}", flush=True)
-sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=0)
+sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
 stop = StopCondition(max_new_tokens=args.new_tokens)
 for gen in gens.values():  # first-call costs and cost curves outside the timed runs
     gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8))
@@ -89,7 +90,8 @@ for i, x in enumerate(ids):
             vanilla_tokens.append(r.tokens)
         elif args.temperature == 0:
             assert r.tokens == vanilla_tokens[-1] if order.index(name) > order.index("vanilla") else True
-print(f"{len(ids)} {args.dataset} prompts x {args.new_tokens} tokens, T={args.temperature}, top-p {args.top_p}")
+print(f"{len(ids)} {args.dataset} prompts x {args.new_tokens} tokens, T={args.temperature}, top-p {args.top_p}", end="")
+print(f", seed {args.seed}")
 base = stats["vanilla"]["tokens"] / stats["vanilla"]["seconds"]
 print("| side | tok/s | x vanilla | tau | draft ms per cycle |")
 print("| --- | --- | --- | --- | --- |")
