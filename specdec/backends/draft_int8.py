@@ -12,8 +12,9 @@ Each shape goes to the one with the smaller ``T(1) + T(8)`` over cold weights (:
 cached per machine); a tie (within ``TIE``) goes to ``"w8"``, which costs no acceptance: with EAGLE-3's shipped head
 on 16-node trees, τ 1.913 in float32, 1.854 on fbgemm's kernel, 1.917 with these int8 weights and float inputs, and
 1.911 with float inputs everywhere but the vocabulary projection (8 MT-bench prompts x 96 tokens, T = 0, Intel Xeon
-of family 6 model 106; docs/results/2026-11-30-draft-w8-intel-f6m106). There, ``"w8"`` ran the head's own linears
-0.45-0.65x fbgemm's time for 1-8 rows and fbgemm the 576 -> 49152 vocabulary projection's 8 rows 1.5x faster.
+of family 6 model 106; docs/results/2026-11-30-draft-w8-intel-f6m106). There, with cold weights and threads,
+``"w8"`` ran the head's own linears in 0.4-0.85x fbgemm's time for 1-8 rows and fbgemm a 576 -> 49152 vocabulary
+projection's 8 rows 1.6x faster.
 
 Where the rule stays (every linear on ``"int8"``, as before the measured choice): the kernel library cannot run here
 (no compiler, no AVX2 and FMA), ``SPECDEC_SKINNY=off``, measuring switched off

@@ -40,6 +40,7 @@ from torch import nn
 
 from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
 from specdec.backends.kernels import FastPathWarning, Int8Linear, PackedLinear
+from specdec.backends.skinny import SkinnyLinear, W8Linear
 
 __all__ = [
     "ATTEMPTS",
@@ -172,13 +173,10 @@ def sides(
         mods["packed"] = [PackedLinear(lin, keep_weight=True) for lin in plain]
     if "int8" in kernels:
         mods["int8"] = [Int8Linear(lin, keep_weight=False) for lin in plain]
-    if {"skinny", "w8"} & set(kernels):
-        from specdec.backends.skinny import SkinnyLinear, W8Linear
-
-        if "skinny" in kernels:
-            mods["skinny"] = [SkinnyLinear(lin) for lin in plain]
-        if "w8" in kernels:
-            mods["w8"] = [W8Linear(lin, keep_weight=False) for lin in plain]
+    if "skinny" in kernels:
+        mods["skinny"] = [SkinnyLinear(lin) for lin in plain]
+    if "w8" in kernels:
+        mods["w8"] = [W8Linear(lin, keep_weight=False) for lin in plain]
     return mods
 
 

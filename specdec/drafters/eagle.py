@@ -259,8 +259,9 @@ class EagleDrafterBase(Drafter):
         together take their prompts in one forward).
 
         Contract: ``roots[i]`` (``[1]``) is the root of drafter ``i``'s next tree. A row's draft logits depend only
-        on its own pairs up to the linears' rounding (int8 weights quantize each forward's inputs with one scale: a
-        row's q may move with its neighbours' rows, and verification reads the q it was drafted from either way).
+        on its own pairs up to the linears' rounding (a linear on fbgemm's int8 kernel, where the draft's measured
+        choice or the rule puts it, quantizes each forward's inputs with one scale: a row's q may move with its
+        neighbours' rows, and verification reads the q it was drafted from either way).
         """
         groups: dict[tuple[int, int], list[tuple[EagleDrafterBase, torch.Tensor]]] = {}
         for d, root in zip(drafters, roots, strict=True):
