@@ -13,6 +13,7 @@ import math
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specdec.backends.native import draws, runs_native
 from specdec.errors import SpecdecError
 
 __all__ = [
@@ -173,6 +174,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     Returns:
         ``[...]`` long indices.
     """
+    if runs_native(probs):  # the same law from the same uniform, in one native pass (specdec.backends.native)
+        u = torch.rand(*probs.shape[:-1], 1, dtype=torch.float64, generator=generator)
+        return draws(probs.reshape(-1, probs.shape[-1]), u.reshape(-1, 1)).reshape(probs.shape[:-1])
     cdf = probs.to(torch.float64).clamp(min=0.0).cumsum(-1)  # [..., V]
     total = cdf[..., -1:]  # [..., 1]
     u = torch.rand(total.shape, dtype=torch.float64, device=probs.device, generator=generator) * total
@@ -198,6 +202,9 @@ def sample_distinct(probs: torch.Tensor, k: int, generator: torch.Generator | No
     Returns:
         ``[F, k]`` long indices.
     """
+    if runs_native(probs) and probs.shape[-1] >= k:  # one native call, the uniforms drawn as below
+        u = [torch.rand(probs.shape[0], 1, dtype=torch.float64, generator=generator) for _ in range(k)]
+        return draws(probs, torch.cat(u, -1) if u else torch.zeros(probs.shape[0], 0, dtype=torch.float64))
     rest = probs.to(torch.float64).clamp(min=0.0)  # [F, V]; a fresh copy, safe to zero in place
     drawn = []
     for j in range(k):

@@ -13,6 +13,7 @@ from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
+from specdec.verify.native import native_plan
 from specdec.verify.plan import (
     VerifyPlan,
     earlier_siblings,
@@ -100,7 +101,9 @@ class MixedMultiRoundVerifier(PlanVerifier):
         point_mass = tree.point_mass
         if point_mass is None:
             point_mass = torch.zeros(tree.num_nodes, dtype=torch.bool, device=tree.device)
-        return mixed_multiround_plan(tree, p, q, point_mass.to(tree.device), self.max_children)
+        point_mass = point_mass.to(tree.device)
+        native = native_plan(tree, p, q, point_mass, self.max_children)  # the same plan in one call on a CPU
+        return native if native is not None else mixed_multiround_plan(tree, p, q, point_mass, self.max_children)
 
 
 def mixed_multiround_plan(

@@ -8,6 +8,7 @@ from specdec.interfaces import TreeKind
 from specdec.sampling import SamplingParams, warp
 from specdec.tree import DraftTree
 from specdec.verify.base import PlanVerifier
+from specdec.verify.native import native_plan
 from specdec.verify.plan import (
     VerifyPlan,
     earlier_siblings,
@@ -99,7 +100,8 @@ class StochasticMultiRoundVerifier(PlanVerifier):
             )
         p = warp(target_logits, sampling, self.dtype)  # [N, V] p_target at each node (as a parent)
         q = tree.q_dist.to(device=p.device, dtype=self.dtype)  # [N, V] q_draft at each node (as a parent)
-        return stochastic_multiround_plan(tree, p, q, self.max_children)
+        native = native_plan(tree, p, q, max_children=self.max_children)  # the same law in one call on a CPU
+        return native if native is not None else stochastic_multiround_plan(tree, p, q, self.max_children)
 
 
 def stochastic_multiround_plan(

@@ -1,0 +1,37 @@
+"""Native CPU forms of small per-cycle steps (the kernel library of :mod:`specdec.backends.skinny`): where they run.
+
+At T > 0 a CPU cycle spends milliseconds in dozens of small tensor ops between the target's and the head's forwards:
+the verification plan of a sampled tree (:mod:`specdec.verify.native`, ``multiround.cpp``) and the inverse-CDF draws
+of :func:`specdec.sampling.sample` and :func:`specdec.sampling.sample_distinct` (``draws.cpp``). Each native form is
+a backend of its function: the same law, read from the same random numbers, held to the tensor form by
+``tests/test_native_steps.py``.
+
+They run on CPU tensors of float32 or float64 where the kernel library is available (a compiler, AVX2 and FMA) and
+``SPECDEC_SKINNY`` is not ``off`` (the test suite's default, which keeps the tensor forms).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.backends import skinny
+from specdec.backends.skinny_choice import skinny_off
+
+__all__ = ["draws", "runs_native"]
+
+
+def runs_native(t: torch.Tensor) -> bool:
+    """Whether the native forms serve ``t`` (CPU, float32 or float64, the library available, not switched off).
+    The first call may build the kernel library (about a minute, once per machine and torch)."""
+    return (
+        t.device.type == "cpu"
+        and t.dtype in (torch.float32, torch.float64)
+        and not skinny_off()
+        and skinny.unavailable() is None
+    )
+
+
+def draws(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``probs [M, V]``, uniforms ``u [M, k]`` (float64, in ``[0, 1)``) -> ``[M, k]`` long: ``k`` draws per row
+    without replacement by inverse CDF (``draws.cpp`` states the law; :func:`specdec.sampling.sample_distinct`'s)."""
+    return torch.ops.specdec.sample_rows(probs, u)
