@@ -31,13 +31,16 @@
 
 namespace {
 
-// sum_{j in [lo, hi)} f(j), in double, vectorised where the compiler can (the order is fixed for a given build).
+// sum_{j in [lo, hi)} f(j) in double, over 8 interleaved partial sums (independent chains the compiler can keep in
+// vector registers; one chain would wait on each add), added pairwise at the end: a fixed order.
 template <typename F>
 double range_sum(int64_t lo, int64_t hi, const F& f) {
-  double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t j = lo; j < hi; ++j) acc += f(j);
-  return acc;
+  double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+  int64_t j = lo;
+  for (; j + 8 <= hi; j += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += f(j + l);
+  for (int l = 0; j < hi; ++j, ++l) acc[l] += f(j);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 // sum over j in [0, V) outside the sorted distinct tokens `skip` of f(j).
@@ -177,17 +180,17 @@ void residual_rows(const Tree& tree, const T* p, const T* q, const T* t, const i
   const int64_t V = tree.V;
   for (int64_t i = 0; i < M; ++i) {
     const int64_t u = nodes[i];
-    const T* pu = p + u * V;
-    const T* qu = q + u * V;
-    T* row = out + i * V;
-    const double tu = double(t[u]);
+    const T* __restrict pu = p + u * V;
+    const T* __restrict qu = q + u * V;
+    T* __restrict row = out + i * V;
+    const T tu = t[u];
     std::vector<int64_t> points;
     for (const int64_t c : tree.children[u])
       if (tree.point[c]) points.push_back(tree.tokens[c]);
     const std::vector<int64_t> skip = sorted_unique(points);
-    for (int64_t j = 0; j < V; ++j) row[j] = T(std::max(0.0, double(pu[j]) - tu * double(qu[j])));
+    for (int64_t j = 0; j < V; ++j) row[j] = std::max(T(0), pu[j] - tu * qu[j]);  // in the plan's dtype, as mixed.py
     for (const int64_t s : skip) row[s] = T(0);
-    const double total = sum_except(V, skip, [&](int64_t j) { return double(row[j]); });
+    const double total = range_sum(0, V, [&](int64_t j) { return double(row[j]); });  // the skipped entries are 0
     if (total > 0.0) {
       const T inv = T(1.0 / total);
       for (int64_t j = 0; j < V; ++j) row[j] *= inv;
