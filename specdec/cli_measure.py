@@ -73,6 +73,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         stacked_shape,
         table_path,
     )
+    from specdec.backends.native import why_not_native
     from specdec.backends.skinny_choice import package_kernels
 
     if args.threads:
@@ -84,6 +85,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if kept and not measuring():
         how += f", kept on this CPU until its results row ({kept}) is re-run; SPECDEC_KERNELS=measure measures"
     print(f"weights='auto' decides by {how}")
+    why = why_not_native()
+    steps = "native (specdec.backends.native)" if why is None else f"tensor form: {why}"
+    print(f"sampling's per-cycle steps (T > 0): {steps}")
     for name in args.dtypes:
         args.dtype = name
         model, _ = load_target_model(args)

@@ -13,7 +13,7 @@ import math
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from specdec.backends.native import draws, runs_native
+from specdec.backends.native import draws, nucleus, runs_native
 from specdec.errors import SpecdecError
 
 __all__ = [
@@ -105,6 +105,8 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, -math.inf)
     if params.top_p < 1.0:
+        if runs_native(x):  # the same cut from the softmax's own masses, without sorting (specdec.backends.native)
+            return nucleus(torch.softmax(x, dim=-1), params.top_p)
         x = x.masked_fill(_outside_nucleus(x, params.top_p), -math.inf)
     return torch.softmax(x, dim=-1)
 
@@ -116,6 +118,9 @@ NUCLEUS_SCAN = (256, 4096)
 def _outside_nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     """``[..., V]`` bool: the tokens top-p drops, those whose probability mass *before* them in descending order is
     already ``>= top_p`` (the first token is always kept; transformers' rule, see tests/test_warp_vs_transformers.py).
+
+    The tensor form, for the devices and settings the native cut (:func:`specdec.backends.native.nucleus`, used by
+    :func:`warp` on CPU tensors where the kernel library runs) does not serve.
 
     The cut needs the order of the tokens above it only. On a CPU the ``K`` largest logits (``torch.topk``, sorted)
     decide every row whose top-``K`` mass reaches ``top_p`` (everything below is then dropped), for ``K`` in

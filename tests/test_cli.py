@@ -242,6 +242,8 @@ def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, mo
     assert main(["doctor", "--dtypes", "float32", "--model", str(tiny_llama_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU: ") and "kernel flags:" in out and "decides by measurement" in out
+    if os.environ.get("SPECDEC_SKINNY") == "off":  # the suite's default: the tensor forms, and why
+        assert "sampling's per-cycle steps (T > 0): tensor form: SPECDEC_SKINNY=off" in out
     lines = [line.split() for line in out.splitlines() if "(rule: packed)" in line]
     assert lines and {line[-3] for line in lines} == {"stock", "packed"}  # the planted choice, not the rule's
     assert "group 32x32+32x16+32x16: packed and stacked" in out  # q/k/v stacked is 32 -> 64: packed wins

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.backends.native import runs_native
+from specdec.backends.native import draws, nucleus, runs_native
 from specdec.sampling import sample, sample_distinct
 from specdec.testing import VerifyCase, assert_lossless_exact
 from specdec.testing.exact import stop_probabilities
@@ -193,11 +193,54 @@ def test_bad_input_is_refused_by_name(change: dict, message: str) -> None:
             torch.ops.specdec.multiround_plan(*args.values(), 3)
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: torch.ops.specdec.sample_rows(torch.rand(2, 3), torch.rand(2, 4, dtype=F64)), "cannot draw 4"),
+        (lambda: torch.ops.specdec.sample_rows(torch.rand(2, 3), torch.rand(2, 1)), "float64"),
+        (lambda: torch.ops.specdec.sample_rows(torch.rand(2, 0), torch.rand(2, 1, dtype=F64)), "V > 0"),
+        (lambda: _residual(nodes=torch.tensor([3])), "outside the tree"),
+        (lambda: _residual(t=torch.zeros(2)), "t \\[N\\]"),
+    ],
+)
+def test_bad_input_to_the_residual_and_the_draws_is_refused_by_name(call, message: str) -> None:
+    from specdec.backends import skinny
+
+    skinny.load()
+    with pytest.raises(RuntimeError, match=message):
+        call()
+
+
+def _residual(nodes: torch.Tensor | None = None, t: torch.Tensor | None = None) -> torch.Tensor:
+    nodes = torch.tensor([0]) if nodes is None else nodes
+    t = torch.zeros(3) if t is None else t
+    p = torch.rand(3, 5)
+    parents, tokens, points = torch.tensor([-1, 0, 0]), torch.tensor([0, 1, 2]), torch.zeros(3, dtype=torch.bool)
+    return torch.ops.specdec.multiround_residual(p, p, t, parents, tokens, points, nodes)
+
+
+def test_a_residual_with_no_mass_left_is_p_in_both_forms() -> None:
+    """A draw from q = p is accepted with probability 1, so the row after it, ``max(0, p - q)``, is empty: both forms
+    return ``p`` there (a state reached with probability 0, where the walk must still read a distribution)."""
+    p = torch.tensor([[0.5, 0.25, 0.25], [0.25, 0.25, 0.5]], dtype=F64)
+    tree = DraftTree.from_parents(torch.tensor([0, 1]), torch.tensor([-1, 0]), 1, p, torch.ones(2))
+    with native():
+        fast = native_plan(tree, p, p)
+    slow = mixed_multiround_plan(tree, p, p, torch.zeros(2, dtype=torch.bool))
+    assert float(fast.accept_prob[1]) == 1.0
+    root = torch.tensor([0])
+    assert torch.equal(fast.residual_at(root), p[:1]) and torch.equal(slow.residual_at(root), p[:1])
+
+
 def _both(fn, seed: int = 5):
+    """``fn`` in the tensor form and in the native one, each from a fresh generator of ``seed``; the native call must
+    reach ``specdec::sample_rows`` (a silent fallback to the tensor form would compare it with itself)."""
     with native(False):
         slow = fn(torch.Generator().manual_seed(seed))
-    with native():
+    calls = []
+    with native(), mock.patch("specdec.sampling.draws", lambda *a: calls.append(1) or draws(*a)):
         fast = fn(torch.Generator().manual_seed(seed))
+    assert calls, "the native draws did not run"
     return slow, fast
 
 
@@ -242,3 +285,77 @@ def test_the_draws_keep_the_contract_at_the_edges() -> None:
         assert sample(bad, g).tolist() == [2, 2]
     with native(False):
         assert sample(bad, g).tolist() == [2, 2]
+
+
+def test_the_draws_edge_shapes_are_the_tensor_forms() -> None:
+    """No draw, a ``[B, F, V]`` input, more draws than positive entries (both forms repeat ``V - 1``), a NaN at index
+    ``V - 1`` alone (drawn first, then the row as it is) and a NaN elsewhere (every draw ``V - 1``)."""
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(torch.randn(3, 2, 40, generator=g), -1)
+    sparse = torch.tensor([[0.0, 0.5, 0.0, 0.5]])
+    nan_last = torch.tensor([[0.2, 0.3, 0.5, float("nan")]])
+    nan_first = torch.tensor([[float("nan"), 0.3, 0.5, 0.2]])
+    for fn in (
+        lambda gen: sample_distinct(probs[0], 0, gen),
+        lambda gen: sample(probs, gen),
+        lambda gen: sample_distinct(sparse, 3, gen),
+        lambda gen: sample_distinct(nan_last, 3, gen),
+        lambda gen: sample_distinct(nan_first, 2, gen),
+    ):
+        slow, fast = _both(fn)
+        assert torch.equal(slow, fast), (slow, fast)
+    assert _both(lambda gen: sample_distinct(nan_last, 3, gen))[1][0, 0] == 3
+
+
+def _near_the_cut(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``[M]`` bool: rows whose cut lies within float32 rounding of ``top_p`` (the mass before the last kept or the
+    first dropped token within 1e-6 of it): there the two forms, like the tensor form's own two ways, may cut one
+    token apart."""
+    p = probs.double().sort(-1, descending=True).values
+    before = p.cumsum(-1) - p  # the mass before each token, in descending order
+    kept = (before < top_p).sum(-1, keepdim=True)  # the exact cut: tokens [0, kept) stay
+    last = before.gather(-1, kept - 1)  # below top_p
+    first_out = before.gather(-1, kept.clamp(max=p.shape[-1] - 1))  # at least top_p (or the last token again)
+    return ((top_p - last).squeeze(-1) < 1e-6) | ((first_out - top_p).abs().squeeze(-1) < 1e-6)
+
+
+@pytest.mark.parametrize("top_p, top_k", [(0.5, 0), (0.9, 0), (0.95, 0), (0.9, 50), (1e-6, 0)])
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_top_p_keeps_the_tensor_forms_tokens(top_p: float, top_k: int, temperature: float) -> None:
+    """``warp`` with top-p (and top-k before it): the native cut keeps the same tokens as the tensor form's on every
+    row whose cut is not within rounding of ``top_p``, with the same probabilities (float32 and float64; peaked to
+    flat rows, 50 to 49152 columns; a tiny ``top_p`` keeps the first token only). Negative control: the same rows
+    cut at ``top_p - 0.05`` keep other tokens somewhere."""
+    from specdec.sampling import SamplingParams, warp
+
+    g = torch.Generator().manual_seed(int(top_p * 1000) + top_k)
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+    calls, compared = [], 0
+    for vocab in (50, 2000, 49152):
+        for scale, dtype in ((0.5, torch.float32), (2.0, F64), (6.0, torch.float32)):
+            logits = torch.randn(8, vocab, generator=g, dtype=dtype) * scale
+            with native(False):
+                slow = warp(logits, params, dtype)
+            with native(), mock.patch("specdec.sampling.nucleus", lambda *a: calls.append(1) or nucleus(*a)):
+                fast = warp(logits, params, dtype)
+            far = ~_near_the_cut(warp(logits, SamplingParams(temperature=temperature, top_k=top_k), F64), top_p)
+            compared += int(far.sum())
+            assert torch.equal(fast[far] > 0, slow[far] > 0), (vocab, scale)
+            torch.testing.assert_close(fast[far], slow[far], rtol=1e-5, atol=1e-9)
+            if top_p == 1e-6:
+                assert ((fast > 0).sum(-1) == 1).all()
+            if top_p == 0.9 and vocab == 49152:
+                with native():
+                    lower = warp(logits, SamplingParams(temperature=temperature, top_p=0.85, top_k=top_k), dtype)
+                assert not torch.equal(lower > 0, fast > 0)
+    assert calls, "the native cut did not run"
+    assert compared >= 0.6 * 9 * 8  # most rows: only flat rows of 49152 tokens put a cut within 1e-6 of top_p
+
+
+def test_top_p_leaves_a_nan_row_as_it_is() -> None:
+    """A row with a NaN is returned unchanged (the loops check the logits for NaN and raise); the others are cut."""
+    probs = torch.tensor([[0.5, float("nan"), 0.5], [0.7, 0.2, 0.1]])
+    with native():
+        out = nucleus(probs.clone(), 0.5)
+    assert torch.equal(out[0].isnan(), probs[0].isnan()) and out[0, 0] == 0.5
+    assert out[1].tolist() == [1.0, 0.0, 0.0]

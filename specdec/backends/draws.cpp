@@ -23,12 +23,14 @@ void draw_rows(const T* probs, const double* u, int64_t M, int64_t V, int64_t k,
   cdf.resize(V);
   for (int64_t m = 0; m < M; ++m) {
     const T* row = probs + m * V;
-    bool nan = false;
+    int64_t nans = 0;  // a row with a NaN draws V - 1 (and zeroes it: a NaN there alone then leaves a valid row)
+    bool last_nan = false;
     double run = 0.0;
-    for (int64_t i = 0; i < V; ++i) {  // max(p, 0) and the first draw's CDF in one pass
+    for (int64_t i = 0; i < V; ++i) {  // max(p, 0) and the first draw's CDF in one pass (a NaN summed as 0)
       double x = double(row[i]);
       if (!(x > 0.0)) {
-        nan |= x != x;
+        nans += x != x;
+        last_nan = i == V - 1 && x != x;
         x = 0.0;
       }
       rest[i] = x;
@@ -37,7 +39,7 @@ void draw_rows(const T* probs, const double* u, int64_t M, int64_t V, int64_t k,
     int64_t from = V;  // cdf[0 .. from) holds the current sums: a draw changes the CDF only from its index on
     for (int64_t j = 0; j < k; ++j) {
       int64_t index = V - 1;
-      if (!nan) {
+      if (nans == 0) {
         run = from > 0 ? cdf[from - 1] : 0.0;
         for (int64_t i = from; i < V; ++i) cdf[i] = run += rest[i];  // the same sums, in the same order, as afresh
         const double total = cdf[V - 1];
@@ -45,6 +47,10 @@ void draw_rows(const T* probs, const double* u, int64_t M, int64_t V, int64_t k,
         index = std::min<int64_t>(std::upper_bound(cdf.begin(), cdf.end(), target) - cdf.begin(), V - 1);
       }
       out[m * k + j] = index;
+      if (index == V - 1 && last_nan) {  // the tensor form zeroes the drawn NaN: the rest of the row is as summed
+        --nans;
+        last_nan = false;
+      }
       rest[index] = 0.0;
       from = index;  // every sum is current again; zeroing this entry changes them from here on
     }

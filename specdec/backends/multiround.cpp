@@ -63,6 +63,12 @@ std::vector<int64_t> sorted_unique(std::vector<int64_t> v) {
 
 double safe_div(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 
+// max(0, x) that keeps a NaN (as the tensor form's clamp does), so a NaN row is not renormalised into a law.
+template <typename T>
+T positive(T x) {
+  return x > T(0) || x != x ? x : T(0);
+}
+
 struct Tree {
   int64_t N, V;
   std::vector<std::vector<int64_t>> children;  // per node, in index order
@@ -72,7 +78,9 @@ struct Tree {
 
 Tree read_tree(const at::Tensor& p, const at::Tensor& q, const at::Tensor& parents, const at::Tensor& tokens,
                const at::Tensor& point_mass, const char* op) {
-  TORCH_CHECK(p.device().is_cpu() && q.device().is_cpu(), op, " runs on the CPU");
+  TORCH_CHECK(p.device().is_cpu() && q.device().is_cpu() && parents.device().is_cpu() && tokens.device().is_cpu() &&
+                  point_mass.device().is_cpu(),
+              op, " runs on the CPU: p, q, parents, tokens and point_mass there");
   TORCH_CHECK(p.dim() == 2 && q.sizes() == p.sizes(), op, ": p and q [N, V] of one shape expected, got p ", p.sizes(),
               " and q ", q.sizes());
   TORCH_CHECK(p.scalar_type() == q.scalar_type() &&
@@ -146,9 +154,9 @@ void plan_rows(const Tree& tree, const T* p, const T* q, int64_t rounds, T* acce
       } else {
         const std::vector<int64_t> skip = sorted_unique(tried);
         const double tt = t;
-        r = sum_except(V, skip, [&](int64_t j) { return std::max(0.0, double(pu[j]) - tt * double(qu[j])); });
+        r = sum_except(V, skip, [&](int64_t j) { return positive(double(pu[j]) - tt * double(qu[j])); });
         const bool excluded = std::binary_search(skip.begin(), skip.end(), x);
-        own = excluded ? 0.0 : std::max(0.0, double(pu[x]) - t * double(qu[x]));
+        own = excluded ? 0.0 : positive(double(pu[x]) - t * double(qu[x]));
       }
       const double z = z_before[k];
       const double a = tree.point[c] ? safe_div(own, r) : safe_div(own * z, r * double(qu[x]));
@@ -188,12 +196,12 @@ void residual_rows(const Tree& tree, const T* p, const T* q, const T* t, const i
     for (const int64_t c : tree.children[u])
       if (tree.point[c]) points.push_back(tree.tokens[c]);
     const std::vector<int64_t> skip = sorted_unique(points);
-    for (int64_t j = 0; j < V; ++j) row[j] = std::max(T(0), pu[j] - tu * qu[j]);  // in the plan's dtype, as mixed.py
+    for (int64_t j = 0; j < V; ++j) row[j] = positive(pu[j] - tu * qu[j]);  // in the plan's dtype, as mixed.py
     for (const int64_t s : skip) row[s] = T(0);
     const double total = range_sum(0, V, [&](int64_t j) { return double(row[j]); });  // the skipped entries are 0
-    if (total > 0.0) {
-      const T inv = T(1.0 / total);
-      for (int64_t j = 0; j < V; ++j) row[j] *= inv;
+    if (total > 0.0) {  // scaled in float64: 1 / total stays finite even for a total of float32 subnormals
+      const double inv = 1.0 / total;
+      for (int64_t j = 0; j < V; ++j) row[j] = T(double(row[j]) * inv);
     } else {
       std::copy(pu, pu + V, row);
     }
@@ -207,7 +215,8 @@ at::Tensor multiround_residual(const at::Tensor& p, const at::Tensor& q, const a
   const Tree tree = read_tree(p, q, parents, tokens, point_mass, op);
   TORCH_CHECK(t.scalar_type() == p.scalar_type() && t.dim() == 1 && t.size(0) == tree.N, op,
               ": t [N] of p's dtype expected, got ", t.sizes());
-  TORCH_CHECK(nodes.scalar_type() == at::kLong, op, ": nodes int64 expected");
+  TORCH_CHECK(nodes.scalar_type() == at::kLong && nodes.device().is_cpu() && t.device().is_cpu(), op,
+              ": nodes int64 and t on the CPU expected");
   const at::Tensor nc = nodes.reshape({-1}).contiguous();
   const int64_t* np = nc.data_ptr<int64_t>();
   for (int64_t i = 0; i < nc.numel(); ++i)

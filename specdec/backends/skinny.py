@@ -58,7 +58,7 @@ __all__ = [
 SOURCE = Path(__file__).with_name("skinny.cpp")
 #: Every source of the kernel library: the GEMM, its int8-weight twin (:class:`W8Linear`), the few-row attention
 #: (:mod:`specdec.backends.attention_choice`), and the small per-cycle steps of sampling
-#: (:mod:`specdec.backends.native`: the sampled trees' verification plan, inverse-CDF draws).
+#: (:mod:`specdec.backends.native`: the sampled trees' verification plan, inverse-CDF draws, top-p's cut).
 SOURCES = (
     SOURCE,
     Path(__file__).with_name("skinny_w8.cpp"),
@@ -66,6 +66,7 @@ SOURCES = (
     Path(__file__).with_name("skinny_attention_impl.h"),
     Path(__file__).with_name("multiround.cpp"),
     Path(__file__).with_name("draws.cpp"),
+    Path(__file__).with_name("nucleus.cpp"),
 )
 log = logging.getLogger(__name__)
 #: The most rows whose outputs are summed in the kernel's fixed order (``INVARIANT_ROWS`` in ``skinny.cpp``; the

@@ -7,8 +7,10 @@
 :mod:`specdec.backends.native`) runs the same closed form in a few passes over the ``[V]`` rows of the nodes that
 have children, and builds the one residual row the walk samples from.
 
-It is a backend of the plan, not a second rule: the law is the mixed plan's (with no point masses, the stochastic
-plan's, whose first round divides by ``1`` where this divides by the row's q mass, ``1`` up to float rounding), and
+It is a backend of the plan, not a second rule: the law is the mixed plan's. With no point masses and distinct draws
+(what a sampled tree holds: its q has full support) that is the stochastic plan's, whose first round divides by ``1``
+where this divides by the row's q mass (``1`` up to float rounding); with repeated draws the two closed forms differ
+(both stay lossless), and
 ``tests/test_native_steps.py`` holds it to the tensor form on random trees (duplicates, point masses, rows whose
 children hold all the mass, bounded rounds) and runs the exact suite through it in float64.
 

@@ -1,7 +1,7 @@
 """The per-cycle steps alone, hot (inputs reused, 2 threads): the verification plan of an ``r3d`` tree at T = 1
 (``[6, 49152]`` float32, the root's three draws, two one-child nodes) with the row the walk samples, and the draws
-(``sample`` of one 49152 row, ``sample_distinct`` of three from each of three 16384 rows), tensor form against native
-form. Medians of 7 repeats of 200 calls.
+(``sample`` of one 49152 row, ``sample_distinct`` of three from each of three 16384 rows) and top-p's cut (``warp`` of
+six 49152 rows at T = 0.7, top-p 0.9), tensor form against native form. Medians of 7 repeats of 200 calls.
 
     .venv/bin/python docs/results/2026-11-30-native-steps-intel-f6m106/native_micro.py
 """
@@ -13,7 +13,7 @@ import time
 import torch
 
 from specdec.backends.cpu import cpu_name
-from specdec.sampling import sample, sample_distinct
+from specdec.sampling import SamplingParams, sample, sample_distinct, warp
 from specdec.tree import DraftTree
 from specdec.verify.mixed import mixed_multiround_plan
 from specdec.verify.native import native_plan
@@ -31,12 +31,15 @@ tree = DraftTree.from_parents(tokens, tree_parents, 2, q, torch.ones(6))
 points = torch.zeros(6, dtype=torch.bool)
 node = torch.tensor(0)
 row, rows = torch.softmax(torch.randn(1, V, generator=g), -1), torch.softmax(torch.randn(3, 16384, generator=g) * 3, -1)
+logits = torch.randn(6, V, generator=g) * 3  # a tree's target logits, about as peaked as SmolLM2's
+nucleus = SamplingParams(temperature=0.7, top_p=0.9)
 CASES = {
     "plan + residual row, stochastic": lambda: stochastic_multiround_plan(tree, p, q, 3).residual_at(node),
     "plan + residual row, mixed": lambda: mixed_multiround_plan(tree, p, q, points, 3).residual_at(node),
     "plan + residual row, native": lambda: native_plan(tree, p, q, points, 3).residual_at(node),
     "sample, 1 x 49152": lambda: sample(row, g),
     "sample_distinct, 3 x 16384, k = 3": lambda: sample_distinct(rows, 3, g),
+    "warp, 6 x 49152, T = 0.7, top-p 0.9": lambda: warp(logits, nucleus),
 }
 
 
