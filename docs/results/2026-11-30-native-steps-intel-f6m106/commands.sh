@@ -8,6 +8,7 @@ D=docs/results/2026-11-30-native-steps-intel-f6m106
 
 # In the loop: vanilla / EAGLE-3 / composite, tensor form against native form, interleaved per prompt
 .venv/bin/python $D/native_steps_ab.py --prompts 24 --new-tokens 96 --dataset spec-bench   # -> ab_t1_specbench.txt (code 796f0f7)
+.venv/bin/python $D/native_steps_ab.py --prompts 24 --new-tokens 96 --dataset spec-bench --seed 1  # -> ab_t1_specbench_seed1.txt
 .venv/bin/python $D/native_steps_ab.py --prompts 12 --new-tokens 96 --temperature 0.7 --top-p 0.9  # -> ab_t07_topp09_mtbench.txt
 
 # *_first.txt: the same commands (12 MT-bench at T = 1; Spec-Bench 24 at T = 1; 12 MT-bench at T = 0.7, top-p 0.9)
