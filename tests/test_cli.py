@@ -232,6 +232,7 @@ def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, mo
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
     monkeypatch.setenv("SPECDEC_KERNELS", "measure")  # on every CPU, those that keep their rule too
+    monkeypatch.setenv("SPECDEC_SKINNY", "off")  # the suite's default: no kernel library, the tensor forms
     monkeypatch.setattr(cpu, "cpu_gemm_profile", lambda: "onednn")  # the rule beside it: AMD's, whatever CPU runs this
 
     def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
@@ -242,8 +243,7 @@ def test_doctor_prints_the_cpu_and_the_kernel_table(tiny_llama_dir, tmp_path, mo
     assert main(["doctor", "--dtypes", "float32", "--model", str(tiny_llama_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU: ") and "kernel flags:" in out and "decides by measurement" in out
-    if os.environ.get("SPECDEC_SKINNY") == "off":  # the suite's default: the tensor forms, and why
-        assert "sampling's per-cycle steps (T > 0): tensor form: SPECDEC_SKINNY=off" in out
+    assert "sampling's per-cycle steps (T > 0): tensor form: SPECDEC_SKINNY=off" in out  # the switch, and why
     lines = [line.split() for line in out.splitlines() if "(rule: packed)" in line]
     assert lines and {line[-3] for line in lines} == {"stock", "packed"}  # the planted choice, not the rule's
     assert "group 32x32+32x16+32x16: packed and stacked" in out  # q/k/v stacked is 32 -> 64: packed wins

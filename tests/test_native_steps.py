@@ -18,8 +18,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec.backends import skinny
 from specdec.backends.native import draws, nucleus, runs_native
-from specdec.sampling import sample, sample_distinct
+from specdec.sampling import SamplingParams, sample, sample_distinct, warp
 from specdec.testing import VerifyCase, assert_lossless_exact
 from specdec.testing.exact import stop_probabilities
 from specdec.tree import DraftTree
@@ -76,8 +77,6 @@ class PointsAsDraws(MixedMultiRoundVerifier):
     """Negative control: the native plan told that every child is a draw (the point masses judged against q)."""
 
     def plan(self, tree, target_logits, sampling):
-        from specdec.sampling import warp
-
         p = warp(target_logits, sampling, self.dtype)
         return native_plan(tree, p, tree.q_dist.to(p.dtype), None, self.max_children)
 
@@ -88,8 +87,6 @@ def test_the_native_control_is_caught_on_a_fixed_case() -> None:
     v = 3
     q = (torch.tensor([0.6, 0.3, 0.1], dtype=F64), torch.full((v, v), 1 / v, dtype=F64))
     p = (torch.tensor([0.1, 0.2, 0.7], dtype=F64), torch.full((v, v), 1 / v, dtype=F64))
-    from specdec.sampling import SamplingParams
-
     case = VerifyCase(
         tuple(t.log() for t in p),
         (-1, 0, 0),
@@ -118,8 +115,6 @@ def _same_law(tree: DraftTree, a, b, atol: float) -> None:
 def test_the_native_plan_is_the_tensor_plan(case: VerifyCase, width: int | None) -> None:
     """Float64, every enumerated tree of the case, the real width and bounds below it: the same stop law and the
     same bonus rows wherever the walk can stop (mixed plan; with no point masses also the stochastic one)."""
-    from specdec.sampling import warp
-
     for tokens, _ in case.enumerate_trees()[:6]:
         tree, logits = case.build_tree(tokens)
         p = warp(logits, case.sampling, F64)
@@ -186,8 +181,6 @@ def test_bad_input_is_refused_by_name(change: dict, message: str) -> None:
         "point_mass": torch.zeros(3, dtype=torch.bool),
     } | change
     with native():
-        from specdec.backends import skinny
-
         skinny.load()
         with pytest.raises(RuntimeError, match=message):
             torch.ops.specdec.multiround_plan(*args.values(), 3)
@@ -204,8 +197,6 @@ def test_bad_input_is_refused_by_name(change: dict, message: str) -> None:
     ],
 )
 def test_bad_input_to_the_residual_and_the_draws_is_refused_by_name(call, message: str) -> None:
-    from specdec.backends import skinny
-
     skinny.load()
     with pytest.raises(RuntimeError, match=message):
         call()
@@ -326,8 +317,6 @@ def test_top_p_keeps_the_tensor_forms_tokens(top_p: float, top_k: int, temperatu
     row whose cut is not within rounding of ``top_p``, with the same probabilities (float32 and float64; peaked to
     flat rows, 50 to 49152 columns; a tiny ``top_p`` keeps the first token only). Negative control: the same rows
     cut at ``top_p - 0.05`` keep other tokens somewhere."""
-    from specdec.sampling import SamplingParams, warp
-
     g = torch.Generator().manual_seed(int(top_p * 1000) + top_k)
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
     calls, compared = [], 0

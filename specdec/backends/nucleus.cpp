@@ -15,8 +15,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <vector>
 
 // The library loads only on CPUs with AVX2 and FMA (specdec/backends/skinny.py), so these loops may use them.
