@@ -125,16 +125,30 @@ def _print_package_kernels(model, refresh: bool) -> None:
     skinny kernel per shape, as measured (:mod:`specdec.backends.skinny_choice`)."""
     import torch
 
-    from specdec.backends.kernel_times import PACKAGE_KERNELS, kernel_table, linear_shape, table_path
+    from specdec.backends.kernel_times import (
+        EAGER_KERNELS,
+        EAGER_ROWS,
+        PACKAGE_KERNELS,
+        kernel_table,
+        linear_shape,
+        stacked_shape,
+        table_path,
+    )
     from specdec.backends.kernels import plain_linear
     from specdec.backends.skinny import unavailable
     from specdec.backends.skinny_choice import skinny_measures
+    from specdec.backends.stacking import stackable_groups
 
     why = "the rule: stock (not measured on this CPU)" if not skinny_measures() else unavailable()
     if why:
-        print(f"  its ahead-of-time package's linears: {why}")
+        print(f"  the skinny kernel (eager linears, single rows, the ahead-of-time package's linears): {why}")
         return
     shapes = [linear_shape(m) for m in model.modules() if plain_linear(m)]
+    stacked = [stacked_shape(g) for g in stackable_groups(model)]
+    eager = kernel_table(shapes + stacked, torch.float32, refresh=refresh, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
+    path = table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS)
+    print(f"  eager shapes with the skinny kernel (a linear on it, or a packed linear's single row) ({path}):")
+    print("\n".join("  " + line for line in eager.rows()))
     table = kernel_table(shapes, torch.float32, refresh=refresh, kernels=PACKAGE_KERNELS)
     path = table_path(torch.float32, PACKAGE_KERNELS)
     print(f"  its ahead-of-time package (static_shapes='aot'), ms per call, weights cold ({path}):")

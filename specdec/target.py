@@ -120,10 +120,10 @@ class HFTarget(Target):
     def weights_choice(self) -> str:
         """The ``weights`` choice that reproduces this adapter's weights on modules of :attr:`model` (idempotent):
         ``"auto"`` where it packed a subset (``"packed-vocab"`` by the rule, ``"packed-some"`` as measured: the same
-        rule or the cached measurement chooses the same subset again), and where single rows run stock or linears run
-        on the skinny kernel (only ``"auto"`` chooses those)."""
+        rule or the cached measurement chooses the same subset again), and where single rows run stock or on the skinny
+        kernel, or linears run on it (only ``"auto"`` chooses those)."""
         subset = self.execution.weights in ("packed-vocab", "packed-some")
-        chosen = self.execution.single_stock or self.execution.skinny
+        chosen = self.execution.single_stock or self.execution.single_skinny or self.execution.skinny
         return "auto" if subset or chosen else self.execution.weights
 
     def sibling(self, max_len: int) -> HFTarget:

@@ -31,6 +31,10 @@ from tests.factories import make_drafter, record_topk, seeded_hidden
 MAX_LEN, VOCAB, H = 64, 24, 16
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = [torch.arange(3) % VOCAB, torch.arange(5, 12) % VOCAB, torch.tensor([7, 2])]
+#: Rows run together and alone meet the stock GEMM at different row counts, whose kernels group the sums differently
+#: (AMD Zen 4, EAGLE-1's head: 5.9e-5 apart on values of about 1.5); a row scored against another row's keys or root
+#: moves its values by O(1) (the control below, held to the same tolerance).
+TOL = 2e-4
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +77,13 @@ def test_root_steps_run_together_draft_what_each_row_drafts_alone(model, kind) -
     for a, t in zip(alone, together, strict=True):
         assert len(a) == len(t)
         for x, y in zip(a, t, strict=True):
-            torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(y, x, atol=TOL, rtol=TOL)
 
 
 def test_rows_handed_their_neighbours_roots_draft_otherwise(model) -> None:
     alone, rotated = _rows("eagle3", model, False), _rows("eagle3", model, True, rotate=True)
     differs = any(
-        x.shape != y.shape or not torch.allclose(x, y, atol=1e-5)
+        x.shape != y.shape or not torch.allclose(x, y, atol=TOL, rtol=TOL)
         for a, t in zip(alone, rotated, strict=True)
         for x, y in zip(a, t, strict=True)
     )

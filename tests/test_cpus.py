@@ -287,18 +287,20 @@ def test_a_packed_linear_can_run_one_row_stock() -> None:
     torch.manual_seed(0)
     linear = torch.nn.Linear(32, 96)
     packed = kernels.PackedLinear(linear)
-    assert packed.stock_single_rows(True) == 96 * 32 * 4 and packed.stock_single_rows(True) == 96 * 32 * 4
+    assert packed.single_rows("stock") == 96 * 32 * 4 and packed.single_rows("stock") == 96 * 32 * 4
     one, rows = torch.randn(1, 1, 32), torch.randn(8, 32)
     assert torch.equal(packed(one), torch.nn.functional.linear(one, linear.weight, linear.bias))
     assert torch.equal(packed(rows), packed.gemm(rows))  # more rows: the packed GEMM
     clone = copy.deepcopy(packed)
     assert clone.single_row_weight is not None and torch.equal(clone(one), packed(one))
-    assert packed.stock_single_rows(False) == 0 and packed.single_row_weight is None
+    assert packed.single_rows(None) == 0 and packed.single_row_weight is None and packed.single_row_kernel is None
+    with pytest.raises(ValueError, match="not 'gemv'"):
+        packed.single_rows("gemv")
     packed.pad_single_row = True  # row-invariant numerics: a single row runs the tree's kernel
     with pytest.raises(ValueError, match="padded"):
-        packed.stock_single_rows(True)
+        packed.single_rows("stock")
     tied = kernels.PackedLinear(linear, keep_weight=True)
-    assert tied.stock_single_rows(True) == 0  # the kept (tied) weight serves: nothing added
+    assert tied.single_rows("stock") == 0  # the kept (tied) weight serves: nothing added
 
 
 def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(measuring, monkeypatch) -> None:
@@ -311,7 +313,7 @@ def test_auto_runs_one_row_stock_where_it_measured_faster_and_decodes_exactly(me
     target = HFTarget(model, max_len=64)
     ex = target.execution
     assert ex.weights == "packed" and ex.single_stock == 1 + 2 * 4  # lm_head; per layer q/k/v, o, gate/up, down
-    assert ex.single_stock_bytes > 0 and "running a single row stock" in ex.describe()
+    assert ex.single_bytes > 0 and "running a single row stock" in ex.describe() and ex.single_skinny == 0
     assert "packed, 1 row stock" in "\n".join(measured.kernel_table([(16, 6, False)], torch.float32).rows())
     assert curve_path(target.model, target.device).name.endswith("-packed+1stock.json")  # its own cost curve
     by_name = HFTarget(model, max_len=32, weights="packed")  # single rows packed: another curve
@@ -328,8 +330,8 @@ def test_packed_is_charged_its_stock_single_row_where_that_measured_faster() -> 
     """Stock 1 / 3 ms against packed 2 / 2.5 ms for 1 / 8 rows: summed raw, stock wins (4 < 4.5), but ``auto`` runs
     packed's single row stock (1 + 2.5 = 3.5), so packed wins; where stock's single row is not faster, the raw sum."""
     credited = kernel_times.KernelTable({}, {"8x8": {"stock": {"1": 1.0, "8": 3.0}, "packed": {"1": 2.0, "8": 2.5}}})
-    assert credited.single_row_stock((8, 8, False)) and credited.cost((8, 8, False), "packed") == 3.5
+    assert credited.single_row_kernel((8, 8, False)) == "stock" and credited.cost((8, 8, False), "packed") == 3.5
     assert credited.choice((8, 8, False)) == "packed"
     raw = kernel_times.KernelTable({}, {"8x8": {"stock": {"1": 1.0, "8": 3.0}, "packed": {"1": 1.0, "8": 3.6}}})
-    assert not raw.single_row_stock((8, 8, False)) and raw.cost((8, 8, False), "packed") == 4.6
+    assert raw.single_row_kernel((8, 8, False)) is None and raw.cost((8, 8, False), "packed") == 4.6
     assert raw.choice((8, 8, False)) == "stock"

@@ -12,7 +12,9 @@ What is shown, on tiny random Llamas with specdec's cache in a temporary folder:
   ``tests/test_skinny_attention.py`` has the route where it can), and greedy tokens stay the eager stock target's;
   ``static_shapes="aot"`` builds the package of the measured choice, whose greedy tokens are the eager stock
   target's; ``"auto"`` finds that package later without building; a model whose measured choice is stock is not
-  handed it (eager, as no stock package is cached).
+  handed it (eager, as no stock package is cached);
+* heavy: a stackable group stays packed and stacked where its one GEMM beats its members on the kernel; a packed
+  linear runs its single row on the kernel where that measured faster (and trees packed), and decodes exactly.
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ import pytest
 import torch
 
 from specdec.backends import aot as aot_module
-from specdec.backends import skinny, skinny_choice
+from specdec.backends import kernel_times, skinny, skinny_choice
 from specdec.backends.aot import package_path
 from specdec.backends.kernel_times import KernelTable
-from specdec.backends.kernels import plain_linear
+from specdec.backends.kernels import packed_linear, plain_linear, runs_packed
+from specdec.budget import curve_path
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.models import cache_dir, tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from tests.test_cpus import assert_decodes_exactly, exactness_model
 
 ZEN3 = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1"}
 
@@ -129,10 +133,10 @@ def test_aot_builds_the_measured_package_and_auto_finds_it(monkeypatch) -> None:
 
 
 def costs(monkeypatch, skinny_ms: float) -> None:
-    """Patch the tables' costs: stock 1 ms, packed 0.8 ms (so ``auto`` packs what stays off the kernel), the skinny
-    kernel ``skinny_ms``."""
+    """Patch the tables' costs per output feature: stock 1 ms, packed 0.8 ms (so ``auto`` packs what stays off the
+    kernel), the skinny kernel ``skinny_ms``."""
     ms = {"stock": 1.0, "packed": 0.8, "skinny": skinny_ms}
-    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, kernel: ms[kernel])
+    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, kernel: ms[kernel] * shape[1])
 
 
 @pytest.mark.heavy
@@ -155,3 +159,56 @@ def test_eager_shapes_take_the_kernel_where_it_beats_stock_and_packed(monkeypatc
     assert invariant.skinny == 0 and invariant.weights == "packed"
     costs(monkeypatch, 0.78)
     assert HFTarget(m, max_len=64, static_shapes=False).execution.skinny == 0
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("kernel")
+def test_a_stacked_group_stays_packed_where_one_gemm_beats_its_members_on_the_kernel(monkeypatch) -> None:
+    """Planted costs of a call overhead plus a cost per output feature, where the kernel's overhead is dearer: alone,
+    ``o_proj`` and ``down_proj`` (16 outputs) take the kernel (5 + 6.4 against 0.1 + 12.8); ``q/k/v`` (16 + 8 + 8) on
+    it cost 3 x 5 + 12.8 = 27.8 against one stacked GEMM's 25.7, so the group stays packed and stacked though ``q``
+    alone would take the kernel; ``gate/up`` (32 + 32) takes it (35.6 against 51.3)."""
+    fixed, per_out = {"stock": 1.0, "packed": 0.1, "skinny": 5.0}, {"stock": 1.0, "packed": 0.8, "skinny": 0.4}
+    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, kernel: fixed[kernel] + per_out[kernel] * shape[1])
+    m = model()
+    want = greedy_tokens(HFTarget(m, 64, weights="stock", static_shapes=False))
+    target = HFTarget(m, max_len=64, static_shapes=False)
+    on = {name.rsplit(".", 1)[-1] for name in skinny.skinny_names(target.model)}
+    assert on == {"o_proj", "down_proj", "gate_proj", "up_proj"}, on  # lm_head (6 outputs): 7.4 against 4.9 packed
+    assert target.execution.stacked == 2 and greedy_tokens(target) == want  # one q/k/v group per layer
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("kernel")
+def test_a_packed_linears_single_row_runs_on_the_kernel_where_it_measured_faster(monkeypatch) -> None:
+    """Planted timings, per weight byte: the kernel runs 1 row in half packed's time but 8 and 16 rows slower (AMD
+    Zen 4's form: oneDNN's one row is slow, its GEMM flat to 16 rows): every linear stays packed and stacked, and each
+    packed linear runs a single row on the kernel (the output ``specdec::skinny_linear`` gives, bit for bit; more rows
+    the packed GEMM's), with its own cost curve; the target decodes exactly (greedy = HF ``generate``, the sampled
+    law through the loop = the target's, a broken verifier caught). Not with row-invariant numerics, nor with the
+    kernel switched off (``SPECDEC_SKINNY=off``: stock and packed tie on one row here, so it runs packed)."""
+    scale = {"stock": {1: 2.0, 8: 6.0, 16: 10.0}, "packed": {1: 2.0, 8: 2.0, 16: 2.2}, "skinny": {1: 1.0, 8: 3, 16: 6}}
+
+    def time_shape(mods, rows=kernel_times.ROWS, repeats=kernel_times.REPEATS):
+        first = next(iter(mods.values()))[0]
+        size = first.in_features * first.out_features * 1e-9
+        return {k: {n: [size * scale[k][n]] * repeats for n in rows} for k in mods}
+
+    monkeypatch.setattr(kernel_times, "time_shape", time_shape)
+    monkeypatch.setattr(kernel_times, "_TABLES", {})
+    m = exactness_model()
+    target = HFTarget(m, max_len=64, static_shapes=False)
+    ex = target.execution
+    assert ex.weights == "packed" and ex.skinny == 0 and ex.stacked == 4 and ex.single_stock == 0
+    assert ex.single_skinny == 1 + 2 * 4 and "running a single row on the skinny kernel" in ex.describe()
+    assert curve_path(target.model, target.device).name.endswith("-packed+1skinny.json")
+    packed = next(packed_linear(x) for x in target.model.modules() if runs_packed(x))
+    one, rows = torch.randn(1, 1, packed.in_features), torch.randn(8, packed.in_features)
+    assert torch.equal(packed(one), torch.ops.specdec.skinny_linear(one, packed.single_row_weight, packed.bias))
+    assert torch.equal(packed(rows), packed.gemm(rows))
+    assert target.sibling(32).execution.single_skinny == ex.single_skinny
+    assert_decodes_exactly(m, target)
+    assert HFTarget(m, max_len=32, static_shapes=False, invariant=True).execution.single_skinny == 0
+    monkeypatch.setenv("SPECDEC_SKINNY", "off")
+    off = HFTarget(m, max_len=32, static_shapes=False).execution
+    assert off.single_skinny == 0 and off.single_stock == 0 and off.weights == "packed"

@@ -49,12 +49,12 @@ from specdec.backends.kernels import (
     shared_copy,
     unpack_linears,
 )
-from specdec.backends.measured import auto_packs, dtype_cost, measuring, stock_single_rows
+from specdec.backends.measured import auto_packs, dtype_cost, measuring, single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
-from specdec.backends.skinny import uses_skinny
-from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels
+from specdec.backends.skinny import unavailable, uses_skinny
+from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels, skinny_measures
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import BackendError
 
@@ -96,8 +96,8 @@ class Execution:
         stacked: groups of projections run as one GEMM (``q/k/v``, ``gate/up``: :mod:`specdec.backends.stacking`).
         padded: with ``invariant``, packed linears that pad a single row to two (where this CPU's kernel needs it,
             :func:`~specdec.backends.row_probe.single_row_padding`).
-        single_stock: packed linears that run a single row stock, as measured faster here
-            (:func:`~specdec.backends.measured.stock_single_rows`); single_stock_bytes: the plain weights they keep.
+        single_stock, single_skinny: packed linears that run a single row stock / on the skinny kernel, as measured
+            faster here (:func:`~specdec.backends.measured.single_rows`); single_bytes: the plain weights they keep.
     """
 
     weights: str
@@ -112,7 +112,8 @@ class Execution:
     padded: int = 0
     aot: bool = False
     single_stock: int = 0
-    single_stock_bytes: int = 0
+    single_skinny: int = 0
+    single_bytes: int = 0
     skinny: int = 0
 
     @property
@@ -144,9 +145,9 @@ class Execution:
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         padded = f", {self.padded} linears padding single rows" if self.padded else ""
-        if self.single_stock:
-            mb = self.single_stock_bytes / 2**20
-            weights += f", {self.single_stock} of them running a single row stock (plain weights kept: {mb:.0f} MB)"
+        runs = ((self.single_stock, "stock"), (self.single_skinny, "on the skinny kernel"))
+        if runs := " and ".join(f"{n} of them running a single row {where}" for n, where in runs if n):
+            weights += f", {runs} (plain weights kept: {self.single_bytes / 2**20:.0f} MB)"
         few = self.attention == GQA_SKINNY
         how = "few-row attention" if few else "float64 attention and KV cache"
         numerics = f", row-invariant numerics ({how}{padded})" if self.invariant else SKINNY_NUMERICS * few
@@ -301,7 +302,8 @@ def apply(
         on, padded = False, set_row_padding(model, False)
         reason = f"row-invariant numerics off: {error}; greedy output may differ from vanilla's at near-ties"
         _warn(warn, "row-invariant numerics off", str(error))
-    single = stock_single_rows(model, on=weights == "auto" and not on)  # a row's kernel is the tree's where on
+    skinny = _params(model)[1] == torch.float32 and skinny_measures() and unavailable() is None
+    single, kept = single_rows(model, on=weights == "auto" and not on, skinny=skinny)  # not on: the tree's kernel
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
@@ -312,8 +314,9 @@ def apply(
         reason=reason,
         invariant=on,
         padded=padded,
-        single_stock=single[0],
-        single_stock_bytes=single[1],
+        single_stock=single.get("stock", 0),
+        single_skinny=single.get("skinny", 0),
+        single_bytes=kept,
     )
 
 

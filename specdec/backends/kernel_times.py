@@ -67,6 +67,16 @@ KERNELS = ("stock", "packed")
 #: packs plain weights itself there, so a linear runs stock (timed as ``F.linear``) or on the skinny kernel
 #: (:class:`~specdec.backends.skinny.SkinnyLinear`). Their tables are cached apart (the kernels are in the key).
 PACKAGE_KERNELS = ("stock", "skinny")
+#: The candidates on eager shapes where the skinny kernel may run
+#: (:func:`~specdec.backends.skinny_choice.eager_kernels`), timed at :data:`EAGER_ROWS`, and for a packed linear's
+#: single row (:meth:`KernelTable.single_row_kernel`).
+EAGER_KERNELS = ("stock", "packed", "skinny")
+#: Row counts of the eager table: a 1-token step and trees of 8 and 16 rows. The skinny kernel runs 8 rows in about
+#: one row's time but 16 in about twice that, where oneDNN's packed GEMM stays flat on some CPUs (AMD Zen 4, float32,
+#: SmolLM2's linears per forward: packed 31.0 / 27.3 / 34.2 ms for 1 / 8 / 16 rows, skinny 23.6 / 30.1 / 58.4): timed
+#: at 1 and 8 rows only, the kernel won every shape there and cost the composite 3.4 % on Spec-Bench 30, whose
+#: adaptive trees average 8.4 nodes (docs/results/2026-11-30-amd-f25m17).
+EAGER_ROWS = (1, 8, 16)
 #: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`): their copies must
 #: exceed :data:`COLD_BYTES` in int8.
 INT8_BYTES = {"int8": 1, "w8": 1}
@@ -123,11 +133,12 @@ def measuring() -> bool:
     return mode == "measure" or rule_kept() is None
 
 
-def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS) -> dict:
+def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS, rows: tuple[int, ...] = ROWS) -> dict:
     """What decides a kernel's speed here: CPU model and flags, torch version, thread count, dtype (and the candidates
-    where they are not :data:`KERNELS`)."""
+    and row counts where they are not :data:`KERNELS` and :data:`ROWS`)."""
     info = cpu_info()
     other = {"kernels": list(kernels)} if kernels != KERNELS else {}
+    other |= {"rows": list(rows)} if rows != ROWS else {}
     return other | {
         "cpu": info.get("model name", ""),
         "family": info.get("cpu family", ""),
@@ -140,12 +151,12 @@ def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS) -> dict:
     }
 
 
-def table_path(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS) -> Path:
-    """Where this machine's table for ``dtype`` (and ``kernels``) is cached (a hash of :func:`machine_key` names
-    it)."""
+def table_path(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS, rows: tuple[int, ...] = ROWS) -> Path:
+    """Where this machine's table for ``dtype`` (and ``kernels``, ``rows``) is cached (a hash of :func:`machine_key`
+    names it)."""
     from specdec.models import cache_dir
 
-    key = machine_key(dtype, kernels)
+    key = machine_key(dtype, kernels, rows)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir() / "kernels" / f"{key['dtype'].removeprefix('torch.')}-{key['threads']}t-{digest}.json"
 
@@ -243,18 +254,24 @@ class KernelTable:
     def has(self, shape: Shape) -> bool:
         return self.name(shape) in self.ms or self.name(shape) in self.failed
 
+    @property
+    def row_counts(self) -> tuple[int, ...]:
+        """The row counts this table timed (:data:`ROWS` unless its key names others)."""
+        return tuple(self.key.get("rows", ROWS))
+
     def cost(self, shape: Shape, kernel: str) -> float | None:
-        """``T(1) + T(8)`` in ms of ``kernel`` on ``shape`` as ``auto`` runs it without row-invariant numerics
-        (``packed`` with its single row stock where that measured faster: :meth:`single_row_stock`); None where not
-        measured. With row-invariant numerics a packed single row runs packed: the choice is made before they are
-        resolved, so it may pack a shape by a single-row time it will not get (float32 rarely has them on; bfloat16
-        packs every linear where it has them)."""
+        """``T(1) + T(8)`` (summed over :attr:`row_counts`) in ms of ``kernel`` on ``shape`` as ``auto`` runs it
+        without row-invariant numerics (``packed`` with its single row on the kernel of :meth:`single_row_kernel`);
+        None where not measured. With row-invariant numerics a packed single row runs packed: the choice is made
+        before they are resolved, so it may pack a shape by a single-row time it will not get (float32 rarely has
+        them on; bfloat16 packs every linear where it has them)."""
         by_rows = self.ms.get(self.name(shape), {}).get(kernel)
         if by_rows is None:
             return None
-        times = {n: by_rows[str(n)] for n in ROWS}
-        if kernel == "packed" and self.single_row_stock(shape):
-            times[1] = self.ms[self.name(shape)]["stock"]["1"]
+        times = {n: by_rows[str(n)] for n in self.row_counts}
+        single = self.single_row_kernel(shape) if kernel == "packed" else None
+        if single is not None:
+            times[1] = self.ms[self.name(shape)][single]["1"]
         return sum(times.values())
 
     def choice(self, shape: Shape) -> str | None:
@@ -267,11 +284,14 @@ class KernelTable:
         best = min(cost, key=cost.get)
         return best if min(cost.values()) < (1 - TIE) * max(cost.values()) else None
 
-    def single_row_stock(self, shape: Shape) -> bool:
-        """Whether one row of a packed ``shape`` runs faster stock: its stock ``T(1)`` under ``1 - TIE`` of packed's
-        (both measured)."""
+    def single_row_kernel(self, shape: Shape) -> str | None:
+        """The kernel one row of a packed ``shape`` runs faster on: of ``stock`` and ``skinny`` (those measured) the
+        one with the least ``T(1)``, where that is under ``1 - TIE`` of packed's; None (packed) otherwise."""
         ms = self.ms.get(self.name(shape), {})
-        return "stock" in ms and "packed" in ms and ms["stock"]["1"] < (1 - TIE) * ms["packed"]["1"]
+        if "packed" not in ms:
+            return None
+        best = min((k for k in ("stock", "skinny") if k in ms), key=lambda k: ms[k]["1"], default=None)
+        return best if best is not None and ms[best]["1"] < (1 - TIE) * ms["packed"]["1"] else None
 
     def to_json(self) -> dict:
         """The measured shapes (failed ones are measured again by the next process)."""
@@ -279,14 +299,20 @@ class KernelTable:
 
     def rows(self, rule: dict[str, str] | None = None) -> list[str]:
         """The table as lines: shape, each kernel's ms for 1 and 8 rows, the measured choice (and the rule's)."""
-        kernels = tuple(self.key.get("kernels", KERNELS))
-        lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' 1/8 rows (ms)':>26s}" for k in kernels) + "  choice"]
+        kernels, counts = tuple(self.key.get("kernels", KERNELS)), self.row_counts
+        width = 11 * len(counts) + 4
+        head = "/".join(map(str, counts)) + " rows (ms)"
+        lines = [f"{'shape':>16s}  " + "  ".join(f"{k + ' ' + head:>{width}s}" for k in kernels) + "  choice"]
         for name in sorted({*self.ms, *self.failed}, key=self.shape):
             ms = self.ms.get(name, {})
-            cells = [f"{ms[k]['1']:12.3f} / {ms[k]['8']:9.3f}" if k in ms else f"{'-':>26s}" for k in kernels]
+            cells = [
+                " / ".join(f"{ms[k][str(n)]:8.3f}" for n in counts).rjust(width) if k in ms else f"{'-':>{width}s}"
+                for k in kernels
+            ]
             said = self.failed.get(name) or (self.choice(self.shape(name)) or "tie: the rule")
-            if said == "packed" and self.single_row_stock(self.shape(name)):
-                said += ", 1 row stock"
+            single = self.single_row_kernel(self.shape(name))
+            if said == "packed" and single is not None:
+                said += f", 1 row {single}"
             if rule and name in rule:
                 said += f" (rule: {rule[name]})"
             lines.append(f"{name:>16s}  " + "  ".join(cells) + f"  {said}")
@@ -313,10 +339,12 @@ def kernel_table(
     dtype: torch.dtype,
     refresh: bool = False,
     kernels: tuple[str, ...] = KERNELS,
+    rows: tuple[int, ...] = ROWS,
 ) -> KernelTable:
-    """This machine's table for ``dtype`` and the candidate ``kernels`` with every shape in ``shapes``: read from the
-    cache, the missing shapes measured (warning once for each that fails) and the cache rewritten."""
-    key, path = machine_key(dtype, kernels), table_path(dtype, kernels)
+    """This machine's table for ``dtype``, the candidate ``kernels`` and the row counts ``rows`` with every shape in
+    ``shapes``: read from the cache, the missing shapes measured (warning once for each that fails) and the cache
+    rewritten."""
+    key, path = machine_key(dtype, kernels, rows), table_path(dtype, kernels, rows)
     table = KernelTable(key) if refresh else _load(path, key)
     missing = [s for s in dict.fromkeys(shapes) if not table.has(s)]
     if not missing:
@@ -327,7 +355,7 @@ def kernel_table(
         try:
             mods = sides(shape, dtype, generator, kernels=kernels)
             for _ in range(ATTEMPTS):  # a noisy round (another process woke up) is measured again
-                passes = time_shape(mods)
+                passes = time_shape(mods, rows)
                 problem = _problem(passes) if len(passes) > 1 else ""  # one candidate: nothing to decide
                 if not problem:
                     break

@@ -93,8 +93,12 @@ class PackedLinear(nn.Module):
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         self._weight = linear.weight if keep_weight else None
         self.pad_single_row = False  # row-invariant numerics (set_row_padding)
-        #: The plain ``[out, in]`` weight a single row runs on stock (:meth:`stock_single_rows`), or None.
+        #: The plain ``[out, in]`` weight a single row runs on :attr:`single_row_kernel` (:meth:`single_rows`), or
+        #: None (a single row runs packed).
         self.single_row_weight: torch.Tensor | None = None
+        #: ``"stock"`` (``F.linear``) or ``"skinny"`` (``specdec::skinny_linear``) where :attr:`single_row_weight`
+        #: is set.
+        self.single_row_kernel: str | None = None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -109,20 +113,32 @@ class PackedLinear(nn.Module):
         if x.numel() == self.in_features:  # one row
             if self.pad_single_row:  # oneDNN's GEMV kernel groups sums otherwise: pad it to two rows
                 return self.gemm(x.reshape(1, -1).expand(2, -1))[:1].reshape(*x.shape[:-1], self.out_features)
+            if self.single_row_kernel == "skinny":  # measured faster here (AMD Zen 4: oneDNN's one row is slow)
+                return torch.ops.specdec.skinny_linear(x, self.single_row_weight, self.bias)
             if self.single_row_weight is not None:  # measured faster stock here (MKL's GEMV on an Intel Xeon)
                 return F.linear(x, self.single_row_weight, self.bias)
         return self.gemm(x)
 
-    def stock_single_rows(self, on: bool) -> int:
-        """Run a single row (a 1-token step) on the stock kernel over a plain copy of the weight, every other row
-        count packed; returns the bytes this keeps beside the packed weight (0 for a kept, tied weight).
+    def single_rows(self, kernel: str | None) -> int:
+        """Run a single row (a 1-token step) on ``kernel`` over a plain copy of the weight, every other row count
+        packed: ``"stock"`` (``F.linear``), ``"skinny"`` (``specdec::skinny_linear``, float32, once
+        :func:`specdec.backends.skinny.load` has loaded it) or None (packed, the copy released); returns the bytes
+        this keeps beside the packed weight (0 for a kept, tied weight).
 
-        Both kernels give a row the same values up to the grouping of its sums, so a 1-token step and a tree
+        Every kernel gives a row the same values up to the grouping of its sums, so a 1-token step and a tree
         forward may differ in the last bits (as stock and packed do): not with row-invariant numerics
         (:attr:`pad_single_row` and this exclude each other)."""
-        if on and self.pad_single_row:
-            raise ValueError("a single row runs padded (row-invariant numerics) or stock, not both")
-        if not on:
+        if kernel not in (None, "stock", "skinny"):
+            raise ValueError(f"a single row runs packed (None), 'stock' or 'skinny', not {kernel!r}")
+        if kernel is not None and self.pad_single_row:
+            raise ValueError(f"a single row runs padded (row-invariant numerics) or {kernel}, not both")
+        if kernel == "skinny":
+            if self.dtype != torch.float32:
+                raise ValueError(f"the skinny kernel runs float32, this PackedLinear {self.dtype}")
+            if not hasattr(torch.ops.specdec, "skinny_linear"):
+                raise RuntimeError("specdec::skinny_linear is not loaded: call specdec.backends.skinny.load() first")
+        self.single_row_kernel = kernel
+        if kernel is None:
             self.single_row_weight = None
             return 0
         if self.single_row_weight is None:
@@ -148,7 +164,7 @@ class PackedLinear(nn.Module):
         linear = copy.deepcopy(self.to_linear(), memo)
         clone = PackedLinear(linear, keep_weight=self._weight is not None)
         clone.pad_single_row = self.pad_single_row
-        clone.stock_single_rows(self.single_row_weight is not None)
+        clone.single_rows(self.single_row_kernel)
         for attr in _HOOK_DICTS:
             setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
         clone.train(self.training)

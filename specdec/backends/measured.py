@@ -9,11 +9,13 @@ the row-invariant numerics probe whichever runs (:mod:`~specdec.backends.row_pro
 sgemm for tree rows, ran a tree forward of 8 rows 0.84-0.91x as long but paid nothing end to end for its memory
 (docs/results/2026-11-29-mkl-rows-intel-f6m106): taken out.
 
-One row stock, the rest packed (:func:`stock_single_rows`): where a packed shape's single row measured faster stock
-(by more than :data:`~specdec.backends.kernel_times.TIE`), the packed linear keeps a plain copy of its weight and runs
-a 1-token step's row stock, larger row counts packed (Intel Xeon family 6 model 106: MKL's GEMV beat oneDNN on every
-packed shape's single row; the eager 1-token step 0.79-0.85x, 304 MB of plain float32 weights for SmolLM2:
-docs/results/2026-11-29-intel-f6m106). Only under ``weights="auto"`` and without row-invariant numerics (a row's
+One row on another kernel, the rest packed (:func:`single_rows`): where a packed shape's single row measured faster
+stock or on the skinny kernel (by more than :data:`~specdec.backends.kernel_times.TIE`), the packed linear keeps a plain
+copy of its weight and runs a 1-token step's row there, larger row counts packed. Intel Xeon family 6 model 106:
+MKL's GEMV beat oneDNN on every packed shape's single row (the eager 1-token step 0.79-0.85x, 304 MB of plain float32
+weights for SmolLM2: docs/results/2026-11-29-intel-f6m106). AMD Zen 4: the skinny kernel ran SmolLM2's linears on one
+row in 0.76x packed's time, and packed held trees of 16 rows at 1.10x its one row where the kernel took 2.5x
+(docs/results/2026-11-30-amd-f25m17). Only under ``weights="auto"`` and without row-invariant numerics (a row's
 kernel must then be the tree's).
 
 The timing, the table and its cache, and which CPUs measure: :mod:`specdec.backends.kernel_times`.
@@ -28,6 +30,8 @@ from torch import nn
 
 from specdec.backends.kernel_times import (
     COLD_BYTES,
+    EAGER_KERNELS,
+    EAGER_ROWS,
     KERNELS,
     ROWS,
     RULE_KEPT,
@@ -44,6 +48,7 @@ from specdec.backends.kernel_times import (
     time_shape,
 )
 from specdec.backends.kernels import PackedLinear, packed_linear, plain_linear, runs_packed
+from specdec.backends.skinny import load
 from specdec.backends.stacking import stackable_groups
 
 __all__ = [  # the timing names are kernel_times', here too for the callers that read them here
@@ -63,7 +68,7 @@ __all__ = [  # the timing names are kernel_times', here too for the callers that
     "RULE_KEPT",
     "model_table",
     "sides",
-    "stock_single_rows",
+    "single_rows",
     "table_path",
     "time_shape",
 ]
@@ -88,25 +93,36 @@ def auto_packs(model: nn.Module, rule: Callable[[nn.Linear], bool]) -> tuple[Cal
     return pack, f"kernels chosen by measurement on this CPU ({table_path(dtype).name}; `specdec doctor` shows it)"
 
 
-def stock_single_rows(model: nn.Module, on: bool = True) -> tuple[int, int]:
-    """``(linears, bytes)``: with ``on`` (and :func:`measuring`), every packed linear of ``model`` (a stacked group's
-    once) whose shape's single row measured faster stock here runs one row stock on a kept plain weight
-    (:meth:`~specdec.backends.kernels.PackedLinear.stock_single_rows`), the other row counts packed; the bytes those
-    plain weights add. Off: none does (row-invariant numerics need a row's kernel to be the tree's)."""
+def single_rows(model: nn.Module, on: bool = True, skinny: bool = False) -> tuple[dict[str, int], int]:
+    """``({kernel: linears}, bytes)``: with ``on`` (and :func:`measuring`), every packed linear of ``model`` (a
+    stacked group's once) whose shape's single row measured faster on another kernel here runs one row there on a
+    kept plain weight (:meth:`~specdec.backends.kernels.PackedLinear.single_rows`), the other row counts packed; the
+    bytes those plain weights add. The candidates are stock, and with ``skinny`` (the caller's check that the skinny
+    kernel is measured and runs here) the skinny kernel too, from the eager table
+    (:data:`~specdec.backends.kernel_times.EAGER_KERNELS`). Off: none does (row-invariant numerics need a row's kernel
+    to be the tree's)."""
     linears = _packed(model)
     if not linears:
-        return 0, 0
-    on = on and measuring()
-    table = kernel_table([linear_shape(lin) for lin in linears], linears[0].dtype) if on else None
-    chosen = [table is not None and table.single_row_stock(linear_shape(lin)) for lin in linears]
-    added = [lin.stock_single_rows(c) for lin, c in zip(linears, chosen, strict=True)]
-    return sum(chosen), sum(added)
+        return {}, 0
+    shapes = [linear_shape(lin) for lin in linears]
+    table = None
+    if on and measuring():
+        eager = {"kernels": EAGER_KERNELS, "rows": EAGER_ROWS} if skinny and linears[0].dtype == torch.float32 else {}
+        table = kernel_table(shapes, linears[0].dtype, **eager)
+    chosen = [None if table is None else table.single_row_kernel(shape) for shape in shapes]
+    if "skinny" in chosen:
+        load()  # the op (a table read from the cache measured nothing in this process)
+    added = sum(lin.single_rows(kernel) for lin, kernel in zip(linears, chosen, strict=True))
+    counts = {k: chosen.count(k) for k in ("stock", "skinny") if k in chosen}
+    return counts, added
 
 
 def row_kernels(model: nn.Module) -> str:
-    """``"+1stock"`` where some packed linears of ``model`` run a single row stock, else ``""`` (a cost curve's name
-    carries it: the same weights label runs a 1-token step on other kernels)."""
-    return "+1stock" if any(lin.single_row_weight is not None for lin in _packed(model)) else ""
+    """``"+1stock"`` / ``"+1skinny"`` (both where both run) where some packed linears of ``model`` run a single row
+    on that kernel, else ``""`` (a cost curve's name carries it: the same weights label runs a 1-token step on other
+    kernels)."""
+    kinds = {lin.single_row_kernel for lin in _packed(model)} - {None}
+    return "".join(f"+1{k}" for k in sorted(kinds))
 
 
 def _packed(model: nn.Module) -> list[PackedLinear]:

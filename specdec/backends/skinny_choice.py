@@ -11,9 +11,12 @@ weights (:mod:`specdec.backends.kernel_times`; a tie within ``TIE`` keeps the ot
   docs/results/2026-11-29-skinny-prefill-intel-f6m106): every linear on the kernel, plain decoding 1.03x and the
   composite 1.38x the stock package's plain decoding (stock package: the composite 1.26x);
 * on eager shapes (:func:`eager_kernels`): against both stock and packed (as ``auto`` runs packed: its single row
-  stock where faster), before the rest is packed. Measured (12 Spec-Bench prompts x 96, T = 0, one process): plain
-  decoding 1.02x, EAGLE-3 1.05x and the composite 1.28x the eager packed choice's plain decoding (the packed choice's
-  composite: 1.22x), with no packed copies kept.
+  on stock or on the kernel where faster), by ``T(1) + T(8) + T(16)``
+  (:data:`~specdec.backends.kernel_times.EAGER_ROWS`), before the rest is packed. Measured on the Intel Xeon of family
+  6 model 106 (12 Spec-Bench prompts x 96, T = 0, one process): plain decoding 1.02x, EAGLE-3 1.05x and the
+  composite 1.28x the eager packed choice's plain decoding (the packed choice's composite: 1.22x), with no packed
+  copies kept. On AMD Zen 4, where oneDNN's packed GEMM holds 16 rows near one row's time, the kernel takes a packed
+  linear's single row instead (:func:`~specdec.backends.measured.single_rows`).
 
 Exactness: every kernel computes each output exactly up to the grouping of its sums; the skinny kernel's grouping is
 the same for every row count of a tree (its contract), so greedy speculation emits plain decoding's tokens on it too.
@@ -36,16 +39,19 @@ from torch import nn
 from specdec.backends.aot import cached_package
 from specdec.backends.cpu import cpu_info
 from specdec.backends.kernel_times import (
-    KERNELS,
+    EAGER_KERNELS,
+    EAGER_ROWS,
     PACKAGE_KERNELS,
     TIE,
     kernel_table,
     linear_shape,
     measuring,
+    stacked_shape,
     table_path,
 )
 from specdec.backends.kernels import plain_linear, shared_copy
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
+from specdec.backends.stacking import stackable_groups
 
 __all__ = [
     "SKINNY_RULE_KEPT",
@@ -109,32 +115,45 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
 
 def eager_kernels(model: nn.Module) -> tuple[int, str]:
     """``(swapped, reason)``: on eager shapes, put each float32 CPU linear of ``model`` (in place) whose shape's
-    skinny ``T(1) + T(8)`` beat both stock and packed (within ``TIE``) onto the kernel, before the rest is packed;
-    ``reason`` says what was decided and from which tables, or why nothing was measured."""
+    skinny ``T(1) + T(8) + T(16)`` beat both stock and packed (not within ``TIE``; packed's single row on whichever
+    kernel runs it faster) onto the kernel, before the rest is packed; ``reason`` says what was decided and from which
+    table, or why nothing was measured. A stackable group (``q/k/v``, ``gate/up``) stays off the kernel where its
+    stacked packed GEMM costs less than its members on the kernel (AMD Zen 4: ``q/k/v`` 0.35 ms stacked for 1 + 8 +
+    16 rows, 0.49 ms on the kernel, where ``k`` and ``v`` alone beat packed); the table also holds the stacked
+    shapes, whose single rows :func:`~specdec.backends.measured.single_rows` decides once they are packed."""
     linears, already = _candidates(model), len(skinny_names(model))
     if not linears:
         return already, ""
     if (why := unavailable()) is not None:
         return 0, f"no linear on the skinny kernel: {why}"
-    shapes = [linear_shape(m) for m in linears]
-    skinny, others = kernel_table(shapes, torch.float32, kernels=PACKAGE_KERNELS), kernel_table(shapes, torch.float32)
+    groups = [g for g in stackable_groups(model) if all(plain_linear(m) for m in g)]
+    shapes = [linear_shape(m) for m in linears] + [stacked_shape(g) for g in groups]
+    table = kernel_table(shapes, torch.float32, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
+
+    stacked = set()  # members of groups whose one stacked packed GEMM beats their members on the kernel
+    for group in groups:
+        mine = [table.cost(linear_shape(m), "skinny") for m in group]
+        together = table.cost(stacked_shape(group), "packed")
+        if together is not None and None not in mine and not sum(mine) < (1 - TIE) * together:
+            stacked |= {id(m) for m in group}
 
     def wins(linear: nn.Linear) -> bool:
         shape = linear_shape(linear)
-        rivals = [c for c in (others.cost(shape, k) for k in KERNELS) if c is not None]
-        mine = skinny.cost(shape, "skinny")
-        return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals)
+        rivals = [c for c in (table.cost(shape, k) for k in ("stock", "packed")) if c is not None]
+        mine = table.cost(shape, "skinny")
+        return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals) and id(linear) not in stacked
 
-    return _swap(model, linears, already, wins)
+    return _swap(model, linears, already, wins, table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS).name)
 
 
 def _swap(
-    model: nn.Module, linears: list[nn.Linear], already: int, wins: Callable[[nn.Linear], bool]
+    model: nn.Module, linears: list[nn.Linear], already: int, wins: Callable[[nn.Linear], bool], table: str = ""
 ) -> tuple[int, str]:
     """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(on the kernel, reason)``, counting the
-    ``already`` there from a previous preparation (idempotent)."""
+    ``already`` there from a previous preparation (idempotent); ``table``: the deciding table's file name (default:
+    the package's)."""
     swapped = already + skinny_linears(model, only=wins)
-    source = f"{table_path(torch.float32, PACKAGE_KERNELS).name}; `specdec doctor` shows it"
+    source = f"{table or table_path(torch.float32, PACKAGE_KERNELS).name}; `specdec doctor` shows it"
     total = already + len(linears)
     return swapped, f"{swapped} of {total} linears measured faster on the skinny kernel here ({source})"
 
