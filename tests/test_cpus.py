@@ -335,3 +335,26 @@ def test_packed_is_charged_its_stock_single_row_where_that_measured_faster() -> 
     raw = kernel_times.KernelTable({}, {"8x8": {"stock": {"1": 1.0, "8": 3.0}, "packed": {"1": 1.0, "8": 3.6}}})
     assert raw.single_row_kernel((8, 8, False)) is None and raw.cost((8, 8, False), "packed") == 4.6
     assert raw.choice((8, 8, False)) == "stock"
+
+
+def test_a_single_row_goes_to_the_fastest_one_row_kernel_and_the_row_counts_key_the_table() -> None:
+    """Of stock and skinny, the faster one-row kernel runs a packed shape's single row where it beats packed's by
+    more than the tie margin (then packed is charged that row); an eager table timed at 1, 8 and 16 rows sums all
+    three and is cached apart from the default one; a bfloat16 packed linear refuses the float32 kernel (where
+    bfloat16 packs)."""
+    times = {"stock": {"1": 1.5, "8": 9.0, "16": 12.0}, "packed": {"1": 2.0, "8": 2.0, "16": 2.2}}
+    eager = {"key": {"rows": [1, 8, 16]}}
+    table = kernel_times.KernelTable(eager["key"], {"8x8": {**times, "skinny": {"1": 1.0, "8": 3.0, "16": 6.0}}})
+    assert table.single_row_kernel((8, 8, False)) == "skinny" and table.cost((8, 8, False), "packed") == 5.2
+    assert table.choice((8, 8, False)) == "packed"  # 5.2 against skinny's 10.0 and stock's 22.5
+    slow = kernel_times.KernelTable(eager["key"], {"8x8": {**times, "skinny": {"1": 1.9, "8": 3.0, "16": 6.0}}})
+    assert slow.single_row_kernel((8, 8, False)) == "stock"  # skinny within the margin of packed's one row
+    assert "rows" not in kernel_times.machine_key(torch.float32)  # the default tables' keys are unchanged
+    assert kernel_times.machine_key(torch.float32, kernel_times.EAGER_KERNELS, (1, 8, 16))["rows"] == [1, 8, 16]
+    assert kernel_times.table_path(torch.float32) != kernel_times.table_path(
+        torch.float32, kernel_times.KERNELS, (1, 8, 16)
+    )
+    if cpu.packing_error(torch.bfloat16) is None:  # oneDNN packs bfloat16 here (not on AVX2-only CPUs)
+        low = kernels.PackedLinear(torch.nn.Linear(32, 8).to(torch.bfloat16))
+        with pytest.raises(ValueError, match="runs float32"):
+            low.single_rows("skinny")

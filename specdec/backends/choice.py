@@ -302,8 +302,9 @@ def apply(
         on, padded = False, set_row_padding(model, False)
         reason = f"row-invariant numerics off: {error}; greedy output may differ from vanilla's at near-ties"
         _warn(warn, "row-invariant numerics off", str(error))
-    skinny = _params(model)[1] == torch.float32 and skinny_measures() and unavailable() is None
-    single, kept = single_rows(model, on=weights == "auto" and not on, skinny=skinny)  # not on: the tree's kernel
+    auto = weights == "auto" and not on  # row-invariant numerics: a row runs the tree's kernel
+    skinny = auto and _params(model)[1] == torch.float32 and skinny_measures() and unavailable() is None
+    single, kept = single_rows(model, on=auto, skinny=skinny)
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)

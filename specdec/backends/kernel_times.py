@@ -2,18 +2,20 @@
 
 How a shape is timed (:func:`time_shape`): in a decoding step every weight comes from memory, not from cache, so each
 candidate runs over enough copies of a weight of that shape to exceed :data:`COLD_BYTES`, one call per copy, for
-1 row (a 1-token step) and 8 rows (a draft tree); the candidates and row counts are interleaved pass by pass and a
-call's time is the median pass divided by the copies. The choice minimises ``T(1) + T(8)`` as the kernel would run
-(packed's single row at the stock time where that measured faster, :meth:`KernelTable.cost`): a speculative cycle runs
-one tree forward and vanilla decoding one 1-row step, and both should gain. A difference under :data:`TIE` is noise
+1 row (a 1-token step) and 8 rows (a draft tree), and for the skinny kernel's eager table also 16 rows
+(:data:`EAGER_ROWS`); the candidates and row counts are interleaved pass by pass and a call's time is the median pass
+divided by the copies. The choice minimises the sum over the row counts as the kernel would run (packed's single row
+on the kernel that runs one row fastest, :meth:`KernelTable.cost`): a speculative cycle runs one tree forward and
+vanilla decoding one 1-row step, and both should gain. A difference under :data:`TIE` is noise
 on these machines and keeps the rule's choice. Projections that read one input (``q/k/v``, ``gate/up``) run as one
 stacked GEMM once all are packed (:mod:`specdec.backends.stacking`), so a group is also timed stacked: where the
 stacked packed GEMM beats its members run stock, the whole group is packed (on AMD Zen 3 a lone 576 -> 192 ``k``
 projection runs faster stock, its stacked ``q/k/v`` faster packed).
 
 Cached as JSON under ``cache_dir()/kernels/``, keyed by everything that decides a kernel's speed: the CPU's model name,
-family, model and flags, the torch version, the thread count and the dtype (:func:`machine_key`); another CPU or
-torch never reuses a table. Measuring a SmolLM2 model's shapes takes a few seconds, once.
+family, model and flags, the torch version, the thread count and the dtype, and the candidates and row counts where
+they are not the default ones (:func:`machine_key`); another CPU or torch never reuses a table. Measuring a SmolLM2
+model's shapes takes a few seconds, once.
 
 Switches: ``SPECDEC_KERNELS=rule`` (or a forced ``SPECDEC_CPU_GEMM`` profile) skips measuring and applies the rule;
 ``SPECDEC_KERNELS=measure`` measures on every CPU; unset, it measures except on the CPUs whose results rows were
@@ -88,7 +90,7 @@ ROWS = (1, 8)
 COLD_BYTES = 48 << 20
 #: Copies of one shape at most (a tiny model's weights stay cached whatever the count; this bounds the time).
 MAX_COPIES = 128
-#: Relative difference of ``T(1) + T(8)`` below which two candidates tie (the rule decides).
+#: Relative difference of two candidates' summed times below which they tie (the rule decides).
 TIE = 0.05
 #: Interquartile range of the passes, relative to their median, above which a measurement is too noisy to decide.
 NOISY = 0.5
@@ -275,14 +277,14 @@ class KernelTable:
         return sum(times.values())
 
     def choice(self, shape: Shape) -> str | None:
-        """The kernel with the least ``T(1) + T(8)`` (:meth:`cost`); None where the shape failed, has one candidate
-        or the two tie (within :data:`TIE`: the rule decides)."""
+        """The kernel with the least summed time (:meth:`cost`); None where the shape failed, has one candidate or
+        the best ties the runner-up (within :data:`TIE`: the rule decides)."""
         ms = self.ms.get(self.name(shape))
         if not ms or len(ms) < 2:
             return next(iter(ms)) if ms else None
         cost = {kernel: self.cost(shape, kernel) for kernel in ms}
-        best = min(cost, key=cost.get)
-        return best if min(cost.values()) < (1 - TIE) * max(cost.values()) else None
+        best, second = sorted(cost, key=cost.get)[:2]
+        return best if cost[best] < (1 - TIE) * cost[second] else None
 
     def single_row_kernel(self, shape: Shape) -> str | None:
         """The kernel one row of a packed ``shape`` runs faster on: of ``stock`` and ``skinny`` (those measured) the
@@ -298,7 +300,7 @@ class KernelTable:
         return {"key": self.key, "ms": self.ms}
 
     def rows(self, rule: dict[str, str] | None = None) -> list[str]:
-        """The table as lines: shape, each kernel's ms for 1 and 8 rows, the measured choice (and the rule's)."""
+        """The table as lines: shape, each kernel's ms per row count, the measured choice (and the rule's)."""
         kernels, counts = tuple(self.key.get("kernels", KERNELS)), self.row_counts
         width = 11 * len(counts) + 4
         head = "/".join(map(str, counts)) + " rows (ms)"

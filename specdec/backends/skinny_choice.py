@@ -50,6 +50,7 @@ from specdec.backends.kernel_times import (
     table_path,
 )
 from specdec.backends.kernels import plain_linear, shared_copy
+from specdec.backends.measured import model_table
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
 from specdec.backends.stacking import stackable_groups
 
@@ -117,10 +118,11 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
     """``(swapped, reason)``: on eager shapes, put each float32 CPU linear of ``model`` (in place) whose shape's
     skinny ``T(1) + T(8) + T(16)`` beat both stock and packed (not within ``TIE``; packed's single row on whichever
     kernel runs it faster) onto the kernel, before the rest is packed; ``reason`` says what was decided and from which
-    table, or why nothing was measured. A stackable group (``q/k/v``, ``gate/up``) stays off the kernel where its
-    stacked packed GEMM costs less than its members on the kernel (AMD Zen 4: ``q/k/v`` 0.35 ms stacked for 1 + 8 +
-    16 rows, 0.49 ms on the kernel, where ``k`` and ``v`` alone beat packed); the table also holds the stacked
-    shapes, whose single rows :func:`~specdec.backends.measured.single_rows` decides once they are packed."""
+    table, or why nothing was measured. A stackable group (``q/k/v``, ``gate/up``) that ``auto`` would pack stacked
+    (:func:`~specdec.backends.measured.model_table`) stays off the kernel where its one stacked packed GEMM costs no
+    more than its members each on its own best kernel (AMD Zen 4: ``q/k/v`` 0.35 ms stacked for 1 + 8 + 16 rows,
+    0.49 ms on the kernel, where ``k`` and ``v`` alone beat packed); the table also holds the stacked shapes, whose
+    single rows :func:`~specdec.backends.measured.single_rows` decides once they are packed."""
     linears, already = _candidates(model), len(skinny_names(model))
     if not linears:
         return already, ""
@@ -130,18 +132,25 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
     shapes = [linear_shape(m) for m in linears] + [stacked_shape(g) for g in groups]
     table = kernel_table(shapes, torch.float32, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
 
-    stacked = set()  # members of groups whose one stacked packed GEMM beats their members on the kernel
-    for group in groups:
-        mine = [table.cost(linear_shape(m), "skinny") for m in group]
-        together = table.cost(stacked_shape(group), "packed")
-        if together is not None and None not in mine and not sum(mine) < (1 - TIE) * together:
-            stacked |= {id(m) for m in group}
-
-    def wins(linear: nn.Linear) -> bool:
+    def alone(linear: nn.Linear) -> bool:
         shape = linear_shape(linear)
         rivals = [c for c in (table.cost(shape, k) for k in ("stock", "packed")) if c is not None]
         mine = table.cost(shape, "skinny")
-        return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals) and id(linear) not in stacked
+        return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals)
+
+    def best(linear: nn.Linear) -> float | None:
+        kernels = ("skinny",) if alone(linear) else ("stock", "packed")
+        costs = [c for c in (table.cost(linear_shape(linear), k) for k in kernels) if c is not None]
+        return min(costs, default=None)
+
+    stacked = set()  # members of a group that packs stacked, whose one GEMM beats its members each on its best kernel
+    for group, stacks in model_table(model)[1]:
+        members, together = [best(m) for m in group], table.cost(stacked_shape(group), "packed")
+        if stacks and together is not None and None not in members and not sum(members) < (1 - TIE) * together:
+            stacked |= {id(m) for m in group}
+
+    def wins(linear: nn.Linear) -> bool:
+        return alone(linear) and id(linear) not in stacked
 
     return _swap(model, linears, already, wins, table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS).name)
 
