@@ -106,7 +106,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             members = "+".join(KernelTable.name(linear_shape(m)) for m in group)
             print(f"  group {members}: {'packed and stacked' if wins else 'each member by its own row'}")
         if name == "float32":
-            _print_package_kernels(model, args.refresh)
+            _print_skinny_tables(model, args.refresh)
             _print_attention(model)
         variant = shared_copy(model)  # with the package's measured kernels, where that package is cached
         package_kernels(variant, cached_only=True)
@@ -120,9 +120,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_package_kernels(model, refresh: bool) -> None:
-    """What an ahead-of-time package of float32 ``model`` runs each linear on under ``weights="auto"``: stock or the
-    skinny kernel per shape, as measured (:mod:`specdec.backends.skinny_choice`)."""
+def _print_skinny_tables(model, refresh: bool) -> None:
+    """The skinny kernel's two tables for float32 ``model`` under ``weights="auto"``
+    (:mod:`specdec.backends.skinny_choice`): on eager shapes (a linear on the kernel, or a packed linear's single row)
+    and in an ahead-of-time package."""
     import torch
 
     from specdec.backends.kernel_times import (
@@ -130,26 +131,22 @@ def _print_package_kernels(model, refresh: bool) -> None:
         EAGER_ROWS,
         PACKAGE_KERNELS,
         kernel_table,
-        linear_shape,
-        stacked_shape,
         table_path,
     )
-    from specdec.backends.kernels import plain_linear
+    from specdec.backends.measured import model_shapes
     from specdec.backends.skinny import unavailable
     from specdec.backends.skinny_choice import skinny_measures
-    from specdec.backends.stacking import stackable_groups
 
     why = "the rule: stock (not measured on this CPU)" if not skinny_measures() else unavailable()
     if why:
         print(f"  the skinny kernel (eager linears, single rows, the ahead-of-time package's linears): {why}")
         return
-    shapes = [linear_shape(m) for m in model.modules() if plain_linear(m)]
-    stacked = [stacked_shape(g) for g in stackable_groups(model)]
-    eager = kernel_table(shapes + stacked, torch.float32, refresh=refresh, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
+    linears, _, shapes = model_shapes(model)
+    eager = kernel_table(shapes, torch.float32, refresh=refresh, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
     path = table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS)
     print(f"  eager shapes with the skinny kernel (a linear on it, or a packed linear's single row) ({path}):")
     print("\n".join("  " + line for line in eager.rows()))
-    table = kernel_table(shapes, torch.float32, refresh=refresh, kernels=PACKAGE_KERNELS)
+    table = kernel_table(shapes[: len(linears)], torch.float32, refresh=refresh, kernels=PACKAGE_KERNELS)
     path = table_path(torch.float32, PACKAGE_KERNELS)
     print(f"  its ahead-of-time package (static_shapes='aot'), ms per call, weights cold ({path}):")
     print("\n".join("  " + line for line in table.rows()))

@@ -105,7 +105,7 @@ def warp(logits: torch.Tensor, params: SamplingParams, dtype: torch.dtype = torc
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, -math.inf)
     if params.top_p < 1.0:
-        if runs_native(x):  # the same cut from the softmax's own masses, without sorting (specdec.backends.native)
+        if runs_native(x):  # the same cut from the softmax's masses, sorting only the tokens above it (native.nucleus)
             return nucleus(torch.softmax(x, dim=-1), params.top_p)
         x = x.masked_fill(_outside_nucleus(x, params.top_p), -math.inf)
     return torch.softmax(x, dim=-1)

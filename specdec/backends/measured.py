@@ -37,6 +37,7 @@ from specdec.backends.kernel_times import (
     RULE_KEPT,
     TIE,
     KernelTable,
+    Shape,
     kernel_table,
     linear_shape,
     machine_key,
@@ -66,6 +67,7 @@ __all__ = [  # the timing names are kernel_times', here too for the callers that
     "row_kernels",
     "rule_kept",
     "RULE_KEPT",
+    "model_shapes",
     "model_table",
     "sides",
     "single_rows",
@@ -158,12 +160,18 @@ def dtype_cost(model: nn.Module, kernel: str) -> str:
     )
 
 
+def model_shapes(model: nn.Module) -> tuple[list[nn.Linear], list[list[nn.Linear]], list[Shape]]:
+    """``(linears, groups, shapes)``: ``model``'s plain linears, its stackable groups of plain linears, and the shapes
+    a table over them times (each linear's, then each group's stacked shape)."""
+    linears = [m for m in model.modules() if plain_linear(m)]
+    groups = [g for g in stackable_groups(model) if all(plain_linear(m) for m in g)]
+    return linears, groups, [linear_shape(m) for m in linears] + [stacked_shape(g) for g in groups]
+
+
 def model_table(model: nn.Module, refresh: bool = False) -> tuple[KernelTable, list[tuple[list[nn.Linear], bool]]]:
     """This machine's table over ``model``'s plain linears and its stackable groups' stacked shapes, and per group
     whether its stacked packed GEMM beats its members run stock (then the group is packed whole, and stacked)."""
-    linears = [m for m in model.modules() if plain_linear(m)]
-    groups = [g for g in stackable_groups(model) if all(plain_linear(m) for m in g)]
-    shapes = [linear_shape(m) for m in linears] + [stacked_shape(g) for g in groups]
+    linears, groups, shapes = model_shapes(model)
     table = kernel_table(shapes, linears[0].weight.dtype, refresh=refresh)
     decided = []
     for group in groups:

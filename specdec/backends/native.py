@@ -34,8 +34,9 @@ def runs_native(t: torch.Tensor) -> bool:
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """``probs [..., V]`` (a softmax; overwritten and returned) with top-p applied: the tokens whose mass before them
-    in descending order is at least ``top_p`` set to 0 and the rest renormalised, found by a histogram of the mass
-    instead of a sort (``nucleus.cpp`` states how, and where the cut can differ from the tensor form's)."""
+    in descending order is at least ``top_p`` set to 0 and the rest renormalised, found from the mass above a few
+    thresholds and a sort of the tokens above the cut only (``nucleus.cpp`` states how, and where the cut can differ
+    from the tensor form's)."""
     return torch.ops.specdec.nucleus_(probs.contiguous(), float(top_p))
 
 

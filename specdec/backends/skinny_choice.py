@@ -50,9 +50,8 @@ from specdec.backends.kernel_times import (
     table_path,
 )
 from specdec.backends.kernels import plain_linear, shared_copy
-from specdec.backends.measured import model_table
+from specdec.backends.measured import model_shapes, model_table
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
-from specdec.backends.stacking import stackable_groups
 
 __all__ = [
     "SKINNY_RULE_KEPT",
@@ -128,9 +127,7 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
         return already, ""
     if (why := unavailable()) is not None:
         return 0, f"no linear on the skinny kernel: {why}"
-    groups = [g for g in stackable_groups(model) if all(plain_linear(m) for m in g)]
-    shapes = [linear_shape(m) for m in linears] + [stacked_shape(g) for g in groups]
-    table = kernel_table(shapes, torch.float32, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
+    table = kernel_table(model_shapes(model)[2], torch.float32, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
 
     def alone(linear: nn.Linear) -> bool:
         shape = linear_shape(linear)
@@ -138,21 +135,19 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
         mine = table.cost(shape, "skinny")
         return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals)
 
-    def best(linear: nn.Linear) -> float | None:
-        kernels = ("skinny",) if alone(linear) else ("stock", "packed")
-        costs = [c for c in (table.cost(linear_shape(linear), k) for k in kernels) if c is not None]
-        return min(costs, default=None)
+    own = frozenset(id(m) for m in linears if alone(m))  # each linear's own verdict, before the groups'
 
-    stacked = set()  # members of a group that packs stacked, whose one GEMM beats its members each on its best kernel
-    for group, stacks in model_table(model)[1]:
+    def best(linear: nn.Linear) -> float | None:
+        kernels = ("skinny",) if id(linear) in own else ("stock", "packed")
+        return min((c for c in (table.cost(linear_shape(linear), k) for k in kernels) if c is not None), default=None)
+
+    on = set(own)
+    for group, stacks in model_table(model)[1]:  # a group that packs stacked, its one GEMM no dearer: all off
         members, together = [best(m) for m in group], table.cost(stacked_shape(group), "packed")
         if stacks and together is not None and None not in members and not sum(members) < (1 - TIE) * together:
-            stacked |= {id(m) for m in group}
-
-    def wins(linear: nn.Linear) -> bool:
-        return alone(linear) and id(linear) not in stacked
-
-    return _swap(model, linears, already, wins, table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS).name)
+            on -= {id(m) for m in group}
+    source = table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS).name
+    return _swap(model, linears, already, lambda linear: id(linear) in on, source)
 
 
 def _swap(
