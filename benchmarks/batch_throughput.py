@@ -1,7 +1,7 @@
 """Throughput against batch size: vanilla, EAGLE-3 and the composite decoding several MT-bench prompts together.
 
     python benchmarks/batch_throughput.py [--methods vanilla eagle3 composite] [--batch-sizes 1 4 8]
-                                          [--prompts 8] [--new-tokens 128] [--threads 2]
+                                          [--prompts 8] [--new-tokens 128] [--threads 2] [--speculate auto]
 
 Greedy, float32 SmolLM2-135M-Instruct on the fast path. For each method, the ``--prompts`` first MT-bench questions
 run once through today's one-sequence loop (``generate``, prompt after prompt) and once through
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-loop", action="store_true", help="leave out the one-sequence loop (and the check)")
+    parser.add_argument(
+        "--speculate", choices=("auto", "always"), default="auto", help="the batched loop's pace (specdec.pace)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         gen.generate_batch(ids[:2], None, StopCondition(max_new_tokens=8))
     print(
         f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {len(ids)} MT-bench "
-        f"prompts, {args.new_tokens} new tokens, greedy"
+        f"prompts, {args.new_tokens} new tokens, greedy, speculate={args.speculate}"
     )
     seconds: dict[tuple[str, str], float] = {}
     tokens: dict[tuple[str, str], int] = {}
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 results = [gen.generate(x, None, stop) for x in ids]
                 alone[name] = [r.tokens for r in results]
             else:
-                results = gen.generate_batch(ids, None, stop, max_batch=int(size))
+                results = gen.generate_batch(ids, None, stop, max_batch=int(size), speculate=args.speculate)
             key = (name, size)
             seconds[key] = time.perf_counter() - t0
             tokens[key] = sum(len(r.tokens) for r in results)

@@ -2,7 +2,7 @@
 
     python benchmarks/kernel_choice_ab.py [--sides rule:SPECDEC_KERNELS=rule measured:SPECDEC_KERNELS=measure]
                                           [--per-family 5] [--new-tokens 96] [--temperature 0]
-                                          [--methods vanilla eagle3 composite]
+                                          [--methods vanilla eagle3 composite] [--total-tokens N]
 
 Issue 45: a CPU whose results row was measured under the vendor rule (``kernel_times.RULE_KEPT``) keeps the rule
 until its row is measured again; this is the measurement that decides. Each side is ``NAME:VAR=VALUE[,VAR=VALUE]``:
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import torch
 
-from specdec import HFTarget, SamplingParams, StopCondition, build_method, chat_ids
+from specdec import HFTarget, MethodOptions, SamplingParams, StopCondition, build_method, chat_ids
 from specdec.assets import select_prompts, spec_bench_prompts
 from specdec.backends.cpu import cpu_name
 from specdec.models import load_smollm2
@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3", "composite"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--total-tokens",
+        type=int,
+        help="a fixed tree size for the tree methods (default: sized per cycle by each "
+        "side's own cost curve, which then differs between sides with the curves' noise)",
+    )
     args = parser.parse_args(argv)
     if "vanilla" not in args.methods:
         raise SystemExit("--methods must include vanilla (every ratio is to a side's vanilla)")
@@ -76,14 +82,15 @@ def main(argv: list[str] | None = None) -> int:
             target = HFTarget(model, max_len=longest + args.new_tokens + 72, static_shapes=False)
             print(f"cpu={cpu_name()} {side} ({env}): {target.execution.describe()}", flush=True)
             for name in args.methods:
-                gens[f"{side}/{name}"] = build_method(name, target)
+                fixed = {"total_tokens": args.total_tokens} if args.total_tokens and name != "vanilla" else {}
+                gens[f"{side}/{name}"] = build_method(name, target, MethodOptions(**fixed))
                 env_of[f"{side}/{name}"] = env
     stop, warm = StopCondition(max_new_tokens=args.new_tokens), StopCondition(max_new_tokens=8)
     sampling = SamplingParams(temperature=args.temperature)
     for key, gen in gens.items():  # cost curves, measurements and first-call costs outside the timed runs
         with environment(env_of[key]):
             gen.generate(chat_ids(tok, prompts[0]), sampling.model_copy(update={"seed": 0}), warm)
-    seconds, tokens, cycles, same = ({k: 0.0 for k in gens} for _ in range(4))
+    seconds, tokens, cycles, same, nodes, draft, forward = ({k: 0.0 for k in gens} for _ in range(7))
     for i, prompt in enumerate(prompts):
         ids, seeded, outs = chat_ids(tok, prompt), sampling.model_copy(update={"seed": i}), {}
         for key in list(gens) if i % 2 == 0 else list(reversed(gens)):
@@ -93,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                 seconds[key] += time.perf_counter() - start
             tokens[key] += len(out.tokens)
             cycles[key] += max(out.metrics.cycles, 1)
+            nodes[key] += sum(out.metrics.tree_sizes) or out.metrics.cycles
+            draft[key] += out.metrics.time_draft
+            forward[key] += out.metrics.time_target
             outs[key] = list(out.tokens)
         for key in gens:
             same[key] += outs[key] == outs[key.split("/")[0] + "/vanilla"]
@@ -106,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"   {key:22s} {rate[key]:6.2f} tok/s  {rate[key] / rate[side + '/vanilla']:.3f}x own vanilla  "
             f"{rate[key] / rate[first + '/vanilla']:.3f}x {first} vanilla  tau {tokens[key] / cycles[key]:.2f}{greedy}"
+            f"  per cycle: {nodes[key] / cycles[key]:.1f} nodes, draft {1e3 * draft[key] / cycles[key]:.1f} ms, "
+            f"forward {1e3 * forward[key] / cycles[key]:.1f} ms"
         )
     return 0
 

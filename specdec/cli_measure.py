@@ -154,16 +154,16 @@ def _print_skinny_tables(model, refresh: bool) -> None:
 
 def _print_attention(model) -> None:
     """The few-row attention's measurement for float32 ``model`` (:mod:`specdec.backends.attention_choice`)."""
-    from specdec.backends.attention_choice import attention_times, few_row_asked
+    from specdec.backends.attention_choice import attention_mode, attention_times
 
+    mode = attention_mode()
     _, why, times = attention_times(model)
     if times is None:
-        print(f"  attention: SDPA ({why or 'the skinny kernels are not measured on this CPU'})")
-        return
-    rows = ", ".join(f"{name} {' / '.join(f'{us:.0f}' for us in by_rows.values())}" for name, by_rows in times.items())
-    asked = "asked for" if few_row_asked() else "not asked for (SDPA runs)"
-    print(f"  attention, us per call for 1 / 8 rows ({rows}): {why}")
-    print(f"  the few-row attention: SPECDEC_ATTENTION=few-row {asked}; invariant=True on float32 takes it regardless")
+        print(f"  attention: SDPA unless asked otherwise ({why or 'the attention is not measured on this CPU'})")
+    else:
+        rows = ", ".join(f"{name} {' / '.join(f'{us:.0f}' for us in v.values())}" for name, v in times.items())
+        print(f"  attention, us per call for 1 / 8 rows ({rows}): {why}")
+    print(f"  SPECDEC_ATTENTION={mode} (auto: as measured; sdpa; few-row); invariant=True on float32 takes the kernel")
 
 
 def _print_packages() -> None:

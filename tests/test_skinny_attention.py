@@ -153,33 +153,52 @@ def test_smollm2_float32_tree_rows_are_bitwise_single_steps_on_the_skinny_kernel
     assert not all(rows_match_steps(target.model, False, seed=2, target=target))
 
 
-def test_the_measured_choice_needs_every_linear_skinny_and_no_slower_attention(monkeypatch, tmp_path) -> None:
-    """Asked for (``SPECDEC_ATTENTION=few-row``), the few-row attention is chosen where every linear runs on the
-    skinny GEMM (a row-invariant forward) and its measured ``T(1) + T(8)`` is within the tie margin of SDPA's (cached
-    per machine and head shape); never unasked or with ``SPECDEC_SKINNY=off``."""
+def test_the_attention_is_chosen_by_measurement_whatever_runs_the_linears(monkeypatch, tmp_path) -> None:
+    """``SPECDEC_ATTENTION=auto`` (the default) takes the few-row attention where its measured ``T(1) + T(8)`` is
+    within the tie margin of SDPA's (cached per machine and head shape), with stock or skinny linears alike; ``sdpa``
+    never, ``few-row`` wherever it serves the model; nothing is measured with ``SPECDEC_SKINNY=off``,
+    ``SPECDEC_KERNELS=rule`` or on a CPU that keeps SDPA (:data:`~specdec.backends.attention_choice.SDPA_KEPT`)
+    unless ``SPECDEC_KERNELS=measure``."""
     from specdec.backends import attention_choice
     from specdec.models import tiny_llama
 
     monkeypatch.setenv("SPECDEC_SKINNY", "auto")
-    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
+    monkeypatch.setenv("SPECDEC_KERNELS", "auto")
     monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)  # the suite's forced profile means the rule: no measuring
+    monkeypatch.delenv("SPECDEC_ATTENTION", raising=False)
+    monkeypatch.setattr(attention_choice, "SDPA_KEPT", {})
     model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0)
-    monkeypatch.setenv("SPECDEC_ATTENTION", "few-row")
-    assert attention_choice.skinny_attention_fits(model) == (False, "")  # stock linears: nothing to gain
-    skinny.skinny_linears(model)
     for skinny_one_row, fits in ((65.0, True), (90.0, False)):  # SDPA 160 us; the tie margin 5 %: up to 168 us
         monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / str(fits)))
         times = {"sdpa": {"1": 60.0, "8": 100.0}, "skinny-attention": {"1": skinny_one_row, "8": 100.0}}
         measured = []
         fake = lambda *shape, m=measured, t=times: m.append(shape) or t  # noqa: E731
         monkeypatch.setattr(attention_choice, "_measure", fake)
-        assert attention_choice.skinny_attention_fits(model)[0] is fits
+        assert attention_choice.skinny_attention_fits(model)[0] is fits  # stock linears: measured all the same
+        skinny.skinny_linears(model)
         assert attention_choice.skinny_attention_fits(model)[0] is fits and measured == [(4, 2, 16)]  # cached
-        monkeypatch.setenv("SPECDEC_ATTENTION", "sdpa")  # the default
+        monkeypatch.setenv("SPECDEC_ATTENTION", "sdpa")
         assert attention_choice.skinny_attention_fits(model) == (False, "")
         monkeypatch.setenv("SPECDEC_ATTENTION", "few-row")
+        assert attention_choice.skinny_attention_fits(model)[0] is True  # asked for: whatever it measured
+        monkeypatch.delenv("SPECDEC_ATTENTION")
+        model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0)
+    monkeypatch.setenv("SPECDEC_KERNELS", "rule")
+    assert attention_choice.skinny_attention_fits(model) == (False, "")
+    monkeypatch.setenv("SPECDEC_KERNELS", "auto")
+    from specdec.backends.cpu import cpu_info
+
+    here = cpu_info()
+    kept = (here.get("vendor_id", ""), here.get("cpu family", ""), here.get("model", ""))
+    monkeypatch.setattr(attention_choice, "SDPA_KEPT", {kept: "this CPU, kept by an A/B"})
+    assert attention_choice.skinny_attention_fits(model) == (False, "")
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
+    fits, why = attention_choice.skinny_attention_fits(model)  # measured after all: the cached 90 us table
+    assert not fits and "T(1) + T(8)" in why
     monkeypatch.setenv("SPECDEC_SKINNY", "off")
     assert attention_choice.skinny_attention_fits(model) == (False, "")
+    monkeypatch.setenv("SPECDEC_ATTENTION", "few-row")
+    assert attention_choice.skinny_attention_fits(model) == (False, "")  # the kernels are off: it cannot serve
     monkeypatch.setenv("SPECDEC_ATTENTION", "on")
     with pytest.raises(ValueError, match="SPECDEC_ATTENTION"):
         attention_choice.skinny_attention_fits(model)

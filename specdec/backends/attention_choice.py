@@ -1,24 +1,29 @@
-"""Whether a float32 CPU target's attention runs on the few-row kernel (``specdec::skinny_attention``): where asked
-for (``SPECDEC_ATTENTION=few-row``), every linear already runs on the skinny GEMM and the kernel measured no slower
-than SDPA here.
+"""Whether a float32 CPU target's attention runs on the few-row kernel (``specdec::skinny_attention``) or SDPA:
+measured on the CPU at hand (``SPECDEC_ATTENTION=auto``, the default), or as asked (``sdpa``, ``few-row``).
 
-Why: with both, a float32 forward is row-invariant, a tree's row bitwise its 1-token step (both kernels' contracts;
-``tests/test_skinny_attention.py`` checks it on SmolLM2, with SDPA as the negative control), so greedy speculation
-emits plain decoding's tokens with no near-tie allowance, at float32's speed (the invariant numerics of
-:mod:`specdec.backends.gqa` pay for theirs with float64 attention). Why not by default: speed does not choose it.
-Measured on the Intel Xeon of family 6 model 106 (2 threads, ``docs/results/2026-11-29-skinny-attention-intel-f6m106``)
-the kernel alone runs 1 row in 0.43x SDPA's time and 8-16 rows in 0.55-0.95x, SmolLM2's eager forward gains
-1-5 %, but on Spec-Bench (18 x 96, T = 0, one process, three runs) plain decoding ran 1.00-1.04x, EAGLE-3 0.98-1.00x
-and the composite 0.96-0.98x their SDPA side.
+Why measured: the kernel's lead over SDPA depends on the CPU and on the shapes. On the AMD Zen 4 (family 25 model 17,
+2026-11-30, ``docs/results/2026-11-30-attention-amd-f25m17``) SDPA took 21-73 us for one query row against 200-1000
+keys and the kernel 11-41; for a batch of 4 rows of 3 tree nodes over 300 keys 247 us against 86; on Spec-Bench, with
+the linears packed as before, EAGLE-3 and the composite ran 5 % faster (five one-process A/Bs). On the Intel Xeon of
+family 6 model 106 (2026-11-29, ``docs/results/2026-11-29-skinny-attention-intel-f6m106``) the kernel alone was also
+faster (1 row in 0.43x SDPA's time, 8-16 rows in 0.55-0.95x), but in the model its lead shrank (keys cold) and
+Spec-Bench ran the trees 0-4 % slower: there an end-to-end A/B decided against the measurement alone, so that CPU keeps
+SDPA (:data:`SDPA_KEPT`).
+
+Row invariance: where every linear also runs on the skinny GEMM, a float32 forward is row-invariant, a tree's row
+bitwise its 1-token step (both kernels' contracts; ``tests/test_skinny_attention.py`` checks it on SmolLM2, with SDPA as
+the negative control), so greedy speculation emits plain decoding's tokens with no near-tie allowance, without the
+float64 attention of the invariant numerics (:mod:`specdec.backends.gqa`), which take the kernel wherever it serves the
+model (:func:`few_row_serves`) whatever its speed.
 
 The measurement (:func:`attention_times`): both run the model's head shape for 1 and 8 query rows over :data:`KEYS`
-cached keys with a tree's mask, interleaved pass by pass (:data:`PASSES`, the median kept); the kernel fits where
-its ``T(1) + T(8)`` is at most SDPA's plus :data:`~specdec.backends.kernel_times.TIE`. Cached per machine
-(:func:`~specdec.backends.kernel_times.machine_key`), head shape and kernel build, beside the linears' tables;
-``specdec doctor`` prints it. SDPA stays, unmeasured, unless asked for, where the skinny kernels are off
-(:func:`~specdec.backends.skinny_choice.skinny_measures`: ``SPECDEC_SKINNY=off``, measuring switched off, a kept
-CPU), where some linear runs on another kernel, for a model that is not float32 on the CPU, a head size that is not a
-multiple of 8, or where the kernel library cannot run (the reason is returned).
+cached keys with a tree's mask, interleaved pass by pass (:data:`PASSES`, the median kept); the kernel is chosen where
+its ``T(1) + T(8)`` is at most SDPA's plus :data:`~specdec.backends.kernel_times.TIE` (a tie: the kernel, which also
+serves row-invariant forwards). Cached per machine (:func:`~specdec.backends.kernel_times.machine_key`), head shape
+and kernel build, beside the linears' tables; ``specdec doctor`` prints it. SDPA stays, unmeasured, where
+:func:`attention_measures` says no (``SPECDEC_SKINNY=off``, ``SPECDEC_KERNELS=rule`` or a forced
+``SPECDEC_CPU_GEMM`` profile, a CPU of :data:`SDPA_KEPT`), for a model that is not float32 on the CPU, a head size
+that is not a multiple of 8, or where the kernel library cannot run (the reason is returned).
 """
 
 from __future__ import annotations
@@ -35,13 +40,17 @@ from specdec.backends.kernel_times import TIE, table_path
 
 __all__ = [
     "KEYS",
+    "MODES",
     "PASSES",
+    "SDPA_KEPT",
+    "attention_measures",
+    "attention_mode",
     "attention_shape",
     "attention_times",
-    "few_row_asked",
     "few_row_serves",
     "kernel_shape",
     "skinny_attention_fits",
+    "skinny_forward",
 ]
 
 #: Cached keys each timed call attends over (a mid-length chat context).
@@ -52,6 +61,13 @@ CALLS = 32
 #: The candidates' names in the cached table (its file is the linears' table name for these kernels).
 CANDIDATES = ("sdpa", "skinny-attention")
 ROWS = (1, 8)
+#: ``SPECDEC_ATTENTION``'s values: measured (the default), SDPA always, the kernel wherever it serves the model.
+MODES = ("auto", "sdpa", "few-row")
+#: CPUs (vendor, family, model) that keep SDPA under ``auto`` because an end-to-end A/B decided against the kernel
+#: although it measured faster alone (``SPECDEC_KERNELS=measure`` measures there too); the value names the entry.
+SDPA_KEPT: dict[tuple[str, str, str], str] = {
+    ("GenuineIntel", "6", "106"): "Intel Xeon (docs/results/2026-11-29-skinny-attention-intel-f6m106)",
+}
 
 
 def attention_shape(model: nn.Module) -> tuple[int, int, int] | None:
@@ -65,12 +81,28 @@ def attention_shape(model: nn.Module) -> tuple[int, int, int] | None:
     return int(heads), int(kv), int(size)
 
 
-def few_row_asked() -> bool:
-    """Whether ``SPECDEC_ATTENTION`` asks for the few-row attention (``few-row``; ``sdpa``, the default, does not)."""
-    switch = os.environ.get("SPECDEC_ATTENTION", "sdpa")
-    if switch not in ("sdpa", "few-row"):
-        raise ValueError(f"SPECDEC_ATTENTION must be 'sdpa' or 'few-row', got {switch!r}")
-    return switch == "few-row"
+def attention_mode() -> str:
+    """``SPECDEC_ATTENTION``: ``auto`` (default: measured here), ``sdpa`` or ``few-row`` (:data:`MODES`)."""
+    mode = os.environ.get("SPECDEC_ATTENTION", "auto")
+    if mode not in MODES:
+        raise ValueError(f"SPECDEC_ATTENTION must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def attention_measures() -> bool:
+    """Whether ``auto`` measures the kernel against SDPA here: not with ``SPECDEC_SKINNY=off``,
+    ``SPECDEC_KERNELS=rule`` or a forced ``SPECDEC_CPU_GEMM`` profile, nor on a CPU of :data:`SDPA_KEPT` (unless
+    ``SPECDEC_KERNELS=measure``). Independent of the linears' choice: a CPU that keeps their vendor rule
+    (:data:`~specdec.backends.kernel_times.RULE_KEPT`) still measures its attention."""
+    from specdec.backends.cpu import cpu_info
+    from specdec.backends.skinny_choice import skinny_off
+
+    kernels = os.environ.get("SPECDEC_KERNELS", "auto")
+    if skinny_off() or kernels == "rule" or os.environ.get("SPECDEC_CPU_GEMM"):
+        return False
+    info = cpu_info()
+    kept = (info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")) in SDPA_KEPT
+    return not kept or kernels == "measure"
 
 
 def kernel_shape(model: nn.Module) -> tuple[int, int, int] | None:
@@ -94,17 +126,25 @@ def few_row_serves(model: nn.Module) -> bool:
     return kernel_shape(model) is not None and not skinny_off() and unavailable() is None
 
 
-def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:
-    """``(fits, reason)``: whether ``model``'s attention should run on the few-row kernel here (the module
-    docstring), and from what (a cached or new measurement, or why not; ``""`` where not asked for or the kernels
-    are off)."""
+def skinny_forward(model: nn.Module) -> bool:
+    """Whether every linear of ``model`` runs on the skinny GEMM (none packed, none plain): with the few-row attention
+    its float32 forward is then row-invariant (the module docstring)."""
     from specdec.backends.kernels import plain_linear, runs_packed
     from specdec.backends.skinny import uses_skinny
 
-    if not few_row_asked():
+    return uses_skinny(model) and not any(plain_linear(m) or runs_packed(m) for m in model.modules())
+
+
+def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:
+    """``(fits, reason)``: whether ``model``'s attention should run on the few-row kernel here (the module
+    docstring), and from what (asked for, a cached or new measurement, or why not; ``""`` where SDPA was asked for
+    or nothing is measured)."""
+    mode = attention_mode()
+    if mode == "sdpa":
         return False, ""
-    if not uses_skinny(model) or any(plain_linear(m) or runs_packed(m) for m in model.modules()):
-        return False, ""  # another kernel runs some linear: no row invariance to gain
+    if mode == "few-row":
+        serves = few_row_serves(model)
+        return serves, "the few-row attention asked for (SPECDEC_ATTENTION=few-row)" if serves else ""
     return attention_times(model)[:2]
 
 
@@ -113,10 +153,9 @@ def attention_times(model: nn.Module) -> tuple[bool, str, dict[str, dict[str, fl
     (``times[candidate][rows]``, measured once per machine and cached; None where not measured, ``reason`` saying
     why, ``""`` where the kernels are off) and whether the kernel fits, whatever runs the linears."""
     from specdec.backends.skinny import _library, unavailable
-    from specdec.backends.skinny_choice import skinny_measures
 
     shape = kernel_shape(model)
-    if shape is None or not skinny_measures():
+    if shape is None or not attention_measures():
         return False, "", None
     heads, kv, size = shape
     if (why := unavailable()) is not None:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from specdec.backends.aot import cached_package, package_path
-from specdec.backends.attention_choice import few_row_serves
+from specdec.backends.attention_choice import few_row_serves, skinny_forward
 from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
 from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY, SKINNY_NUMERICS, cache_dtype, set_attention, use_gqa_attention
 from specdec.backends.kernels import (
@@ -98,6 +98,9 @@ class Execution:
             :func:`~specdec.backends.row_probe.single_row_padding`).
         single_stock, single_skinny: packed linears that run a single row stock / on the skinny kernel, as measured
             faster here (:func:`~specdec.backends.measured.single_rows`); single_bytes: the plain weights they keep.
+        skinny_forward: every linear and the attention on the skinny kernels, a row-invariant float32 forward
+            (:func:`~specdec.backends.attention_choice.skinny_forward`); the few-row attention beside other linears
+            is a speed choice only.
     """
 
     weights: str
@@ -115,6 +118,7 @@ class Execution:
     single_skinny: int = 0
     single_bytes: int = 0
     skinny: int = 0
+    skinny_forward: bool = False
 
     @property
     def static_shapes(self) -> StaticShapes:
@@ -150,7 +154,9 @@ class Execution:
             weights += f", {runs} (plain weights kept: {self.single_bytes / 2**20:.0f} MB)"
         few = self.attention == GQA_SKINNY
         how = "few-row attention" if few else "float64 attention and KV cache"
-        numerics = f", row-invariant numerics ({how}{padded})" if self.invariant else SKINNY_NUMERICS * few
+        speed = ", few-row attention" * few  # chosen for speed (attention_choice), beside linears on other kernels
+        numerics = SKINNY_NUMERICS if self.skinny_forward else speed
+        numerics = f", row-invariant numerics ({how}{padded})" if self.invariant else numerics
         return f"{weights}, {shapes}{numerics}" + (f"; {self.reason}" if self.reason else "")
 
 
@@ -312,6 +318,7 @@ def apply(
     return replace(
         execution,
         attention=attention,
+        skinny_forward=attention == GQA_SKINNY and skinny_forward(model),
         reason=reason,
         invariant=on,
         padded=padded,

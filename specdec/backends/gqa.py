@@ -7,7 +7,7 @@ transformers' ``sdpa`` path repeats every layer's keys/values to all query heads
 The few-row form (``"specdec_sdpa_skinny"``, :func:`_gqa_skinny`): a step's or a tree's float32 rows on
 ``specdec::skinny_attention`` (``skinny_attention.cpp``), whose result for a row depends only on the keys it sees, so
 it is row-invariant in float32 without float64; row-invariant numerics take it where it serves the model, and
-``SPECDEC_ATTENTION=few-row`` asks for it otherwise (:mod:`specdec.backends.attention_choice`).
+``weights="auto"`` where it measured faster than SDPA on the CPU at hand (:mod:`specdec.backends.attention_choice`).
 
 Row-invariant numerics (``"specdec_sdpa_invariant"``): the attention of a tree forward and of a 1-token step must
 give a row the same bits, but SDPA's CPU kernels group their sums by the number of rows and keys and by where masked
