@@ -159,7 +159,8 @@ def _print_attention(model) -> None:
     mode = attention_mode()
     _, why, times = attention_times(model)
     if times is None:
-        print(f"  attention: SDPA unless asked otherwise ({why or 'the attention is not measured on this CPU'})")
+        why = why or "not measured: switched off, a kept CPU, or a model the kernel does not serve"
+        print(f"  attention: SDPA unless asked otherwise ({why})")
     else:
         rows = ", ".join(f"{name} {' / '.join(f'{us:.0f}' for us in v.values())}" for name, v in times.items())
         print(f"  attention, us per call for 1 / 8 rows ({rows}): {why}")

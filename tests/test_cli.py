@@ -220,7 +220,8 @@ def test_generate_finds_the_shipped_heads_from_any_folder(tmp_path):
     cmd = [sys.executable, "-m", "specdec.cli", "generate", "Hi", "--max-new-tokens", "4"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    stats = done.stderr.strip().splitlines()
+    # the stats line; a noisy machine may add the cost-curve probe's warning, which is not what this test is about
+    stats = [line for line in done.stderr.strip().splitlines() if line.startswith("[")]
     assert len(stats) == 1 and stats[0].startswith("[composite, T=0"), done.stderr
 
 

@@ -204,6 +204,44 @@ def test_the_attention_is_chosen_by_measurement_whatever_runs_the_linears(monkey
         attention_choice.skinny_attention_fits(model)
 
 
+def test_auto_runs_the_few_row_attention_beside_packed_linears_without_claiming_row_invariance(monkeypatch) -> None:
+    """``weights="auto"`` with the few-row attention chosen (here asked for; the suite's forced oneDNN profile keeps
+    every linear packed): the target's attention runs on the kernel, its tree logits equal SDPA's target's within
+    float rounding, and it is not called row-invariant (``Execution.skinny_forward`` False, ``describe()`` says
+    "few-row attention"). ``skinny_forward`` holds once every linear is on the skinny GEMM, and not where a linear
+    subclass the fast path does not touch remains (negative control)."""
+    from specdec.backends import attention_choice
+    from specdec.models import tiny_llama
+    from specdec.tree import DraftTree
+
+    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
+    targets = {}
+    for mode in ("few-row", "sdpa"):
+        monkeypatch.setenv("SPECDEC_ATTENTION", mode)
+        model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0)
+        targets[mode] = HFTarget(model, max_len=64, weights="auto", static_shapes=False)
+    few, sdpa = targets["few-row"], targets["sdpa"]
+    assert few.execution.attention == GQA_SKINNY and sdpa.execution.attention != GQA_SKINNY
+    assert few.execution.packed and not few.execution.skinny_forward
+    assert "few-row attention" in few.execution.describe() and "row-invariant" not in few.execution.describe()
+    tree = DraftTree.from_parents(torch.tensor([3, 5, 7, 9]), torch.tensor([-1, 0, 0, 1]), 2)
+    prompt = torch.arange(1, 20)
+    logits = []
+    for target in (few, sdpa):
+        target.prefill(prompt)
+        logits.append(target.forward_tree(tree).logits)
+    assert torch.allclose(logits[0], logits[1], atol=1e-5, rtol=1e-5)
+    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0)
+    skinny.skinny_linears(model)
+    assert attention_choice.skinny_forward(model)
+
+    class Quantized(torch.nn.Linear):  # a linear subclass: neither plain nor on a kernel of the fast path
+        pass
+
+    model.lm_head = Quantized(64, 64)
+    assert not attention_choice.skinny_forward(model)
+
+
 def skinny_smollm2(max_len: int) -> HFTarget:
     """SmolLM2 float32 with every linear on the skinny GEMM and the few-row attention (set by hand: the measured
     choice is this CPU's)."""

@@ -61,7 +61,9 @@ CALLS = 32
 #: The candidates' names in the cached table (its file is the linears' table name for these kernels).
 CANDIDATES = ("sdpa", "skinny-attention")
 ROWS = (1, 8)
-#: ``SPECDEC_ATTENTION``'s values: measured (the default), SDPA always, the kernel wherever it serves the model.
+#: ``SPECDEC_ATTENTION``'s values for ``weights="auto"`` on eager shapes: measured (the default), SDPA, the kernel
+#: wherever it serves the model. A model left on stock linears runs SDPA, and row-invariant numerics take the kernel
+#: wherever it serves, whichever is set.
 MODES = ("auto", "sdpa", "few-row")
 #: CPUs (vendor, family, model) that keep SDPA under ``auto`` because an end-to-end A/B decided against the kernel
 #: although it measured faster alone (``SPECDEC_KERNELS=measure`` measures there too); the value names the entry.
@@ -132,7 +134,11 @@ def skinny_forward(model: nn.Module) -> bool:
     from specdec.backends.kernels import plain_linear, runs_packed
     from specdec.backends.skinny import uses_skinny
 
-    return uses_skinny(model) and not any(plain_linear(m) or runs_packed(m) for m in model.modules())
+    def elsewhere(m: nn.Module) -> bool:  # a linear on another kernel, or one the fast path does not touch
+        linear_like = isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"  # a subclass, transformers' Conv1D
+        return plain_linear(m) or runs_packed(m) or (linear_like and type(m) is not nn.Linear)
+
+    return uses_skinny(model) and not any(elsewhere(m) for m in model.modules())
 
 
 def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:
@@ -151,7 +157,8 @@ def skinny_attention_fits(model: nn.Module) -> tuple[bool, str]:
 def attention_times(model: nn.Module) -> tuple[bool, str, dict[str, dict[str, float]] | None]:
     """``(fits, reason, times)``: the few-row kernel's and SDPA's microseconds per call for ``model``'s head shape
     (``times[candidate][rows]``, measured once per machine and cached; None where not measured, ``reason`` saying
-    why, ``""`` where the kernels are off) and whether the kernel fits, whatever runs the linears."""
+    why, ``""`` where :func:`attention_measures` says no or the model has no head shape the kernel serves) and
+    whether the kernel fits, whatever runs the linears. A measurement that fails keeps SDPA, the reason returned."""
     from specdec.backends.skinny import _library, unavailable
 
     shape = kernel_shape(model)
@@ -164,9 +171,14 @@ def attention_times(model: nn.Module) -> tuple[bool, str, dict[str, dict[str, fl
     entry = f"{heads}x{kv}x{size}-{_library()[0]}"
     table = json.loads(path.read_text()) if path.exists() else {}
     if entry not in table:
-        table[entry] = _measure(heads, kv, size)
+        try:
+            table[entry] = _measure(heads, kv, size)
+        except RuntimeError as error:  # the kernel or SDPA raising on this machine: SDPA, and why
+            return False, f"attention on SDPA: its measurement failed ({error})", None
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(table, indent=1, sort_keys=True))
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may read the table meanwhile
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+        tmp.replace(path)
     times = table[entry]
     sdpa, skinny = (sum(times[name][str(t)] for t in ROWS) for name in CANDIDATES)
     fits = skinny <= (1 + TIE) * sdpa
