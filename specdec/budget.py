@@ -178,9 +178,10 @@ def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None
 
 
 def _backend_label(model: torch.nn.Module) -> str:
-    """What runs ``model``'s forwards (a curve's name and record): weights (:func:`specdec.backends.execution_label`),
-    row kernels (:func:`~specdec.backends.measured.row_kernels`), the attention's form (``attention_label``)."""
-    return execution_label(model) + row_kernels(model) + attention_label(model)
+    """A curve's name: weights (:func:`specdec.backends.execution_label`), row kernels (``row_kernels``; ``+1pad``:
+    single rows padded beside the few-row attention), the attention's form (``attention_label``)."""
+    att, pad = attention_label(model), any(getattr(m, "pad_single_row", False) for m in model.modules())
+    return execution_label(model) + row_kernels(model) + "+1pad" * (pad and att == "+attention") + att
 
 
 # ------------------------------------------------------------------------------------------------- measuring

@@ -242,6 +242,22 @@ def test_auto_runs_the_few_row_attention_beside_packed_linears_without_claiming_
     assert not attention_choice.skinny_forward(model)
 
 
+def test_padded_single_rows_beside_the_few_row_attention_get_their_own_cost_curve() -> None:
+    """Row-invariant numerics pad some packed linears' single rows to two; with the few-row attention such a target
+    must not share ``weights="auto"``'s cost curve (same weights and attention labels, another 1-token cost)."""
+    from specdec.budget import _backend_label
+    from specdec.models import tiny_llama
+
+    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, seed=0)
+    target = HFTarget(model, max_len=32, weights="packed", static_shapes=False)
+    _register_gqa_attention()
+    assert set_attention(target.model, GQA_SKINNY)
+    plain = _backend_label(target.model)
+    assert plain.endswith("+attention") and "+1pad" not in plain
+    next(m for m in target.model.modules() if hasattr(m, "pad_single_row")).pad_single_row = True
+    assert _backend_label(target.model) == plain.replace("+attention", "+1pad+attention")
+
+
 def skinny_smollm2(max_len: int) -> HFTarget:
     """SmolLM2 float32 with every linear on the skinny GEMM and the few-row attention (set by hand: the measured
     choice is this CPU's)."""
