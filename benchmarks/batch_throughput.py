@@ -1,7 +1,8 @@
 """Throughput against batch size: vanilla, EAGLE-3 and the composite decoding several MT-bench prompts together.
 
     python benchmarks/batch_throughput.py [--methods vanilla eagle3 composite] [--batch-sizes 1 4 8]
-                                          [--prompts 8] [--new-tokens 128] [--threads 2] [--speculate auto]
+                                          [--prompts 8] [--new-tokens 128] [--threads 2]
+                                          [--speculate auto [own always]]
 
 Greedy, float32 SmolLM2-135M-Instruct on the fast path. For each method, the ``--prompts`` first MT-bench questions
 run once through today's one-sequence loop (``generate``, prompt after prompt) and once through
@@ -23,6 +24,7 @@ from specdec.backends.cpu import cpu_name
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import build_method
 from specdec.models import load_smollm2
+from specdec.pace import BATCH_SIZES, OWN, STEP, Pace
 from specdec.target import HFTarget
 
 
@@ -35,7 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-loop", action="store_true", help="leave out the one-sequence loop (and the check)")
     parser.add_argument(
-        "--speculate", choices=("auto", "always"), default="auto", help="the batched loop's pace (specdec.pace)"
+        "--speculate",
+        nargs="+",
+        choices=("auto", "own", "always", "size2", "size3", "size4"),
+        default=["auto"],
+        help="the batched loop's pace (specdec.pace), each a configuration of its own: auto (steps, own trees or "
+        "trees of BATCH_SIZES nodes), own (steps or own trees: auto before the sizes), always (own trees), sizeN "
+        "(every cycle trees of N nodes)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -43,14 +51,21 @@ def main(argv: list[str] | None = None) -> int:
     target = HFTarget(model, max_len=1024, static_shapes=False)  # batched rows run eager shapes
     ids = [chat_ids(tokenizer, p.text) for p in mtbench_prompts()[: args.prompts]]
     stop = StopCondition(max_new_tokens=args.new_tokens)
-    gens = {m: VanillaGenerator(target) if m == "vanilla" else build_method(m, target) for m in args.methods}
+    gens: dict[str, object] = {}
+    paces: dict[str, str] = {}
+    for m in args.methods:
+        gen = VanillaGenerator(target) if m == "vanilla" else build_method(m, target)
+        for kind in ["-"] if m == "vanilla" else args.speculate:
+            name = m if kind == "-" or len(args.speculate) == 1 else f"{m}:{kind}"
+            gens[name], paces[name] = gen, kind
     for gen in gens.values():  # warm-up: kernels, the budget's cost curve
         gen.generate(ids[0], None, StopCondition(max_new_tokens=8))
         gen.generate_batch(ids[:2], None, StopCondition(max_new_tokens=8))
     print(
         f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {len(ids)} MT-bench "
-        f"prompts, {args.new_tokens} new tokens, greedy, speculate={args.speculate}"
+        f"prompts, {args.new_tokens} new tokens, greedy, speculate={' '.join(args.speculate)}"
     )
+    arms: dict[tuple[str, str], str] = {}
     seconds: dict[tuple[str, str], float] = {}
     tokens: dict[tuple[str, str], int] = {}
     taus: dict[tuple[str, str], list[float]] = {}
@@ -64,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                 results = [gen.generate(x, None, stop) for x in ids]
                 alone[name] = [r.tokens for r in results]
             else:
-                results = gen.generate_batch(ids, None, stop, max_batch=int(size), speculate=args.speculate)
+                pace = _pace(paces[name], int(size))
+                results = gen.generate_batch(ids, None, stop, max_batch=int(size), speculate=pace)
+                if isinstance(pace, Pace):
+                    arms[(name, size)] = " ".join(f"{ARM_NAMES.get(a, a)}:{n}" for a, n in pace.runs.items())
             key = (name, size)
             seconds[key] = time.perf_counter() - t0
             tokens[key] = sum(len(r.tokens) for r in results)
@@ -72,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             if name in alone:
                 same[key] = sum(r.tokens == a for r, a in zip(results, alone[name], strict=True))
             print(
-                f"  {name:10s} batch {size:>4s}: {tokens[key] / seconds[key]:6.1f} tok/s  ({seconds[key]:.1f} s)",
+                f"  {name:16s} batch {size:>4s}: {tokens[key] / seconds[key]:6.1f} tok/s  ({seconds[key]:.1f} s)  "
+                f"{arms.get(key, '')}",
                 flush=True,
             )
     print("\n| method | batch | tok/s | x batched vanilla | x own loop | tau | rows = alone |")
@@ -89,6 +108,29 @@ def main(argv: list[str] | None = None) -> int:
             equal = f"{same[key]}/{len(ids)}" if key in same else "-"
             print(f"| {name} | {size} | {rate:.1f} | {vs} | {own} | {tau:.2f} | {equal} |")
     return 0
+
+
+ARM_NAMES = {OWN: "own", STEP: "step"}
+
+
+def _pace(kind: str, batch: int) -> Pace | str:
+    """A fresh pace for one call (its cycles counted per arm), or ``"always"`` (vanilla: ignored)."""
+    if kind == "auto":
+        return Pace(sizes=BATCH_SIZES if batch > 1 else ())
+    if kind.startswith("size"):
+        return Fixed(int(kind[4:]))
+    return Pace() if kind == "own" else "always"
+
+
+class Fixed(Pace):
+    """Every cycle trees of ``size`` nodes (the arm alone, for measuring it)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(sizes=(size,))
+        self.size = size
+
+    def choose(self) -> int:
+        return self.size
 
 
 if __name__ == "__main__":

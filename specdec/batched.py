@@ -41,7 +41,7 @@ import torch
 from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, call_settings, make_generator
 from specdec.cycle import Drafted, Row, phases
 from specdec.errors import SpecdecError
-from specdec.pace import Pace
+from specdec.pace import OWN, STEP, Pace
 from specdec.rows import BatchRows
 from specdec.sampling import SamplingParams, check_finite, sample, warp
 
@@ -195,9 +195,13 @@ class _Batch:
 
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
-        speculate = self.pace is not None and self.pace.choose()
+        arm = STEP if self.pace is None else self.pace.choose()
+        if arm not in (OWN, STEP) and not any(self._row(i).policy.resized(arm) for i in self.live):
+            self.pace.drop(arm)  # no row's trees take this size: the batch speculates with its own
+            arm = OWN
+        speculate = arm != STEP
         # a plain step where not speculating (a speculative row's drafter still takes the token)
-        draft_, judge_, settle_ = phases(speculate, speculative=self.pace is not None)
+        draft_, judge_, settle_ = phases(arm, speculative=self.pace is not None)
         t0 = time.perf_counter()
         emitted = 0
         events: list[RowEvent] = []
@@ -245,7 +249,7 @@ class _Batch:
                 keep.append(r)
         self.rows.advance()
         if self.pace is not None:
-            self.pace.record(speculate, emitted, time.perf_counter() - t0)
+            self.pace.record(arm, emitted, time.perf_counter() - t0)
         self._drop(keep)
         yield from events
 

@@ -16,6 +16,7 @@ A vanilla step is the same cycle with a root-only tree (:func:`draft_root`, :fun
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from specdec import tree_checks
 from specdec.calls import GenerationMetrics, StopCondition
 from specdec.curve_watch import CurveWatch
 from specdec.interfaces import Drafter, TargetStep, TreePolicy, Verdict, Verifier
+from specdec.pace import OWN, STEP
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, logits_ok, sample, warp
 from specdec.tree import DraftTree
 
@@ -87,6 +89,7 @@ class Drafted:
     payload: torch.Tensor | None = None
     accepted: torch.Tensor | None = None
     bonus: torch.Tensor | None = None
+    policy: TreePolicy | None = None  # the policy that grew the tree (the row's, or its resized one): its feedback
 
 
 @dataclass
@@ -161,15 +164,16 @@ def unpack_sync(values: list, slots: int, payload: bool) -> Synced:
     )
 
 
-def draft(row: Row) -> Drafted:
-    """The row's tree from its policy and drafter, its contract faults (raised here when read on the host) and the
-    policy's sync payload."""
+def draft(row: Row, total: int | None = None) -> Drafted:
+    """The row's tree from its policy (resized to ``total`` nodes where it can be, :meth:`TreePolicy.resized`) and
+    drafter, its contract faults (raised here when read on the host) and the policy's sync payload."""
     assert row.policy is not None and row.root is not None
-    tree = row.policy.grow(row.drafter, row.root, row.sampling, row.g)
+    policy = (row.policy.resized(total) if total is not None else None) or row.policy
+    tree = policy.grow(row.drafter, row.root, row.sampling, row.g)
     faults = tree_checks.tree_faults(tree, row.root, row.vocab_size)  # the policy's tree keeps its contract
     if row.on_host:  # read now (host memory: no sync); elsewhere with the cycle's one sync
-        tree_checks.raise_tree_faults(int(faults), row.policy)
-    return Drafted(tree, faults, row.policy.sync_payload())
+        tree_checks.raise_tree_faults(int(faults), policy)
+    return Drafted(tree, faults, policy.sync_payload(), policy=policy)
 
 
 def judge(row: Row, drafted: Drafted, step: TargetStep) -> torch.Tensor:
@@ -188,15 +192,16 @@ def settle(row: Row, drafted: Drafted, step: TargetStep, values: list) -> Cycle:
         TreeContractError: the policy's tree broke its contract (:mod:`specdec.tree_checks`).
         NonFiniteLogitsError: the tree forward's logits were not finite.
     """
-    assert drafted.accepted is not None and row.policy is not None and row.drafter is not None
+    policy = drafted.policy or row.policy
+    assert drafted.accepted is not None and policy is not None and row.drafter is not None
     accepted, tree = drafted.accepted, drafted.tree
     synced = unpack_sync(values, len(accepted), drafted.payload is not None)
-    tree_checks.raise_tree_faults(synced.faults, row.policy)
+    tree_checks.raise_tree_faults(synced.faults, policy)
     if not synced.logits_ok:
         raise NonFiniteLogitsError("target logits contain NaN/+inf values during a tree forward")
     count = synced.accept_length + 1
-    row.policy.observe(synced.accept_length, synced.payload)
-    row.policy.observe_path(synced.path[:count])
+    policy.observe(synced.accept_length, synced.payload)
+    policy.observe_path(synced.path[:count])
     row.drafter.commit(tree.tokens[accepted[:count]], step.hidden.select(accepted[:count]))
     row.metrics.accept_lengths.append(synced.accept_length)
     row.metrics.tree_depths.append(tree.max_depth)
@@ -240,10 +245,11 @@ def settle_plain(row: Row, drafted: Drafted, step: TargetStep, values: list) -> 
     return cycle
 
 
-def phases(speculate: bool, speculative: bool = True) -> tuple[Callable, Callable, Callable]:
-    """A cycle's ``(draft, judge, settle)``: a speculative cycle's, else a plain step's (a speculative row's drafter
-    still takes the token, :func:`settle_plain`; a vanilla row has no drafter, :func:`settle_step`). Both loops take
-    their phases here, the one-sequence loop and the batch (:mod:`specdec.pace` chooses between the two)."""
-    if speculate:
-        return draft, judge, settle
-    return draft_root, judge_step, settle_plain if speculative else settle_step
+def phases(arm: int, speculative: bool = True) -> tuple[Callable, Callable, Callable]:
+    """A cycle's ``(draft, judge, settle)`` for a :mod:`specdec.pace` arm: a speculative cycle's (``OWN``: the
+    row's own tree; a size: trees resized to it), else (``STEP``) a plain step's (a speculative row's drafter still
+    takes the token, :func:`settle_plain`; a vanilla row has no drafter, :func:`settle_step`). Both loops take their
+    phases here, the one-sequence loop and the batch."""
+    if arm == STEP:
+        return draft_root, judge_step, settle_plain if speculative else settle_step
+    return (draft if arm == OWN else functools.partial(draft, total=arm)), judge, settle

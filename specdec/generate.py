@@ -42,7 +42,7 @@ from specdec.curve_watch import watch_of
 from specdec.cycle import Cycle, Row, phases
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError, TreeTooLargeError
-from specdec.pace import Always, Pace
+from specdec.pace import BATCH_SIZES, OWN, STEP, Always, Pace
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
 from specdec.verify import check_verifier, verifier_for
 
@@ -183,14 +183,15 @@ class _Loop(ABC):
             except ROW_FAILURES as error:
                 yield RowEvent(index, None, error)
 
-    def _pace(self, speculate: str | Pace) -> Pace | None:
+    def _pace(self, speculate: str | Pace, rows: int = 1) -> Pace | None:
+        """The call's :class:`Pace` (``"auto"``: a batch of ``rows > 1`` also tries :data:`BATCH_SIZES`)."""
         if isinstance(speculate, Pace):
             return speculate if self._speculative else None
         if speculate not in ("auto", "always"):
             raise ValueError(f"speculate must be 'auto' or 'always', got {speculate!r}")
         if not self._speculative:
             return None
-        return Pace() if speculate == "auto" else Always()
+        return Pace(sizes=BATCH_SIZES if rows > 1 else ()) if speculate == "auto" else Always()
 
     def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]], int]:
         """Each prompt prepared as :meth:`stream` prepares one, with its row and the fork of its parts (or the
@@ -232,16 +233,18 @@ class _Loop(ABC):
             tokenizer: encodes string prompts (as :meth:`stream`).
             max_batch: rows decoded at once (None: all prompts); a finished row's place goes to the next prompt.
                 1: each prompt in turn through the one-sequence loop.
-            speculate: ``"auto"``: each cycle the batch speculates or steps, whichever has emitted more tokens per
-                second in this call (:mod:`specdec.pace`); ``"always"``: speculates every cycle; or a
-                :class:`~specdec.pace.Pace` of one's own. Vanilla: ignored.
+            speculate: ``"auto"``: each cycle the batch steps, speculates with its rows' own trees, or with trees
+                of :data:`~specdec.pace.BATCH_SIZES` nodes, whichever has emitted most tokens per second in this call
+                (:mod:`specdec.pace`); ``"always"``: its own trees every cycle; or a :class:`~specdec.pace.Pace` of
+                one's own. Vanilla: ignored.
 
         Yields :class:`~specdec.batched.RowEvent` s: ``(row, token)`` in the order decided, and ``(row, None, error)``
         for a row that failed alone (its prompt and budget overflow the cache, non-finite logits, a broken tree).
         Bad input and settings raise here, before any row runs, as in :meth:`stream`.
         """
         prepared, _, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        return self._rows(prepared, self._pace(speculate), max_batch or len(prompts), room)
+        rows = max_batch or len(prompts)
+        return self._rows(prepared, self._pace(speculate, rows), rows, room)
 
     def generate_batch(
         self,
@@ -259,7 +262,8 @@ class _Loop(ABC):
             BatchRowError: some rows failed alone; it holds every row's result (``error`` set on the failed ones).
         """
         prepared, ids, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        events = self._rows(prepared, self._pace(speculate), max_batch or len(prompts), room)
+        rows = max_batch or len(prompts)
+        events = self._rows(prepared, self._pace(speculate, rows), rows, room)
         return collect(events, prepared, ids)
 
 
@@ -422,8 +426,9 @@ class SpeculativeGenerator(_Loop):
     def _cycle(self, row: Row, pace: Pace | None = None) -> Cycle:
         """One cycle (:mod:`specdec.cycle`): draft, target, verify, one host sync, commit; times into the row's
         metrics. A plain step instead where ``pace`` chooses one (the drafter still takes its token)."""
-        speculate = pace is None or pace.choose()
-        draft_, judge_, settle_ = phases(speculate)
+        arm = OWN if pace is None else pace.choose()
+        speculate = arm != STEP
+        draft_, judge_, settle_ = phases(arm)
         t1 = time.perf_counter()
         drafted = draft_(row)
         t2 = time.perf_counter()
@@ -439,7 +444,7 @@ class SpeculativeGenerator(_Loop):
         self.target.commit(accepted, len(cycle.path))
         t5 = time.perf_counter()
         if pace is not None:
-            pace.record(speculate, len(cycle.emitted), t5 - t1)
+            pace.record(arm, len(cycle.emitted), t5 - t1)
         metrics = row.metrics
         metrics.time_draft += t2 - t1
         metrics.time_target += t3 - t2

@@ -362,23 +362,24 @@ class TreePolicy(ABC):
         return TreeKind()
 
     def sync_payload(self) -> torch.Tensor | None:
-        """Device values (1-D, float) this policy wants on the host after the cycle's verification, or None.
-
-        The decoding loop carries them in its one host sync per cycle and hands them back to :meth:`observe`,
-        so a policy that plans from draft values needs no sync of its own. Default: nothing.
-        """
+        """Device values (1-D, float) this policy wants on the host after the cycle's verification, or None
+        (default). The decoding loop carries them in its one host sync per cycle and hands them back to
+        :meth:`observe`, so a policy that plans from draft values needs no sync of its own."""
         return None
 
     def observe(self, accept_length: int, payload: list[float] | None = None) -> None:  # noqa: B027 - optional hook
-        """Feedback after each cycle: how many draft tokens were accepted (host int, already synced).
-
-        Adaptive policies use it to calibrate their estimate of the accepted length; the default does nothing.
-        ``payload``: the host copy of this cycle's :meth:`sync_payload` (None when it returned None).
-        """
+        """Feedback after each cycle: how many draft tokens were accepted (host int, already synced); adaptive
+        policies calibrate their estimate of the accepted length with it (the default does nothing). ``payload``:
+        the host copy of this cycle's :meth:`sync_payload` (None when it returned None)."""
 
     def observe_path(self, accepted: list[int]) -> None:  # noqa: B027 - optional hook
         """Feedback after each cycle, after :meth:`observe`: the accepted path's node ids in the latest tree, root
         first (``accept_length + 1`` host ints, already synced). The default does nothing."""
+
+    def resized(self, total: int) -> TreePolicy | None:
+        """A policy growing trees of exactly ``total`` nodes (root included) of this one's :meth:`kind`, for a batch
+        that sizes every row's tree (:mod:`specdec.pace`); None (default): this policy's trees are not resized."""
+        return None
 
 
 class Verifier(ABC):

@@ -1,4 +1,4 @@
-"""Speculate or step: a decoding loop's choice each cycle, from what each mode has paid so far.
+"""Speculate or step, and how large a batch's trees: a decoding loop's choice each cycle, from what each has paid.
 
 The batched loop makes it for the whole batch (``generate_batch``, ``speculate="auto"`` by default), the one-sequence
 loop where asked (``generate(..., speculate="auto")`` or a :class:`Pace` kept across calls). A speculative cycle of
@@ -6,64 +6,109 @@ loop where asked (``generate(..., speculate="auto")`` or a :class:`Pace` kept ac
 tokens. Which emits more tokens per second depends on the machine, the backend, the batch size and the drafter's
 acceptance (on a 2-core CPU a batch of 8 runs its plain steps ~1.6x faster than its speculative cycles; one sequence
 on an ahead-of-time package steps faster than EAGLE-3 speculates, whose trees are compute-bound there), so it is
-measured: :class:`Pace` keeps, for each mode, the tokens the batch emitted per second
-of its cycles (decayed sums), runs the better one, and runs the other one cycle in ``explore_every`` to keep its
-figure current.
+measured. The choices are *arms*:
+
+* :data:`STEP`: every row one plain token (a tree of the root alone);
+* :data:`OWN`: every row speculates with the tree its own policy grows;
+* a size ``m >= 2`` (the batched loop's :data:`BATCH_SIZES`): every row whose policy can be resized
+  (:meth:`~specdec.interfaces.TreePolicy.resized`) speculates with a tree of exactly ``m`` nodes, the others with
+  their own. A batch's forward is compute-bound past a few rows per sequence, so the size that pays is set for the
+  batch by what the cycles measured, not by each row's guess of its share (on a 2-core Zen 4, 2 or 3 nodes per row at a
+  batch of 4, stepping at a batch of 8: ``docs/results/2026-11-30-batch-sizes-amd-f25m17``).
+
+:class:`Pace` keeps, for each arm, the tokens the batch emitted per second of its cycles (decayed sums), runs the
+best one, and every ``explore_every`` cycles runs the arm that has waited longest among those within
+:attr:`Pace.CLOSE` of the best (the best itself where none is), and every :attr:`Pace.FAR_EVERY`-th such cycle the
+stalest of all arms: every figure stays current, and arms far behind are paid for a third as often.
 
 Contract (exactness): the choice reads only the timings and token counts of finished cycles, never the current
-cycle's draws, and both modes emit each row's next tokens from its own target law (a step samples ``warp`` of the
-target's logits as vanilla decoding does; a cycle verifies its tree). With greedy rows both give the same tokens; at
-T > 0 a seed fixes each row's law but, as with any timing-sized tree, not its exact tokens.
+cycle's draws, and every arm emits each row's next tokens from its own target law (a step samples ``warp`` of the
+target's logits as vanilla decoding does; a cycle verifies its tree, a resized tree being of the kind its policy
+grows, which its verifier judges exactly). With greedy rows every arm gives the same tokens; at T > 0 a seed fixes
+each row's law but, as with any timing-sized tree, not its exact tokens.
 """
 
 from __future__ import annotations
 
-__all__ = ["Always", "Pace"]
+__all__ = ["BATCH_SIZES", "OWN", "STEP", "Always", "Pace"]
+
+#: The arm in which every row takes one plain token.
+STEP = 1
+#: The arm in which every row speculates with its own policy's tree.
+OWN = 0
+#: Tree sizes the batched loop's pace tries beside :data:`OWN` and :data:`STEP` (root included; depth-1 trees that
+#: a batch drafts in one head forward, :meth:`~specdec.interfaces.TreePolicy.resized`).
+BATCH_SIZES = (2, 3, 4)
 
 
 class Pace:
-    """Chooses, cycle by cycle, whether the batch speculates or steps.
+    """Chooses, cycle by cycle, whether the batch speculates or steps, and at what tree size.
 
     Args:
-        explore_every: one cycle in this many runs the mode not chosen (>= 2).
-        warm: cycles of each mode run before choosing (speculation first, then steps).
-        decay: weight of the past in each mode's tokens and seconds (per cycle of that mode).
+        explore_every: one cycle in this many runs the arm that has waited longest (>= 2).
+        warm: cycles of each arm run before choosing (speculation first, then the sizes, then steps).
+        decay: weight of the past in each arm's tokens and seconds (per cycle of that arm).
+        sizes: tree sizes (>= 2) to try beside :data:`OWN` and :data:`STEP` (default none: speculate or step).
     """
 
-    def __init__(self, explore_every: int = 12, warm: int = 3, decay: float = 0.8) -> None:
+    #: An arm whose rate is at least this share of the best one's is explored at every exploring cycle.
+    CLOSE = 0.9
+    #: One exploring cycle in this many runs the stalest of all arms, however far behind.
+    FAR_EVERY = 3
+
+    def __init__(self, explore_every: int = 12, warm: int = 3, decay: float = 0.8, sizes: tuple[int, ...] = ()) -> None:
         if explore_every < 2 or warm < 1 or not 0.0 <= decay < 1.0:
             raise ValueError(
                 f"need explore_every >= 2, warm >= 1, 0 <= decay < 1; got {explore_every}, {warm}, {decay}"
             )
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 2 for m in sizes) or len(set(sizes)) < len(sizes):
+            raise ValueError(f"sizes must be distinct integers >= 2 (tree nodes, root included), got {sizes!r}")
         self.explore_every, self.warm, self.decay = explore_every, warm, decay
-        self.tokens = {True: 0.0, False: 0.0}
-        self.seconds = {True: 0.0, False: 0.0}
-        self.runs = {True: 0, False: 0}
+        self.arms: list[int] = [OWN, *sizes, STEP]  # the warm-up's order
+        self.tokens = dict.fromkeys(self.arms, 0.0)
+        self.seconds = dict.fromkeys(self.arms, 0.0)
+        self.runs = dict.fromkeys(self.arms, 0)
+        self.last = dict.fromkeys(self.arms, 0)  # the cycle each arm last ran in
         self.cycle = 0
+        self.explorations = 0  # exploring cycles so far
 
-    def rate(self, speculate: bool) -> float:
-        """Tokens per second the mode has given (decayed); 0 before it ran."""
-        return self.tokens[speculate] / self.seconds[speculate] if self.seconds[speculate] > 0 else 0.0
+    def rate(self, arm: int) -> float:
+        """Tokens per second the arm has given (decayed); 0 before it ran."""
+        return self.tokens[arm] / self.seconds[arm] if self.seconds[arm] > 0 else 0.0
 
-    def choose(self) -> bool:
-        """True: this cycle speculates; False: every row steps."""
+    def choose(self) -> int:
+        """This cycle's arm: :data:`STEP`, :data:`OWN` or a tree size."""
         self.cycle += 1
-        for mode in (True, False):
-            if self.runs[mode] < self.warm:
-                return mode
-        best = self.rate(True) >= self.rate(False)
-        return (not best) if self.cycle % self.explore_every == 0 else best
+        for arm in self.arms:
+            if self.runs[arm] < self.warm:
+                return arm
+        best = max(self.arms, key=self.rate)  # ties: the earlier arm
+        if self.cycle % self.explore_every:
+            return best
+        self.explorations += 1
+        others = [a for a in self.arms if a != best]
+        if self.explorations % self.FAR_EVERY:
+            others = [a for a in others if self.rate(a) >= self.CLOSE * self.rate(best)]
+        return min(others, key=lambda a: self.last[a]) if others else best
 
-    def record(self, speculated: bool, tokens: int, seconds: float) -> None:
+    def record(self, arm: int, tokens: int, seconds: float) -> None:
         """A finished cycle: the tokens its rows emitted and its wall seconds."""
         d = self.decay
-        self.tokens[speculated] = d * self.tokens[speculated] + tokens
-        self.seconds[speculated] = d * self.seconds[speculated] + seconds
-        self.runs[speculated] += 1
+        self.tokens[arm] = d * self.tokens[arm] + tokens
+        self.seconds[arm] = d * self.seconds[arm] + seconds
+        self.runs[arm] += 1
+        self.last[arm] = self.cycle
+
+    def drop(self, arm: int) -> None:
+        """Stop trying ``arm`` (a size no row of the batch can be resized to)."""
+        if arm in (OWN, STEP):
+            raise ValueError("the own-tree and step arms stay")
+        if arm in self.arms:
+            self.arms.remove(arm)
 
 
 class Always(Pace):
-    """Speculates every cycle (``speculate="always"``): the raw speculative batch, for measuring it."""
+    """Speculates every cycle with the rows' own trees (``speculate="always"``): the raw speculative batch."""
 
-    def choose(self) -> bool:
-        return True
+    def choose(self) -> int:
+        return OWN

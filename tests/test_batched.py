@@ -28,7 +28,7 @@ from specdec.batched import BatchRowError
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import DraftTree
 from specdec.models import tiny_llama
-from specdec.pace import Pace
+from specdec.pace import OWN, STEP, Pace
 from specdec.rows import BatchRows, BatchUnsupportedError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -45,28 +45,66 @@ PIPELINES = [("ngram", "static"), ("eagle3", "dynamic"), ("small-lm", "chain")]
 class Alternate(Pace):
     """Speculates and steps in turn (a schedule the timings could produce), to prove both and the switch."""
 
-    def choose(self) -> bool:
+    def choose(self) -> int:
         self.cycle += 1
-        return self.cycle % 2 == 1
+        return OWN if self.cycle % 2 == 1 else STEP
+
+
+class Rotate(Pace):
+    """Own trees, a step, then trees resized to 2, 3 and 4 nodes in turn: every arm of a batch's pace."""
+
+    def __init__(self) -> None:
+        super().__init__(sizes=(2, 3, 4))
+
+    def choose(self) -> int:
+        self.cycle += 1
+        return (OWN, STEP, 2, 3, 4)[self.cycle % 5]
 
 
 def test_pace_warms_both_modes_then_runs_the_faster_and_explores():
+    """Warm-up in order, then the faster mode; every 4th cycle explores: the other mode when it is within
+    ``Pace.CLOSE`` of the best, else only every ``Pace.FAR_EVERY``-th exploring cycle."""
+    for step_tokens, explored in [(7.5, [8, 12, 16]), (4, [16])]:  # steps close to speculation's 8 tokens, or far
+        pace = Pace(explore_every=4, warm=2)
+        chosen = []
+        for _ in range(16):
+            arm = pace.choose()
+            chosen.append(arm)
+            pace.record(arm, tokens=8 if arm == OWN else step_tokens, seconds=1.0)
+        assert chosen[:4] == [OWN, OWN, STEP, STEP]
+        assert chosen[4:] == [STEP if c in explored else OWN for c in range(5, 17)]
     pace = Pace(explore_every=4, warm=2)
-    chosen = []
     for _ in range(12):
-        mode = pace.choose()
-        chosen.append(mode)
-        pace.record(mode, tokens=8 if mode else 4, seconds=1.0)  # speculation twice as fast
-    assert chosen[:4] == [True, True, False, False]
-    assert chosen[4:] == [c % 4 != 0 for c in range(5, 13)]  # the best, and a step every 4th cycle
-    pace = Pace(explore_every=4, warm=2)
-    for _ in range(12):
-        mode = pace.choose()
-        pace.record(mode, tokens=2 if mode else 4, seconds=1.0)  # steps faster
-    assert pace.rate(False) > pace.rate(True)
-    assert pace.choose() is False  # cycle 13: not an exploring one, so the faster mode
+        arm = pace.choose()
+        pace.record(arm, tokens=2 if arm == OWN else 4, seconds=1.0)  # steps faster
+    assert pace.rate(STEP) > pace.rate(OWN)
+    assert pace.choose() == STEP  # cycle 13: not an exploring one, so the faster mode
     with pytest.raises(ValueError, match="explore_every"):
         Pace(explore_every=1)
+
+
+def test_pace_finds_the_best_tree_size_and_explores_the_stalest_arm():
+    """Five arms: each warmed in order, then the fastest (size 3 here); an exploring cycle (every 4th) runs the
+    stalest close arm (size 4), every ``FAR_EVERY``-th one the stalest of all; a size no row takes is dropped, and
+    bad sizes are refused."""
+    pace = Pace(explore_every=4, warm=1, sizes=(2, 3, 4))
+    tokens = {OWN: 4, 2: 5, 3: 7, 4: 6.5, STEP: 3}
+    chosen = []
+    for _ in range(29):
+        arm = pace.choose()
+        chosen.append(arm)
+        pace.record(arm, tokens=tokens[arm], seconds=1.0)
+    assert chosen[:5] == [OWN, 2, 3, 4, STEP]
+    explored = [chosen[c - 1] for c in range(8, 30, 4)]  # cycles 8, 12, ... 28
+    assert explored == [4, 4, OWN, 4, 4, 2]
+    assert all(a == 3 for c, a in enumerate(chosen[5:], start=6) if c % 4)
+    pace.drop(3)
+    assert pace.arms == [OWN, 2, 4, STEP] and pace.choose() == 4
+    for bad in [(1,), (2, 2), (True,)]:
+        with pytest.raises(ValueError, match="sizes"):
+            Pace(sizes=bad)
+    with pytest.raises(ValueError, match="stay"):
+        pace.drop(STEP)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +189,15 @@ def test_a_row_that_sees_a_rejected_slot_is_caught():
 @pytest.mark.parametrize("kind", ["vanilla"] + [f"{d}/{p}" for d, p in PIPELINES])
 @pytest.mark.parametrize(
     ("max_batch", "pace"),
-    [(None, "always"), (2, "always"), (None, "alternate"), (None, "auto"), (1, "auto"), (1, "alternate")],
+    [
+        (None, "always"),
+        (2, "always"),
+        (None, "alternate"),
+        (None, "rotate"),
+        (None, "auto"),
+        (1, "auto"),
+        (1, "alternate"),
+    ],
 )
 def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
     target = target_of(model)
@@ -159,7 +205,7 @@ def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
     alone = [gen.generate(p, None, STOP).tokens for p in PROMPTS]
     assert len({tuple(a) for a in alone}) == len(PROMPTS)  # continuations differ: a row given another's would show
     stops = [STOP, StopCondition(max_new_tokens=5, eos_token_ids=()), STOP]  # row 1 finishes first
-    speculate = Alternate() if pace == "alternate" else pace
+    speculate = {"alternate": Alternate, "rotate": Rotate}.get(pace, lambda: pace)()
     results = gen.generate_batch(PROMPTS, None, stops, max_batch=max_batch, speculate=speculate)
     assert [r.tokens for r in results] == [alone[0], alone[1][:5], alone[2]]
     assert [r.finish_reason for r in results] == ["length"] * 3
@@ -167,6 +213,8 @@ def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
         assert any(a > 0 for r in results for a in r.metrics.accept_lengths)  # multi-token accepts happened
     if kind != "vanilla" and pace == "alternate":  # both kinds of cycle ran
         assert {min(n, 2) for r in results for n in r.metrics.tree_sizes} == {1, 2}
+    if kind == "eagle3/dynamic" and pace == "rotate":  # trees resized for the batch: the root and 1-3 children
+        assert {2, 3, 4} <= {n for r in results for n in r.metrics.tree_sizes}
 
 
 def test_rows_credited_to_their_neighbours_are_caught(model, monkeypatch):
@@ -295,6 +343,16 @@ def test_rotated_rows_fail_the_law(monkeypatch):
 def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(max_batch):
     p_values = row_law_p_values("eagle3/stochastic", 300, pace=Alternate, max_batch=max_batch)
     print("alternating p-values", p_values)
+    assert min(p_values) > ALPHA / 9
+
+
+@pytest.mark.parametrize("n_runs", [150, pytest.param(600, marks=pytest.mark.heavy)])
+def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(n_runs):
+    """Every arm of a batch's pace in turn (own dynamic trees, a step, depth-1 trees of 2, 3 and 4 nodes) at T > 0:
+    deterministic candidates verified exactly whatever their size (level as above; the power of this check is the
+    rotated-rows control's, the same counts and test)."""
+    p_values = row_law_p_values("eagle3/dynamic", n_runs, pace=Rotate)
+    print("resized trees' p-values", p_values)
     assert min(p_values) > ALPHA / 9
 
 

@@ -140,6 +140,11 @@ class AdaptiveTreePolicy(TreePolicy):
             self._policies[key] = DynamicTreePolicy(topk=self.topk, depth=depth, total_tokens=total)
         return self._policies[key]
 
+    def resized(self, total: int) -> DynamicTreePolicy | None:
+        """:meth:`DynamicTreePolicy.resized` of this policy's largest tree (a batch's size replaces the one chosen
+        per cycle; what this policy learns is left as it is)."""
+        return self._full.resized(total)
+
     def grow(
         self,
         drafter: Drafter,

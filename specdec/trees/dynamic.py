@@ -80,6 +80,13 @@ class DynamicTreePolicy(TreePolicy):
         self.max_nodes = min(total_tokens, self.pool_capacity)
         self.max_depth = depth
 
+    def resized(self, total: int) -> DynamicTreePolicy | None:
+        """Depth-1 trees of ``total`` nodes: the root's ``total - 1`` best children, one root step that a batch runs
+        for all its rows in one head forward (:mod:`specdec.pace`); None past ``topk`` children or ``max_nodes``."""
+        if not 2 <= total <= min(self.max_nodes, self.topk + 1):
+            return None
+        return DynamicTreePolicy(topk=total - 1, depth=1, total_tokens=total, strict=self.strict)
+
     def expand_pool(
         self,
         drafter: Drafter,
