@@ -260,8 +260,11 @@ def test_padded_single_rows_beside_the_few_row_attention_get_their_own_cost_curv
 
 def skinny_smollm2(max_len: int) -> HFTarget:
     """SmolLM2 float32 with every linear on the skinny GEMM and the few-row attention (set by hand: the measured
-    choice is this CPU's)."""
-    model, _ = smollm2(torch.float32)
+    choice is this CPU's). On a copy of the cached model: stock weights are served as they are (no copy of its own),
+    so swapping the linears in place would leave the cached model without plain linears for the other tests."""
+    from specdec.backends.kernels import shared_copy
+
+    model = shared_copy(smollm2(torch.float32)[0])
     target = HFTarget(model, max_len=max_len, weights="stock", static_shapes=False, in_place=False)
     skinny.skinny_linears(target.model)
     _register_gqa_attention()
