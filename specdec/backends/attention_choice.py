@@ -96,14 +96,13 @@ def attention_measures() -> bool:
     ``SPECDEC_KERNELS=rule`` or a forced ``SPECDEC_CPU_GEMM`` profile, nor on a CPU of :data:`SDPA_KEPT` (unless
     ``SPECDEC_KERNELS=measure``). Independent of the linears' choice: a CPU that keeps their vendor rule
     (:data:`~specdec.backends.kernel_times.RULE_KEPT`) still measures its attention."""
-    from specdec.backends.cpu import cpu_info
+    from specdec.backends.cpu import cpu_info, cpu_key
     from specdec.backends.skinny_choice import skinny_off
 
     kernels = os.environ.get("SPECDEC_KERNELS", "auto")
     if skinny_off() or kernels == "rule" or os.environ.get("SPECDEC_CPU_GEMM"):
         return False
-    info = cpu_info()
-    kept = (info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")) in SDPA_KEPT
+    kept = cpu_key(cpu_info()) in SDPA_KEPT
     return not kept or kernels == "measure"
 
 

@@ -58,6 +58,12 @@ def cpu_info() -> dict[str, str]:
     return info
 
 
+def cpu_key(info: dict[str, str]) -> tuple[str, str, str]:
+    """``(vendor_id, cpu family, model)`` from :func:`cpu_info`'s fields: the key of the tables of CPUs kept on a rule
+    (the caller passes the fields, so a test can patch its module's ``cpu_info``)."""
+    return info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
+
+
 def cpu_name() -> str:
     """The CPU's model name with its family and model numbers (which CPU a result was measured on)."""
     info = cpu_info()

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.backends.cpu import cpu_flags, cpu_info, packing_error
+from specdec.backends.cpu import cpu_flags, cpu_info, cpu_key, packing_error
 from specdec.backends.kernels import FastPathWarning, Int8Linear, PackedLinear
 from specdec.backends.skinny import SkinnyLinear, W8Linear
 
@@ -119,8 +119,7 @@ RULE_KEPT: dict[tuple[str, str, str | None], str] = {
 
 def rule_kept() -> str | None:
     """The results-page row this CPU's rule is kept for (:data:`RULE_KEPT`), or None."""
-    info = cpu_info()
-    vendor, family, model = info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")
+    vendor, family, model = cpu_key(cpu_info())
     return RULE_KEPT.get((vendor, family, model)) or RULE_KEPT.get((vendor, family, None))
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from specdec.backends.aot import cached_package
-from specdec.backends.cpu import cpu_info
+from specdec.backends.cpu import cpu_info, cpu_key
 from specdec.backends.kernel_times import (
     EAGER_KERNELS,
     EAGER_ROWS,
@@ -85,8 +85,7 @@ def skinny_measures() -> bool:
     machine that should keep torch's own kernels)."""
     if skinny_off():
         return False
-    info = cpu_info()
-    kept = (info.get("vendor_id", ""), info.get("cpu family", ""), info.get("model", "")) in SKINNY_RULE_KEPT
+    kept = cpu_key(cpu_info()) in SKINNY_RULE_KEPT
     return measuring() and (not kept or os.environ.get("SPECDEC_KERNELS") == "measure")
 
 
