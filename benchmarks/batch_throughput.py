@@ -2,9 +2,10 @@
 
     python benchmarks/batch_throughput.py [--methods vanilla eagle3 composite] [--batch-sizes 1 4 8]
                                           [--prompts 8] [--new-tokens 128] [--threads 2]
-                                          [--speculate auto [own always]]
+                                          [--speculate auto [own always]] [--temperature T] [--top-p P]
 
-Greedy, float32 SmolLM2-135M-Instruct on the fast path. For each method, the ``--prompts`` first MT-bench questions
+Greedy by default (``--temperature``, ``--top-p``: every row's sampling, seeded), float32 SmolLM2-135M-Instruct on
+the fast path. For each method, the ``--prompts`` first MT-bench questions
 run once through today's one-sequence loop (``generate``, prompt after prompt) and once through
 ``generate_batch(max_batch=B)`` for each batch size, all in one process, the configurations interleaved per
 round so that a slow spell of the machine hits all of them. Prints tokens/s of each and its ratio to batched vanilla
@@ -25,6 +26,7 @@ from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import build_method
 from specdec.models import load_smollm2
 from specdec.pace import BATCH_SIZES, OWN, STEP, Pace
+from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 
 
@@ -35,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.0, help="every row's temperature (0: greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--skip-loop", action="store_true", help="leave out the one-sequence loop (and the check)")
     parser.add_argument(
         "--speculate",
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     target = HFTarget(model, max_len=1024, static_shapes=False)  # batched rows run eager shapes
     ids = [chat_ids(tokenizer, p.text) for p in mtbench_prompts()[: args.prompts]]
     stop = StopCondition(max_new_tokens=args.new_tokens)
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=0)
     gens: dict[str, object] = {}
     paces: dict[str, str] = {}
     for m in args.methods:
@@ -61,9 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     for gen in gens.values():  # warm-up: kernels, the budget's cost curve
         gen.generate(ids[0], None, StopCondition(max_new_tokens=8))
         gen.generate_batch(ids[:2], None, StopCondition(max_new_tokens=8))
+    law = "greedy" if sampling.greedy else f"T = {args.temperature}, top-p {args.top_p}"
     print(
         f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {len(ids)} MT-bench "
-        f"prompts, {args.new_tokens} new tokens, greedy, speculate={' '.join(args.speculate)}"
+        f"prompts, {args.new_tokens} new tokens, {law}, "
+        f"speculate={' '.join(args.speculate)}"
     )
     arms: dict[tuple[str, str], str] = {}
     seconds: dict[tuple[str, str], float] = {}
@@ -76,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, gen in gens.items():
             t0 = time.perf_counter()
             if size == "loop":
-                results = [gen.generate(x, None, stop) for x in ids]
-                alone[name] = [r.tokens for r in results]
+                results = [gen.generate(x, sampling, stop) for x in ids]
+                if sampling.greedy:  # sampled rows follow their own seeds: their tokens are not compared
+                    alone[name] = [r.tokens for r in results]
             else:
                 pace = _pace(paces[name], int(size))
-                results = gen.generate_batch(ids, None, stop, max_batch=int(size), speculate=pace)
+                results = gen.generate_batch(ids, sampling, stop, max_batch=int(size), speculate=pace)
                 if isinstance(pace, Pace):
                     arms[(name, size)] = " ".join(f"{ARM_NAMES.get(a, a)}:{n}" for a, n in pace.runs.items())
             key = (name, size)

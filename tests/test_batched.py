@@ -347,13 +347,20 @@ def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(ma
 
 
 @pytest.mark.parametrize("n_runs", [150, pytest.param(600, marks=pytest.mark.heavy)])
-def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(n_runs):
-    """Every arm of a batch's pace in turn (own dynamic trees, a step, depth-1 trees of 2, 3 and 4 nodes) at T > 0:
-    deterministic candidates verified exactly whatever their size (level as above; the power of this check is the
-    rotated-rows control's, the same counts and test)."""
-    p_values = row_law_p_values("eagle3/dynamic", n_runs, pace=Rotate)
+@pytest.mark.parametrize("kind", ["eagle3/dynamic", "eagle3/stochastic"])
+def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(kind, n_runs):
+    """Every arm of a batch's pace in turn (own trees, a step, depth-1 trees of 2, 3 and 4 nodes; the sampled shape
+    has 2 root children, so it runs its own tree for 4) at T > 0: deterministic candidates and draws verified
+    exactly whatever their size (level as above; the power of this check is the rotated-rows control's, the same
+    counts and test)."""
+    p_values = row_law_p_values(kind, n_runs, pace=Rotate)
     print("resized trees' p-values", p_values)
     assert min(p_values) > ALPHA / 9
+    model = tiny_llama(vocab_size=LAW_VOCAB, hidden_size=16, num_layers=2, seed=3, logit_scale=1.5)
+    gen = decoder(kind, model, HFTarget(model, max_len=64, weights="packed"))
+    stop = StopCondition(max_new_tokens=12, eos_token_ids=())
+    results = gen.generate_batch(LAW_PROMPTS, LAW_SAMPLING, stop, speculate=Rotate())
+    assert {2, 3} <= {n for r in results for n in r.metrics.tree_sizes}  # the resized trees ran
 
 
 @pytest.mark.heavy  # 7 s on an Intel Xeon (family 6 model 106); the fast suite's law control: rotated rows (above)

@@ -412,3 +412,23 @@ def test_from_parents_with_the_pool_ancestors_equals_from_parents(seed: int) -> 
         assert torch.equal(getattr(again, name), getattr(tree, name)), name
     with pytest.raises(ValueError, match="ancestors"):
         DraftTree.from_parents(tokens, parents, max_depth=n, ancestors=tree.attn_mask[:, :-1])
+
+
+def test_resized_trees_are_depth_one_of_the_size_asked_or_refused() -> None:
+    """``TreePolicy.resized`` (a batch's tree size): the dynamic policy's ``total - 1`` best root children and the
+    sampled policy's ``total - 1`` root draws (their q recorded), within ``topk`` / the shape's root width; None past
+    them, and for a static shape (not resized)."""
+    drafter, root = FakeDrafter(16, random_logits(16)), torch.tensor(2)
+    dynamic = DynamicTreePolicy(topk=3, depth=4, total_tokens=10)
+    for total in (2, 3, 4):
+        tree = dynamic.resized(total).grow(drafter, root, GREEDY, None)
+        assert tree.num_nodes == total and tree.parents[1:].eq(0).all()
+        best = torch.topk(drafter.fn((int(root),)), total - 1)
+        assert set(tree.tokens[1:].tolist()) == set(best.indices.tolist())
+    assert dynamic.resized(5) is None and dynamic.resized(1) is None
+    sampled = StochasticTreePolicy([[0], [1], [0, 0]])
+    g = torch.Generator().manual_seed(0)
+    tree = sampled.resized(3).grow(drafter, root, SamplingParams(temperature=1.0), g)
+    assert tree.num_nodes == 3 and tree.parents[1:].eq(0).all() and tree.is_stochastic
+    assert tree.tokens[1] != tree.tokens[2]  # draws without replacement
+    assert sampled.resized(4) is None and StaticTreePolicy([[0], [1]]).resized(2) is None

@@ -95,6 +95,14 @@ class StochasticTreePolicy(TreePolicy):
         """The EAGLE-1 ``mc_sim_7b_63`` shape with sampled children."""
         return cls(StaticTreePolicy.eagle1_default())
 
+    def resized(self, total: int) -> StochasticTreePolicy | None:
+        """Depth-1 trees of ``total`` nodes: ``total - 1`` draws without replacement at the root (one root step, which
+        a batch runs for all its rows in one head forward, :mod:`specdec.pace`), at this policy's temperature ratio;
+        None past the widest root of this shape (so :meth:`kind`'s ``max_children`` still bounds every tree)."""
+        if not 2 <= total <= 1 + sum(len(p) == 1 for p in self.shape.paths):
+            return None
+        return StochasticTreePolicy([(r,) for r in range(total - 1)], self.draft_temperature_ratio)
+
     def kind(self, sampling: SamplingParams) -> TreeKind:
         """Sampled candidates at T > 0 (``max_children``: the widest sibling group); at T = 0 the deterministic tree
         of :attr:`shape`."""
