@@ -134,12 +134,21 @@ def measuring() -> bool:
     return mode == "measure" or rule_kept() is None
 
 
+#: Candidates that run the library's own kernels (:mod:`specdec.backends.skinny`): a table timing any of them is keyed
+#: by the library's build too (its source, torch version and flags), so a changed kernel is timed again.
+LIBRARY_KERNELS = frozenset({"skinny", "w8", "skinny-attention"})
+
+
 def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS, rows: tuple[int, ...] = ROWS) -> dict:
     """What decides a kernel's speed here: CPU model and flags, torch version, thread count, dtype (and the candidates
-    and row counts where they are not :data:`KERNELS` and :data:`ROWS`)."""
+    and row counts where they are not :data:`KERNELS` and :data:`ROWS`, and the library's build where a candidate is
+    one of its kernels, :data:`LIBRARY_KERNELS`)."""
+    from specdec.backends.skinny import library_name
+
     info = cpu_info()
     other = {"kernels": list(kernels)} if kernels != KERNELS else {}
     other |= {"rows": list(rows)} if rows != ROWS else {}
+    other |= {"library": library_name()} if LIBRARY_KERNELS.intersection(kernels) else {}
     return other | {
         "cpu": info.get("model name", ""),
         "family": info.get("cpu family", ""),

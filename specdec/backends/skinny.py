@@ -89,6 +89,12 @@ def _library() -> tuple[str, Path]:
     return name, cache_dir() / "ext" / name
 
 
+def library_name() -> str:
+    """The kernel library's name: a digest of its source, the torch version and :data:`BUILD` (what the measured
+    choices' tables are keyed by, :func:`~specdec.backends.kernel_times.machine_key`)."""
+    return _library()[0]
+
+
 def built() -> bool:
     """Whether the kernel library is already built on this machine (loading it then takes no compiler run)."""
     name, build = _library()
