@@ -377,8 +377,8 @@ class TreePolicy(ABC):
         first (``accept_length + 1`` host ints, already synced). The default does nothing."""
 
     def resized(self, total: int) -> TreePolicy | None:
-        """A policy growing trees of exactly ``total`` nodes (root included) of this one's :meth:`kind`, for a batch
-        that sizes every row's tree (:mod:`specdec.pace`); None (default): this policy's trees are not resized."""
+        """A policy growing trees of ``total`` nodes (root included; a composite adds its continuations) of this one's
+        :meth:`kind`, for a batch that sizes every row's tree (:mod:`specdec.pace`); None (default): not resized."""
         return None
 
 

@@ -120,6 +120,13 @@ def target_of(model, max_len: int = 96) -> HFTarget:
 def decoder(kind: str, model, target: HFTarget):
     if kind == "vanilla":
         return VanillaGenerator(target)
+    if kind == "composite":  # EAGLE-3 dynamic at T = 0 / sampled at T > 0, with prompt-lookup continuations beside
+        from specdec.drafters import CompositeDrafter, RetrievalDrafter
+        from specdec.trees import ByTemperature, CompositeTreePolicy
+
+        drafter = CompositeDrafter(make_drafter("eagle3", model, target.max_len), [RetrievalDrafter(target.vocab_size)])
+        policy = CompositeTreePolicy(ByTemperature(make_policy("dynamic"), make_policy("stochastic")), min_prob=0.0)
+        return SpeculativeGenerator(target, drafter, policy)
     drafter_kind, policy = kind.split("/")
     return SpeculativeGenerator(target, make_drafter(drafter_kind, model, target.max_len), make_policy(policy))
 
@@ -186,7 +193,7 @@ def test_a_row_that_sees_a_rejected_slot_is_caught():
     assert not torch.allclose(rows.forward([nxt])[0].logits, own.forward_tree(nxt).logits, atol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["vanilla"] + [f"{d}/{p}" for d, p in PIPELINES])
+@pytest.mark.parametrize("kind", ["vanilla", "composite"] + [f"{d}/{p}" for d, p in PIPELINES])
 @pytest.mark.parametrize(
     ("max_batch", "pace"),
     [
@@ -213,8 +220,8 @@ def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
         assert any(a > 0 for r in results for a in r.metrics.accept_lengths)  # multi-token accepts happened
     if kind != "vanilla" and pace == "alternate":  # both kinds of cycle ran
         assert {min(n, 2) for r in results for n in r.metrics.tree_sizes} == {1, 2}
-    if kind == "eagle3/dynamic" and pace == "rotate":  # trees resized for the batch: the root and 1-3 children
-        assert {2, 3, 4} <= {n for r in results for n in r.metrics.tree_sizes}
+    if kind in ("eagle3/dynamic", "composite") and pace == "rotate":  # resized: the root and 1-3 children (and
+        assert {2, 3, 4} <= {n for r in results for n in r.metrics.tree_sizes}  # a composite's continuations)
 
 
 def test_rows_credited_to_their_neighbours_are_caught(model, monkeypatch):
@@ -347,7 +354,7 @@ def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(ma
 
 
 @pytest.mark.parametrize("n_runs", [150, pytest.param(600, marks=pytest.mark.heavy)])
-@pytest.mark.parametrize("kind", ["eagle3/dynamic", "eagle3/stochastic"])
+@pytest.mark.parametrize("kind", ["eagle3/dynamic", "eagle3/stochastic", "composite"])
 def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(kind, n_runs):
     """Every arm of a batch's pace in turn (own trees, a step, depth-1 trees of 2, 3 and 4 nodes; the sampled shape
     has 2 root children, so it runs its own tree for 4) at T > 0: deterministic candidates and draws verified

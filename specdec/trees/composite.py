@@ -167,6 +167,22 @@ class CompositeTreePolicy(TreePolicy):
             UnservableDrafterError: a drafter that keeps no history, or proposes nothing under a policy of
                 proposals only.
         """
+        return self._grow(drafter, root, sampling, generator, None)
+
+    def resized(self, total: int) -> TreePolicy | None:
+        """This composite with its base's tree resized to ``total`` nodes where the base can be
+        (:meth:`TreePolicy.resized`), the continuations still added where they pay: the same policy object's rates
+        and feedback, one cycle at that size; None without a base."""
+        return None if self.base is None else _Resized(self, total)
+
+    def _grow(
+        self,
+        drafter: Drafter,
+        root: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+        total: int | None,
+    ) -> DraftTree:
         if self.base is None and type(drafter).proposals is Drafter.proposals:
             raise UnservableDrafterError(
                 f"CompositeTreePolicy(None) grows trees of proposals only, and {type(drafter).__name__} proposes none "
@@ -183,6 +199,8 @@ class CompositeTreePolicy(TreePolicy):
         proposals = sorted((c for c in drafter.proposals(int(root)) if c.tokens), key=lambda c: -c.match_length)
         proposals = proposals[: self.branches]
         base = None if self.base is None else self.base.for_sampling(sampling)
+        if base is not None and total is not None:  # a batch's size: the base's tree at it, where it can be
+            base = base.resized(total) or base
         sampled = base is not None and base.kind(sampling).sampled
         if base is None:
             tree = DraftTree.single(root)
@@ -274,6 +292,30 @@ class CompositeTreePolicy(TreePolicy):
 
     def __repr__(self) -> str:
         return f"CompositeTreePolicy(base={self.base!r}, max_draft={self.max_draft}, branches={self.branches})"
+
+
+class _Resized(TreePolicy):
+    """A :class:`CompositeTreePolicy` growing one cycle's tree with its base resized (:meth:`~CompositeTreePolicy.
+    resized`); everything else (kind, payload, feedback) is the composite's own."""
+
+    def __init__(self, owner: CompositeTreePolicy, total: int) -> None:
+        self.owner, self.total = owner, total
+        self.max_nodes, self.max_depth = owner.max_nodes, owner.max_depth
+
+    def grow(self, drafter, root, sampling, generator, avoid=None) -> DraftTree:
+        return self.owner._grow(drafter, root, sampling, generator, self.total)
+
+    def kind(self, sampling: SamplingParams) -> TreeKind:
+        return self.owner.kind(sampling)
+
+    def sync_payload(self) -> torch.Tensor | None:
+        return self.owner.sync_payload()
+
+    def observe(self, accept_length: int, payload: list[float] | None = None) -> None:
+        self.owner.observe(accept_length, payload)
+
+    def observe_path(self, accepted: list[int]) -> None:
+        self.owner.observe_path(accepted)
 
 
 def _children(tokens: list[int], parents: list[int]) -> dict[tuple[int, int], int]:
