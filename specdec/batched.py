@@ -195,7 +195,7 @@ class _Batch:
 
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
-        arm = STEP if self.pace is None else self.pace.choose()
+        arm = STEP if self.pace is None else self.pace.next_arm()
         if arm not in (OWN, STEP) and not any(self._row(i).policy.resized(arm) for i in self.live):
             self.pace.drop(arm)  # no row's trees take this size: the batch speculates with its own
             arm = OWN

@@ -244,7 +244,7 @@ class _Loop(ABC):
         """
         prepared, _, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
         rows = max_batch or len(prompts)
-        return self._rows(prepared, self._pace(speculate, rows), rows, room)
+        return self._rows(prepared, self._pace(speculate, min(rows, len(prompts))), rows, room)
 
     def generate_batch(
         self,
@@ -263,7 +263,7 @@ class _Loop(ABC):
         """
         prepared, ids, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
         rows = max_batch or len(prompts)
-        events = self._rows(prepared, self._pace(speculate, rows), rows, room)
+        events = self._rows(prepared, self._pace(speculate, min(rows, len(prompts))), rows, room)
         return collect(events, prepared, ids)
 
 
@@ -426,7 +426,7 @@ class SpeculativeGenerator(_Loop):
     def _cycle(self, row: Row, pace: Pace | None = None) -> Cycle:
         """One cycle (:mod:`specdec.cycle`): draft, target, verify, one host sync, commit; times into the row's
         metrics. A plain step instead where ``pace`` chooses one (the drafter still takes its token)."""
-        arm = OWN if pace is None else pace.choose()
+        arm = OWN if pace is None else pace.next_arm()
         speculate = arm != STEP
         draft_, judge_, settle_ = phases(arm)
         t1 = time.perf_counter()

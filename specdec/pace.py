@@ -11,10 +11,11 @@ measured. The choices are *arms*:
 * :data:`STEP`: every row one plain token (a tree of the root alone);
 * :data:`OWN`: every row speculates with the tree its own policy grows;
 * a size ``m >= 2`` (the batched loop's :data:`BATCH_SIZES`): every row whose policy can be resized
-  (:meth:`~specdec.interfaces.TreePolicy.resized`) speculates with a tree of exactly ``m`` nodes, the others with
-  their own. A batch's forward is compute-bound past a few rows per sequence, so the size that pays is set for the
-  batch by what the cycles measured, not by each row's guess of its share (on a 2-core Zen 4, 2 or 3 nodes per row at a
-  batch of 4, stepping at a batch of 8: ``docs/results/2026-11-30-batch-sizes-amd-f25m17``).
+  (:meth:`~specdec.interfaces.TreePolicy.resized`) speculates with a tree of ``m`` nodes (a composite adds its
+  continuations), the others with their own. A batch's forward is compute-bound past a few rows per sequence, so
+  the size that pays is set for the batch by what the cycles measured, not by each row's guess of its share (on a
+  2-core Zen 4, 2 or 3 nodes per row at a batch of 4, stepping at a batch of 8:
+  ``docs/results/2026-11-30-batch-sizes-amd-f25m17``).
 
 :class:`Pace` keeps, for each arm, the tokens the batch emitted per second of its cycles (decayed sums), runs the
 best one, and every ``explore_every`` cycles runs the arm that has waited longest among those within
@@ -90,6 +91,17 @@ class Pace:
         if self.explorations % self.FAR_EVERY:
             others = [a for a in others if self.rate(a) >= self.CLOSE * self.rate(best)]
         return min(others, key=lambda a: self.last[a]) if others else best
+
+    def next_arm(self) -> int:
+        """:meth:`choose`, checked before the cycle runs: a pace's arm (``STEP``, ``OWN`` or one of its sizes), never
+        ``True`` / ``False`` (a subclass written for a speculate-or-step choice is refused by name, not misread)."""
+        arm = self.choose()
+        if isinstance(arm, bool) or arm not in self.tokens:
+            raise ValueError(
+                f"{type(self).__name__}.choose() returned {arm!r}: an arm is STEP ({STEP}), OWN ({OWN}) or one of "
+                f"this pace's sizes {tuple(a for a in self.tokens if a not in (OWN, STEP))}"
+            )
+        return arm
 
     def record(self, arm: int, tokens: int, seconds: float) -> None:
         """A finished cycle: the tokens its rows emitted and its wall seconds."""

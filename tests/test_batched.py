@@ -19,6 +19,9 @@ Proofs, each with a negative control that must fail:
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -51,14 +54,27 @@ class Alternate(Pace):
 
 
 class Rotate(Pace):
-    """Own trees, a step, then trees resized to 2, 3 and 4 nodes in turn: every arm of a batch's pace."""
+    """Own trees, a step, then trees resized to 2, 3 and 4 nodes in turn, from ``start``: every arm of a batch's
+    pace (a law test's calls start at each arm in turn, so each arm runs first cycles too)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 0) -> None:
         super().__init__(sizes=(2, 3, 4))
+        self.cycle = start
 
     def choose(self) -> int:
         self.cycle += 1
         return (OWN, STEP, 2, 3, 4)[self.cycle % 5]
+
+
+class Sized(Pace):
+    """Every cycle trees resized to ``size`` nodes."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(sizes=(size,))
+        self.size = size
+
+    def choose(self) -> int:
+        return self.size
 
 
 def test_pace_warms_both_modes_then_runs_the_faster_and_explores():
@@ -295,7 +311,7 @@ LAW_SAMPLING = [
 
 
 def row_law_p_values(
-    kind: str, n_runs: int, seed: int = 0, pace: type[Pace] | None = None, max_batch: int | None = None
+    kind: str, n_runs: int, seed: int = 0, pace: Callable[[int], Pace] | None = None, max_batch: int | None = None
 ) -> list[float]:
     """Per row, the G-test p-value of ``n_runs`` batched calls' first tokens against that row's exact law
     (``max_batch=1``: each prompt through the one-sequence loop)."""
@@ -305,10 +321,10 @@ def row_law_p_values(
     g = torch.Generator().manual_seed(seed)
     stop = StopCondition(max_new_tokens=LAW_TOKENS, eos_token_ids=())
     tokens: list[list[list[int]]] = [[] for _ in LAW_PROMPTS]
-    for _ in range(n_runs):
+    for run in range(n_runs):
         seeds = torch.randint(0, 2**62, (len(LAW_PROMPTS),), generator=g).tolist()
         settings = [s.model_copy(update={"seed": x}) for s, x in zip(LAW_SAMPLING, seeds, strict=True)]
-        speculate = "always" if pace is None else pace()
+        speculate = "always" if pace is None else pace(run)
         results = gen.generate_batch(LAW_PROMPTS, settings, stop, speculate=speculate, max_batch=max_batch)
         for r, result in enumerate(results):
             tokens[r].append(result.tokens)
@@ -348,7 +364,7 @@ def test_rotated_rows_fail_the_law(monkeypatch):
 # the batch (the fast suite's one positive law of the batched loop), and each prompt through the one-sequence loop
 @pytest.mark.parametrize("max_batch", [None, pytest.param(1, marks=pytest.mark.heavy)])
 def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(max_batch):
-    p_values = row_law_p_values("eagle3/stochastic", 300, pace=Alternate, max_batch=max_batch)
+    p_values = row_law_p_values("eagle3/stochastic", 300, pace=lambda _: Alternate(), max_batch=max_batch)
     print("alternating p-values", p_values)
     assert min(p_values) > ALPHA / 9
 
@@ -360,7 +376,7 @@ def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(kind, n_run
     has 2 root children, so it runs its own tree for 4) at T > 0: deterministic candidates and draws verified
     exactly whatever their size (level as above; the power of this check is the rotated-rows control's, the same
     counts and test)."""
-    p_values = row_law_p_values(kind, n_runs, pace=Rotate)
+    p_values = row_law_p_values(kind, n_runs, pace=Rotate)  # run r starts at arm r % 5
     print("resized trees' p-values", p_values)
     assert min(p_values) > ALPHA / 9
     model = tiny_llama(vocab_size=LAW_VOCAB, hidden_size=16, num_layers=2, seed=3, logit_scale=1.5)
@@ -368,6 +384,50 @@ def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(kind, n_run
     stop = StopCondition(max_new_tokens=12, eos_token_ids=())
     results = gen.generate_batch(LAW_PROMPTS, LAW_SAMPLING, stop, speculate=Rotate())
     assert {2, 3} <= {n for r in results for n in r.metrics.tree_sizes}  # the resized trees ran
+
+
+def test_resized_sampled_trees_that_misrecord_q_fail_the_law(monkeypatch):
+    """Negative control of the resized arm: the sampled trees resized for the batch draw from the draft but record a
+    uniform q, so the verifier accepts nearly every draw and the rows emit the draft's law."""
+    from specdec.trees import StochasticTreePolicy
+
+    real = StochasticTreePolicy.resized
+
+    def misrecorded(self, total):
+        policy = real(self, total)
+        grow = policy.grow
+
+        def uniform_q(*args, **kwargs):
+            tree = grow(*args, **kwargs)
+            return dataclasses.replace(tree, q_dist=torch.full_like(tree.q_dist, 1.0 / tree.q_dist.shape[-1]))
+
+        policy.grow = uniform_q
+        return policy
+
+    monkeypatch.setattr(StochasticTreePolicy, "resized", misrecorded)
+    p_values = row_law_p_values("eagle3/stochastic", 150, pace=lambda _: Sized(3))
+    print("misrecorded resized trees' p-values", p_values)
+    assert min(p_values) < ALPHA / 9
+
+
+def test_a_pace_that_answers_true_or_false_is_refused_by_name(model):
+    """A pace subclass written for the former speculate-or-step choice (True / False) would be read as OWN / STEP:
+    refused before any cycle runs, as is a size the pace does not have."""
+
+    class Boolean(Pace):
+        def choose(self):
+            return True
+
+    class Unknown(Pace):
+        def choose(self):
+            return 7
+
+    gen = decoder("eagle3/dynamic", model, target_of(model))
+    for pace in (Boolean(), Unknown()):
+        with pytest.raises(ValueError, match="returned"):
+            gen.generate_batch(PROMPTS, None, STOP, speculate=pace)
+        with pytest.raises(ValueError, match="returned"):
+            gen.generate(PROMPTS[0], None, STOP, speculate=pace)
 
 
 @pytest.mark.heavy  # 7 s on an Intel Xeon (family 6 model 106); the fast suite's law control: rotated rows (above)
@@ -381,7 +441,7 @@ def test_a_step_that_ignores_the_temperature_fails_the_law(monkeypatch, max_batc
         return torch.stack([token, torch.ones((), dtype=torch.long)])
 
     monkeypatch.setattr(cycle_phases, "judge_step", untempered)  # both loops' plain step (specdec.cycle.phases)
-    p_values = row_law_p_values("eagle3/stochastic", 150, pace=Alternate, max_batch=max_batch)
+    p_values = row_law_p_values("eagle3/stochastic", 150, pace=lambda _: Alternate(), max_batch=max_batch)
     print("untempered steps' p-values", p_values)
     assert min(p_values) < ALPHA / 9
 

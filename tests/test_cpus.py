@@ -354,6 +354,10 @@ def test_a_single_row_goes_to_the_fastest_one_row_kernel_and_the_row_counts_key_
     assert kernel_times.table_path(torch.float32) != kernel_times.table_path(
         torch.float32, kernel_times.KERNELS, (1, 8, 16)
     )
+    if cpu.packing_error(torch.bfloat16) is None:  # oneDNN packs bfloat16 here (not on AVX2-only CPUs)
+        low = kernels.PackedLinear(torch.nn.Linear(32, 8).to(torch.bfloat16))
+        with pytest.raises(ValueError, match="runs float32"):
+            low.single_rows("skinny")
 
 
 def test_a_table_timing_the_librarys_kernels_is_keyed_by_its_build(monkeypatch) -> None:
@@ -368,7 +372,3 @@ def test_a_table_timing_the_librarys_kernels_is_keyed_by_its_build(monkeypatch) 
     monkeypatch.setattr(skinny, "library_name", lambda: "specdec_skinny_changed")
     assert all(kernel_times.table_path(torch.float32, k, r) != b for (k, r), b in zip(tables, before, strict=True))
     assert kernel_times.table_path(torch.float32) == plain and "library" not in kernel_times.machine_key(torch.float32)
-    if cpu.packing_error(torch.bfloat16) is None:  # oneDNN packs bfloat16 here (not on AVX2-only CPUs)
-        low = kernels.PackedLinear(torch.nn.Linear(32, 8).to(torch.bfloat16))
-        with pytest.raises(ValueError, match="runs float32"):
-            low.single_rows("skinny")

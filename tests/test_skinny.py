@@ -173,3 +173,22 @@ def test_a_skinny_model_has_its_own_package_and_cost_curve_label() -> None:
     assert skinny.uses_skinny(model)
     assert execution_label(model) == stock_label + "+skinny"  # the cost curve's cache name carries it
     assert package_path(model).name != stock_name  # never the stock package: another compiled graph
+
+
+def test_every_kernel_source_ships_in_the_wheel() -> None:
+    """The library is built on first use from :data:`~specdec.backends.skinny.SOURCES`: each must match the package
+    data globs of ``pyproject.toml`` (a header left out once: a wheel install could not build nor key its tables)."""
+    import fnmatch
+    import re
+    from pathlib import Path
+
+    from specdec.backends import skinny
+
+    package = Path(skinny.__file__).parents[1]
+    toml = (package.parent / "pyproject.toml").read_text()
+    line = re.search(r"^specdec = \[(.*)\]$", toml.split("[tool.setuptools.package-data]")[1], re.M)
+    assert line, "no package data line for specdec in pyproject.toml"
+    globs = re.findall(r'"([^"]+)"', line.group(1))
+    for source in skinny.SOURCES:
+        name = source.relative_to(package).as_posix()
+        assert any(fnmatch.fnmatch(name, g) for g in globs), f"{name} is not in the package data"

@@ -417,7 +417,8 @@ def test_from_parents_with_the_pool_ancestors_equals_from_parents(seed: int) -> 
 def test_resized_trees_are_depth_one_of_the_size_asked_or_refused() -> None:
     """``TreePolicy.resized`` (a batch's tree size): the dynamic policy's ``total - 1`` best root children and the
     sampled policy's ``total - 1`` root draws (their q recorded), within ``topk`` / the shape's root width; None past
-    them, and for a static shape (not resized)."""
+    them, and for a static shape (not resized); a ``ByTemperature`` resizes the parts that can, a composite only
+    where its base can (then with the composite's kind)."""
     drafter, root = FakeDrafter(16, random_logits(16)), torch.tensor(2)
     dynamic = DynamicTreePolicy(topk=3, depth=4, total_tokens=10)
     for total in (2, 3, 4):
@@ -432,3 +433,13 @@ def test_resized_trees_are_depth_one_of_the_size_asked_or_refused() -> None:
     assert tree.num_nodes == 3 and tree.parents[1:].eq(0).all() and tree.is_stochastic
     assert tree.tokens[1] != tree.tokens[2]  # draws without replacement
     assert sampled.resized(4) is None and StaticTreePolicy([[0], [1]]).resized(2) is None
+    from specdec.trees import ByTemperature, CompositeTreePolicy
+
+    both = ByTemperature(dynamic, sampled)
+    assert isinstance(both.resized(3).sampled, StochasticTreePolicy) and both.resized(3).sampled is not sampled
+    assert both.resized(4).sampled is sampled and both.resized(4).greedy is not dynamic  # a part that cannot keeps
+    static = ByTemperature(StaticTreePolicy([[0], [1]]), StaticTreePolicy([[0]]))
+    assert static.resized(2) is None
+    assert CompositeTreePolicy(static).resized(2) is None and CompositeTreePolicy(None).resized(2) is None
+    view = CompositeTreePolicy(both).resized(3)
+    assert view is not None and view.kind(SamplingParams(temperature=1.0)).point_masses

@@ -89,10 +89,15 @@ def _library() -> tuple[str, Path]:
     return name, cache_dir() / "ext" / name
 
 
+@functools.cache
 def library_name() -> str:
     """The kernel library's name: a digest of its source, the torch version and :data:`BUILD` (what the measured
-    choices' tables are keyed by, :func:`~specdec.backends.kernel_times.machine_key`)."""
-    return _library()[0]
+    choices' tables are keyed by, :func:`~specdec.backends.kernel_times.machine_key`); ``"unreadable"`` where a
+    source file cannot be read (the library cannot be built then either: :func:`load` says why)."""
+    try:
+        return _library()[0]
+    except OSError:
+        return "unreadable"
 
 
 def built() -> bool:

@@ -36,6 +36,14 @@ class ByTemperature(TreePolicy):
     def kind(self, sampling: SamplingParams) -> TreeKind:
         return self.for_sampling(sampling).kind(sampling)
 
+    def resized(self, total: int) -> TreePolicy | None:
+        """Each part resized to ``total`` nodes where it can be (:meth:`TreePolicy.resized`; a part that cannot keeps
+        its own trees); None where neither can."""
+        greedy, sampled = self.greedy.resized(total), self.sampled.resized(total)
+        if greedy is None and sampled is None:
+            return None
+        return ByTemperature(greedy or self.greedy, sampled or self.sampled)
+
     def grow(
         self, drafter: Drafter, root: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
     ) -> DraftTree:

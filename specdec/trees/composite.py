@@ -170,10 +170,10 @@ class CompositeTreePolicy(TreePolicy):
         return self._grow(drafter, root, sampling, generator, None)
 
     def resized(self, total: int) -> TreePolicy | None:
-        """This composite with its base's tree resized to ``total`` nodes where the base can be
-        (:meth:`TreePolicy.resized`), the continuations still added where they pay: the same policy object's rates
-        and feedback, one cycle at that size; None without a base."""
-        return None if self.base is None else _Resized(self, total)
+        """This composite with its base's tree resized to ``total`` nodes (:meth:`TreePolicy.resized`), the
+        continuations still added where they pay: the same policy object's rates and feedback, one cycle at that
+        size; None without a base or where the base cannot be resized."""
+        return None if self.base is None or self.base.resized(total) is None else _Resized(self, total)
 
     def _grow(
         self,
