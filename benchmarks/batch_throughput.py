@@ -25,7 +25,7 @@ from specdec.backends.cpu import cpu_name
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import build_method
 from specdec.models import load_smollm2
-from specdec.pace import BATCH_SIZES, OWN, STEP, Pace
+from specdec.pace import BATCH_SIZES, OWN, STEP, Fixed, Pace
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 
@@ -128,17 +128,6 @@ def _pace(kind: str, batch: int) -> Pace | str:
     if kind.startswith("size"):
         return Fixed(int(kind[4:]))
     return Pace() if kind == "own" else "always"
-
-
-class Fixed(Pace):
-    """Every cycle trees of ``size`` nodes (the arm alone, for measuring it)."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(sizes=(size,))
-        self.size = size
-
-    def choose(self) -> int:
-        return self.size
 
 
 if __name__ == "__main__":

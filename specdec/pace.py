@@ -31,7 +31,7 @@ each row's law but, as with any timing-sized tree, not its exact tokens.
 
 from __future__ import annotations
 
-__all__ = ["BATCH_SIZES", "OWN", "STEP", "Always", "Pace"]
+__all__ = ["BATCH_SIZES", "OWN", "STEP", "Always", "Fixed", "Pace"]
 
 #: The arm in which every row takes one plain token.
 STEP = 1
@@ -124,3 +124,14 @@ class Always(Pace):
 
     def choose(self) -> int:
         return OWN
+
+
+class Fixed(Pace):
+    """Every cycle the same arm (``STEP``, ``OWN`` or a tree size): one arm alone, for measuring or proving it."""
+
+    def __init__(self, arm: int) -> None:
+        super().__init__(sizes=() if arm in (OWN, STEP) else (arm,))
+        self.arm = arm
+
+    def choose(self) -> int:
+        return self.arm

@@ -31,7 +31,7 @@ from specdec.batched import BatchRowError
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import DraftTree
 from specdec.models import tiny_llama
-from specdec.pace import OWN, STEP, Pace
+from specdec.pace import OWN, STEP, Fixed, Pace
 from specdec.rows import BatchRows, BatchUnsupportedError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -64,17 +64,6 @@ class Rotate(Pace):
     def choose(self) -> int:
         self.cycle += 1
         return (OWN, STEP, 2, 3, 4)[self.cycle % 5]
-
-
-class Sized(Pace):
-    """Every cycle trees resized to ``size`` nodes."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(sizes=(size,))
-        self.size = size
-
-    def choose(self) -> int:
-        return self.size
 
 
 def test_pace_warms_both_modes_then_runs_the_faster_and_explores():
@@ -405,7 +394,7 @@ def test_resized_sampled_trees_that_misrecord_q_fail_the_law(monkeypatch):
         return policy
 
     monkeypatch.setattr(StochasticTreePolicy, "resized", misrecorded)
-    p_values = row_law_p_values("eagle3/stochastic", 150, pace=lambda _: Sized(3))
+    p_values = row_law_p_values("eagle3/stochastic", 150, pace=lambda _: Fixed(3))
     print("misrecorded resized trees' p-values", p_values)
     assert min(p_values) < ALPHA / 9
 

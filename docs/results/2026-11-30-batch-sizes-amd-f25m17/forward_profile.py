@@ -6,7 +6,6 @@
 
 import collections
 import sys
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -16,10 +15,8 @@ from specdec.assets import chat_ids, mtbench_prompts
 from specdec.generate import StopCondition, VanillaGenerator
 from specdec.methods import build_method
 from specdec.models import load_smollm2
+from specdec.pace import Fixed
 from specdec.target import HFTarget
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from batch_throughput import Fixed  # noqa: E402
 
 torch.set_num_threads(2)
 model, tok = load_smollm2()
