@@ -427,12 +427,14 @@ def test_resized_trees_are_depth_one_of_the_size_asked_or_refused() -> None:
         best = torch.topk(drafter.fn((int(root),)), total - 1)
         assert set(tree.tokens[1:].tolist()) == set(best.indices.tolist())
     assert dynamic.resized(5) is None and dynamic.resized(1) is None
+    assert dynamic.resized(3) is dynamic.resized(3)  # asked per row and cycle in a batch: built once
     sampled = StochasticTreePolicy([[0], [1], [0, 0]])
     g = torch.Generator().manual_seed(0)
     tree = sampled.resized(3).grow(drafter, root, SamplingParams(temperature=1.0), g)
     assert tree.num_nodes == 3 and tree.parents[1:].eq(0).all() and tree.is_stochastic
     assert tree.tokens[1] != tree.tokens[2]  # draws without replacement
     assert sampled.resized(4) is None and StaticTreePolicy([[0], [1]]).resized(2) is None
+    assert sampled.resized(3) is sampled.resized(3)
     from specdec.trees import ByTemperature, CompositeTreePolicy
 
     both = ByTemperature(dynamic, sampled)

@@ -79,13 +79,15 @@ class DynamicTreePolicy(TreePolicy):
         self.pool_capacity = 1 + topk + (depth - 1) * topk * topk
         self.max_nodes = min(total_tokens, self.pool_capacity)
         self.max_depth = depth
+        self._resized: dict[int, DynamicTreePolicy | None] = {}  # resized(total), built once per size
 
     def resized(self, total: int) -> DynamicTreePolicy | None:
         """Depth-1 trees of ``total`` nodes: the root's ``total - 1`` best children, one root step that a batch runs
         for all its rows in one head forward (:mod:`specdec.pace`); None past ``topk`` children or ``max_nodes``."""
-        if not 2 <= total <= min(self.max_nodes, self.topk + 1):
-            return None
-        return DynamicTreePolicy(topk=total - 1, depth=1, total_tokens=total, strict=self.strict)
+        if total not in self._resized:  # asked per row and cycle in a batch: built once
+            fits = 2 <= total <= min(self.max_nodes, self.topk + 1)
+            self._resized[total] = DynamicTreePolicy(total - 1, 1, total, self.strict) if fits else None
+        return self._resized[total]
 
     def expand_pool(
         self,

@@ -84,6 +84,7 @@ class StochasticTreePolicy(TreePolicy):
         self.max_nodes = self.shape.max_nodes
         self.max_depth = self.shape.max_depth
         self.is_chain = self.shape.is_chain
+        self._resized: dict[int, StochasticTreePolicy | None] = {}  # resized(total), built once per size
 
     @classmethod
     def chain(cls, length: int) -> StochasticTreePolicy:
@@ -99,9 +100,11 @@ class StochasticTreePolicy(TreePolicy):
         """Depth-1 trees of ``total`` nodes: ``total - 1`` draws without replacement at the root (one root step, which
         a batch runs for all its rows in one head forward, :mod:`specdec.pace`), at this policy's temperature ratio;
         None past the widest root of this shape (so :meth:`kind`'s ``max_children`` still bounds every tree)."""
-        if not 2 <= total <= 1 + sum(len(p) == 1 for p in self.shape.paths):
-            return None
-        return StochasticTreePolicy([(r,) for r in range(total - 1)], self.draft_temperature_ratio)
+        if total not in self._resized:  # asked per row and cycle in a batch: built once (a shape costs ~35 us)
+            fits = 2 <= total <= 1 + sum(len(p) == 1 for p in self.shape.paths)
+            ranks = [(r,) for r in range(total - 1)]
+            self._resized[total] = StochasticTreePolicy(ranks, self.draft_temperature_ratio) if fits else None
+        return self._resized[total]
 
     def kind(self, sampling: SamplingParams) -> TreeKind:
         """Sampled candidates at T > 0 (``max_children``: the widest sibling group); at T = 0 the deterministic tree
