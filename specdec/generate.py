@@ -214,6 +214,12 @@ class _Loop(ABC):
             room = max(room, row_room)
         return prepared, ids, room
 
+    def _batch_events(self, prompts, sampling, stop, tokenizer, max_batch, speculate) -> tuple:
+        """A batched call's events (checked and prepared here, before any row runs), its prepared rows and ids."""
+        prepared, ids, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
+        rows = max_batch or len(prompts)  # the pace's sizes where more than one row runs at once
+        return self._rows(prepared, self._pace(speculate, min(rows, len(prompts))), rows, room), prepared, ids
+
     def stream_batch(
         self,
         prompts: Sequence[Prompt | str],
@@ -242,9 +248,7 @@ class _Loop(ABC):
         for a row that failed alone (its prompt and budget overflow the cache, non-finite logits, a broken tree).
         Bad input and settings raise here, before any row runs, as in :meth:`stream`.
         """
-        prepared, _, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        rows = max_batch or len(prompts)
-        return self._rows(prepared, self._pace(speculate, min(rows, len(prompts))), rows, room)
+        return self._batch_events(prompts, sampling, stop, tokenizer, max_batch, speculate)[0]
 
     def generate_batch(
         self,
@@ -261,10 +265,7 @@ class _Loop(ABC):
         Raises:
             BatchRowError: some rows failed alone; it holds every row's result (``error`` set on the failed ones).
         """
-        prepared, ids, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
-        rows = max_batch or len(prompts)
-        events = self._rows(prepared, self._pace(speculate, min(rows, len(prompts))), rows, room)
-        return collect(events, prepared, ids)
+        return collect(*self._batch_events(prompts, sampling, stop, tokenizer, max_batch, speculate))
 
 
 class VanillaGenerator(_Loop):
