@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = dict.fromkeys(gens, 0.0)
     tokens = dict.fromkeys(gens, 0)
     forwards = dict.fromkeys(gens, 0)
+    sizes: dict[str, list[int]] = {k: [] for k in gens}  # every cycle's tree size, root included
     for i, prompt in enumerate(prompts):
         ids = chat_ids(tokenizer, prompt)
         seeded = sampling.model_copy(update={"seed": i})
@@ -97,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             seconds[name] += time.perf_counter() - t0
             tokens[name] += len(out.tokens)
             forwards[name] += max(out.metrics.cycles, 1) if name != "vanilla" else len(out.tokens)
+            sizes[name] += out.metrics.tree_sizes
         print(f"   {prompt.id}: done", flush=True)
     rate = {k: tokens[k] / seconds[k] for k in gens}
     print(f"method={args.method} prompts={len(prompts)} new_tokens={args.new_tokens}")
     for name in gens:
         print(
             f"   {name:10s} {rate[name]:6.2f} tok/s  {rate[name] / rate['vanilla']:.3f}x vanilla  "
-            f"{tokens[name] / forwards[name]:.2f} tokens per target forward"
+            f"{tokens[name] / forwards[name]:.2f} tokens per target forward" + _sizes(sizes[name])
         )
     if args.out:
         report = {
@@ -115,9 +118,17 @@ def main(argv: list[str] | None = None) -> int:
             "curve": {"sizes": curve.sizes, "seconds": curve.seconds},
             "tok_s": rate,
             "tau": {k: tokens[k] / forwards[k] for k in gens},
+            "tree_sizes": {k: dict(sorted(Counter(v).items())) for k, v in sizes.items() if v},
         }
         args.out.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def _sizes(sizes: list[int]) -> str:
+    """A tree's mean size (root included) and the share of root-only cycles, where cycles drew trees."""
+    if not sizes:
+        return ""
+    return f"  (mean tree {sum(sizes) / len(sizes):.1f} nodes, root alone {sizes.count(1) / len(sizes):.0%})"
 
 
 if __name__ == "__main__":

@@ -165,9 +165,9 @@ def add_sampled_tree_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SHAPE",
         help="at temperature > 0 the EAGLE and small-lm methods draw a static tree with sampled children, of this "
-        "shape (a name in specdec.method_options.SAMPLED_SHAPES, or menu: chosen per cycle by measured rate; default: "
-        "MethodOptions.sampled_tree); off keeps the "
-        "dynamic top-k tree",
+        "shape (a name in specdec.method_options.SAMPLED_SHAPES; menu: chosen per cycle by measured rate; ranked: "
+        "shaped per cycle from measured acceptance by draw rank and cost; default: MethodOptions.sampled_tree); off "
+        "keeps the dynamic top-k tree",
     )
     parser.add_argument(
         "--draft-temperature-ratio",
@@ -346,7 +346,7 @@ def check_applicable(
     sampled_only = (  # (field, the --sampled-tree values that draw no tree it shapes)
         ("sampled_tree", ()),
         ("draft_temperature_ratio", ("off",)),
-        ("sampled_level_gate", ("off", "menu")),
+        ("sampled_level_gate", ("off", "menu", "ranked")),
     )
     for field, unread in sampled_only:
         if field not in given:
@@ -373,6 +373,6 @@ def check_applicable(
 SEED_HELP = (
     "seed of the sampling generator at T > 0 (default 0). A run repeats token for token where the tree's shape does "
     "not depend on timings (the sampled trees of the EAGLE and small-lm methods, the default); adaptive trees (ngram, "
-    "--sampled-tree off or menu) size themselves from measured costs, so their tokens vary from run to run (each "
-    "run still samples the target's distribution)"
+    "--sampled-tree off, menu or ranked) size themselves from measured costs, so their tokens vary from run to run "
+    "(each run still samples the target's distribution)"
 )

@@ -22,6 +22,7 @@ __all__ = [
     "RETRIEVAL_OPTIONS",
     "SAMPLED_MENU",
     "SAMPLED_OPTIONS",
+    "SAMPLED_RANKED",
     "SAMPLED_SHAPES",
     "SHORTLIST_OPTIONS",
     "TREE_OPTIONS",
@@ -40,12 +41,17 @@ SAMPLED_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
 #: ``MethodOptions.sampled_tree`` value for a shape chosen per cycle from a menu by measured rate
 #: (:class:`~specdec.trees.menu.SampledMenuPolicy`: the root alone up to ``r3d``).
 SAMPLED_MENU = "menu"
+#: ``MethodOptions.sampled_tree`` value for a tree shaped each cycle from measured acceptance per draw rank and the cost
+#: curve (:class:`~specdec.trees.ranked.RankedSampledPolicy`: up to 16 nodes).
+SAMPLED_RANKED = "ranked"
 
 
 def check_sampled_tree(name: str) -> None:
-    """Refuse a sampled tree that is neither a :data:`SAMPLED_SHAPES` name nor :data:`SAMPLED_MENU` (ValueError)."""
-    if name not in (*SAMPLED_SHAPES, SAMPLED_MENU):
-        raise ValueError(f"unknown sampled tree {name!r}; choose from {', '.join((*SAMPLED_SHAPES, SAMPLED_MENU))}")
+    """Refuse a sampled tree that is not a :data:`SAMPLED_SHAPES` name, :data:`SAMPLED_MENU` or :data:`SAMPLED_RANKED`
+    (ValueError)."""
+    names = (*SAMPLED_SHAPES, SAMPLED_MENU, SAMPLED_RANKED)
+    if name not in names:
+        raise ValueError(f"unknown sampled tree {name!r}; choose from {', '.join(names)}")
 
 
 #: Options of the adaptive budget (a fixed ``total_tokens`` has none).
@@ -99,7 +105,9 @@ class MethodOptions(BaseModel):
             stochastic multi-round verification, instead of the dynamic tree of top-k children (measured: more
             tokens per target forward at T = 1, see the results page). ``"menu"`` (:data:`SAMPLED_MENU`) chooses
             each cycle's shape from the root alone up to ``r3d`` by the measured cost curve and accepted lengths
-            (:class:`~specdec.trees.menu.SampledMenuPolicy`). None keeps the dynamic tree at every temperature.
+            (:class:`~specdec.trees.menu.SampledMenuPolicy`); ``"ranked"`` (:data:`SAMPLED_RANKED`) shapes each
+            cycle's tree, up to 16 nodes, from the measured acceptance per draw rank and the cost curve
+            (:class:`~specdec.trees.ranked.RankedSampledPolicy`). None keeps the dynamic tree at every temperature.
             Temperature 0 always uses the dynamic tree.
         draft_temperature_ratio: the sampled tree's children are drawn at this multiple of the call's temperature
             (lossless for any value: the verifier reads the q they were drawn from,
@@ -158,7 +166,7 @@ class MethodOptions(BaseModel):
                     f"{', '.join(adaptive)} set the adaptive budget, and total_tokens={self.total_tokens} fixes the "
                     "tree's size: pass one or the other"
                 )
-        if self.sampled_level_gate and self.sampled_tree in (None, SAMPLED_MENU):
+        if self.sampled_level_gate and self.sampled_tree in (None, SAMPLED_MENU, SAMPLED_RANKED):
             raise ValueError(f"sampled_level_gate gates a sampled tree of a fixed shape, not {self.sampled_tree!r}")
         if self.sampled_tree is None and "draft_temperature_ratio" in given:
             raise ValueError("draft_temperature_ratio sets the sampled tree's draws, and sampled_tree=None draws none")

@@ -23,6 +23,7 @@ from specdec.method_options import (
     RETRIEVAL_OPTIONS,
     SAMPLED_MENU,
     SAMPLED_OPTIONS,
+    SAMPLED_RANKED,
     SAMPLED_SHAPES,
     SHORTLIST_OPTIONS,
     TREE_OPTIONS,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "METHODS",
     "SAMPLED_MENU",
+    "SAMPLED_RANKED",
     "SAMPLED_SHAPES",
     "Method",
     "MethodOptionError",
@@ -201,8 +203,8 @@ def shipped_head_dir(kind: str) -> Path:
 
 
 def sampled_tree_of(name: str, sampling: SamplingParams, options: MethodOptions) -> str | None:
-    """The :data:`SAMPLED_SHAPES` name (or ``"menu"``) method ``name`` draws at ``sampling``; None: its dynamic
-    tree (T = 0, ``options.sampled_tree`` None) or a method without a sampled tree."""
+    """The :data:`SAMPLED_SHAPES` name (or ``"menu"``, ``"ranked"``) method ``name`` draws at ``sampling``; None: its
+    dynamic tree (T = 0, ``options.sampled_tree`` None) or a method without a sampled tree."""
     if sampling.greedy or name not in METHODS or not METHODS[name].sampled_tree:
         return None
     return options.sampled_tree
@@ -223,6 +225,11 @@ def _dynamic(target: HFTarget, o: MethodOptions, sampled: bool, reserve: int = 0
 
         menu = SampledMenuPolicy(forward_cost_curve(target), draft_temperature_ratio=o.draft_temperature_ratio)
         return ByTemperature(greedy, menu)
+    if shape == SAMPLED_RANKED:
+        from specdec.trees.ranked import RankedSampledPolicy
+
+        ranked = RankedSampledPolicy(forward_cost_curve(target), draft_temperature_ratio=o.draft_temperature_ratio)
+        return ByTemperature(greedy, ranked)
     gate = None
     if o.sampled_level_gate:
         from specdec.trees.level_gate import LevelGate

@@ -11,8 +11,8 @@ committed before. Each positive configuration asserts at least two cycles per ru
 Configurations: the sampled EAGLE-1 tree with multi-round and with traversal verification, the small LM's
 deterministic chain with block verification, EAGLE-3's dynamic tree with multi-round verification (top-p), the
 n-gram drafter's static tree (top-k), EAGLE-3's sampled chain with block verification, EAGLE-3 with a retrieval chain
-beside its sampled tree, and EAGLE-3's sampled shape chosen per cycle from a menu (the root alone included):
-``FAMILY = 8`` checks.
+beside its sampled tree, EAGLE-3's sampled shape chosen per cycle from a menu (the root alone included), and EAGLE-3's
+sampled tree shaped per cycle from its measured acceptance by draw rank: ``FAMILY = 9`` checks.
 
 False-positive rate: Bonferroni at family-wise ``ALPHA = 1e-3`` (each check fails iff its p-value is
 ``<= ALPHA / FAMILY``), so a correct implementation fails this file with probability at most about 1e-3 over the
@@ -23,7 +23,7 @@ that keeps the cache entries of the first nodes in index order instead of the ac
 the three-token test and on chains; here it is caught with a p-value near 1e-150 at 800 runs (measured), and at
 ``N_CONTROL`` runs far below the level.
 
-Runtime: the negative control runs in ``make test`` (about 30 s on a busy 2-core machine); the eight positive
+Runtime: the negative control runs in ``make test`` (about 30 s on a busy 2-core machine); the nine positive
 configurations are marked ``heavy`` (``make test-heavy``, about a minute each on a busy machine). ``make test``
 checks multi-cycle state with the deterministic invariants of ``tests/test_multicycle.py``.
 """
@@ -44,6 +44,7 @@ from specdec.testing.e2e import e2e_check, exact_sequence_distribution
 from specdec.trees import (
     CompositeTreePolicy,
     DynamicTreePolicy,
+    RankedSampledPolicy,
     SampledMenuPolicy,
     StaticTreePolicy,
     StochasticTreePolicy,
@@ -87,6 +88,7 @@ CONFIGS = {
     "eagle3-stochastic-chain-block-T1": ("eagle3", "stochastic-chain", "block", SamplingParams(temperature=1.0)),
     "composite-mixed-T1": ("eagle3+retrieval", "composite", "mixed", SamplingParams(temperature=1.0)),
     "eagle3-menu-stochastic-T1": ("eagle3", "menu", "stochastic", SamplingParams(temperature=1.0)),
+    "eagle3-ranked-stochastic-T1": ("eagle3", "ranked", "stochastic", SamplingParams(temperature=1.0)),
 }
 FAMILY = len(CONFIGS)
 QUICK: set[str] = set()  # the invariant tests (tests/test_multicycle.py) cover multi-cycle state in `make test`
@@ -102,6 +104,7 @@ def policy(kind: str):
         # EAGLE-3's sampled tree with a retrieval chain beside it wherever the context repeats (every node added)
         "composite": lambda: CompositeTreePolicy(StochasticTreePolicy(SHAPE), max_draft=2, min_prob=0.0),
         "menu": menu_policy,
+        "ranked": ranked_policy,
     }[kind]()
 
 
@@ -109,6 +112,16 @@ def menu_policy() -> SampledMenuPolicy:
     """Shapes chosen per cycle: the root alone, one draw, two root draws and ``SHAPE``, with exploration every third
     cycle so that every shape is drawn often (made-up costs, no timing)."""
     policy = SampledMenuPolicy(CostCurve((1, 5), (1.0, 1.2)), ((), ((0,),), ((0,), (1,)), SHAPE), draft_seconds=0.05)
+    policy.EXPLORE_EVERY = 3
+    return policy
+
+
+def ranked_policy() -> RankedSampledPolicy:
+    """Shapes from measured acceptance by rank, up to ``SHAPE``'s size, depth and width, with exploration every third
+    cycle so that the shapes change often (made-up costs, no timing)."""
+    policy = RankedSampledPolicy(
+        CostCurve((1, 5), (1.0, 1.2)), max_nodes=5, max_depth=2, max_width=2, draft_seconds=0.05
+    )
     policy.EXPLORE_EVERY = 3
     return policy
 

@@ -5,6 +5,7 @@ from specdec.trees.by_temperature import ByTemperature
 from specdec.trees.composite import CompositeTreePolicy
 from specdec.trees.dynamic import DynamicTreePolicy
 from specdec.trees.menu import SampledMenuPolicy
+from specdec.trees.ranked import RankedSampledPolicy
 from specdec.trees.static import EAGLE1_DEFAULT_PATHS, StaticTreePolicy, validate_paths
 from specdec.trees.stochastic import StochasticTreePolicy
 
@@ -14,6 +15,7 @@ __all__ = [
     "CompositeTreePolicy",
     "EAGLE1_DEFAULT_PATHS",
     "DynamicTreePolicy",
+    "RankedSampledPolicy",
     "SampledMenuPolicy",
     "StaticTreePolicy",
     "StochasticTreePolicy",

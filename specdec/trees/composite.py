@@ -277,7 +277,8 @@ class CompositeTreePolicy(TreePolicy):
         if pending is not None and last.base is not None:
             path = _matched_path(last.base_tokens, last.base_parents, emitted)
             last.base.observe(len(path) - 1, pending[1])
-            last.base.observe_path(path)
+            if not _continuation_first(path, emitted, last.proposals):
+                last.base.observe_path(path)
 
     def sync_payload(self) -> torch.Tensor | None:
         """The payload of the base policy that grew the latest tree."""
@@ -324,6 +325,13 @@ def _children(tokens: list[int], parents: list[int]) -> dict[tuple[int, int], in
     for i in range(1, len(tokens)):
         child.setdefault((parents[i], tokens[i]), i)
     return child
+
+
+def _continuation_first(path: list[int], emitted: list[int], proposals: list[Continuation]) -> bool:
+    """Whether a continuation's first token was accepted where the base tree has no such child: beside draws it is
+    tried before them (and the draws skip its token), so the base's children were never tried and the path ``[0]``
+    says nothing about them (a policy that learns per tried child, :mod:`specdec.trees.ranked`, must not read it)."""
+    return len(path) == 1 and len(emitted) > 1 and any(c.tokens and c.tokens[0] == emitted[0] for c in proposals)
 
 
 def _matched_path(tokens: list[int], parents: list[int], emitted: list[int]) -> list[int]:

@@ -15,8 +15,8 @@ trees:
   estimate serves every shape, and a shape's expected tokens per cycle are ``1 +`` the sum over its nodes;
 * per cycle the shape with the best rate ``E[tokens] / (cost(nodes) + levels x drafting time per level)``, with
   ``cost`` the target's measured forward-cost curve (:func:`specdec.budget.forward_cost_curve`) and the drafting
-  time per level a moving average of this policy's own expand steps (cycles right after a root-only one are left
-  out: their root step also runs the skipped tokens);
+  time per level a moving average of this policy's own grows (:class:`~specdec.trees.draft_clock.DraftClock`: the
+  first grow of a generation and the first after a root-only cycle are left out, their root step runs more);
 * the largest shape is drawn :attr:`SampledMenuPolicy.WARM_UP` times before any choice, and then every
   :attr:`SampledMenuPolicy.EXPLORE_EVERY` cycles if it is not the choice anyway, so that every node's estimate
   stays fresh.
@@ -35,7 +35,6 @@ drafter catches up on the skipped tokens at its next expand (its commits are laz
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
@@ -44,6 +43,7 @@ from specdec.budget import CostCurve
 from specdec.interfaces import Drafter, TreeKind, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
+from specdec.trees.draft_clock import DraftClock
 from specdec.trees.stochastic import StochasticTreePolicy
 
 __all__ = ["DEFAULT_MENU", "SampledMenuPolicy"]
@@ -69,7 +69,7 @@ class SampledMenuPolicy(TreePolicy):
             kind sets the verifier, and its draws keep every node's estimate fresh).
         draft_seconds: fixed seconds per drafted level instead of measured ones (runs whose choices depend on the
             accepted paths only).
-        smoothing: weight of the newest cycle in the decayed counts and the drafting time.
+        smoothing: weight of the newest cycle in the decayed counts (the drafting time: :class:`DraftClock`).
         draft_temperature_ratio: the shapes' draws are at ``ratio x T``
             (:class:`~specdec.trees.stochastic.StochasticTreePolicy`).
 
@@ -105,7 +105,7 @@ class SampledMenuPolicy(TreePolicy):
         #: per rank path: decayed counts of cycles that held the node and that accepted it
         self.held = dict.fromkeys(largest, 0.0)
         self.hits = dict.fromkeys(largest, 0.0)
-        self.level_seconds: float | None = None
+        self.clock = DraftClock()  # seconds per drafted level, from this policy's own clean grows
         self.cycle = 0
         self.last_shape: int | None = None
         self._largest_at = -1  # the cycle that last drew the largest shape
@@ -127,7 +127,7 @@ class SampledMenuPolicy(TreePolicy):
         if tree is None:
             return 1.0 / self.curve.cost(1)
         tokens = 1.0 + sum(self.acceptance(p) for p in self.shapes[index])
-        level = self.draft_seconds if self.draft_seconds is not None else (self.level_seconds or 0.0)
+        level = self.draft_seconds if self.draft_seconds is not None else (self.clock.seconds or 0.0)
         return tokens / (self.curve.cost(tree.max_nodes) + tree.max_depth * level)
 
     def choose(self) -> int:
@@ -165,12 +165,9 @@ class SampledMenuPolicy(TreePolicy):
         tree = self.trees[index]
         if tree is None:
             return DraftTree.single(root, drafter.vocab_size)
-        t0 = time.perf_counter()
+        started = self.clock.start()
         out = tree.grow(drafter, root, sampling, generator, avoid=avoid)
-        if not after_skip:  # a root step after a skipped cycle also runs the skipped tokens
-            per_level = (time.perf_counter() - t0) / tree.max_depth
-            previous = self.level_seconds
-            self.level_seconds = per_level if previous is None else previous + self.smoothing * (per_level - previous)
+        self.clock.record(drafter, started, tree.max_depth, after_skip)
         return out
 
     def observe_path(self, accepted: list[int]) -> None:
