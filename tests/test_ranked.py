@@ -129,20 +129,22 @@ def test_the_draft_clock_leaves_out_grows_that_run_more_than_their_levels() -> N
     from specdec.trees.draft_clock import DraftClock
 
     clock, drafter = DraftClock(smoothing=0.5), _Drafter()  # seconds far above a call's own time: exact to 1e-2
-    clock.record(drafter, clock.start() - 100.0, 2, after_skip=False)  # a generation's first grow (its prompt)
+    clock.record(drafter, clock.start() - 100.0, 2)  # a generation's first grow (its prompt)
     assert clock.seconds is None
-    clock.record(drafter, clock.start() - 20.0, 2, after_skip=False)
+    clock.record(drafter, clock.start() - 20.0, 2)
     assert clock.seconds == pytest.approx(10.0, abs=1e-2)
-    clock.record(drafter, clock.start() - 30.0, 1, after_skip=True)  # the skipped tokens' catch-up: slower, left out
+    clock.skipped()
+    clock.record(drafter, clock.start() - 30.0, 1)  # the skipped tokens' catch-up: slower, left out
     assert clock.seconds == pytest.approx(10.0, abs=1e-2)
-    clock.record(drafter, clock.start() - 6.0, 1, after_skip=True)  # faster even with the catch-up: taken
+    clock.skipped()
+    clock.record(drafter, clock.start() - 6.0, 1)  # faster even with the catch-up: taken
     assert clock.seconds == pytest.approx(8.0, abs=1e-2)
     drafter.generation += 1
-    clock.record(drafter, clock.start() - 100.0, 1, after_skip=False)  # the next generation's prompt
+    clock.record(drafter, clock.start() - 100.0, 1)  # the next generation's prompt
     assert clock.seconds == pytest.approx(8.0, abs=1e-2)
-    clock.record(drafter, clock.start() - 12.0, 1, after_skip=False)
+    clock.record(drafter, clock.start() - 12.0, 1)
     assert clock.seconds == pytest.approx(10.0, abs=1e-2)
-    clock.record(_Drafter(), clock.start() - 100.0, 1, after_skip=False)  # another drafter object: its first grow
+    clock.record(_Drafter(), clock.start() - 100.0, 1)  # another drafter object: its first grow
     assert clock.seconds == pytest.approx(10.0, abs=1e-2)
 
 

@@ -34,17 +34,22 @@ class DraftClock:
         self.smoothing = smoothing
         self.seconds: float | None = None
         self._generation: tuple[int, int] | None = None  # (drafter object, its generation) of the last grow
+        self._after_skip = False  # root-only cycles since the last grow: its root step runs the skipped tokens
 
     def start(self) -> float:
         """The time a grow starts (pass it to :meth:`record`)."""
         return time.perf_counter()
 
-    def record(self, drafter: Drafter, started: float, levels: int, after_skip: bool) -> None:
+    def skipped(self) -> None:
+        """A root-only cycle: the next grow's root step also runs its token."""
+        self._after_skip = True
+
+    def record(self, drafter: Drafter, started: float, levels: int) -> None:
         """Fold a grow of ``levels`` levels that began at ``started`` into the average: not the first of ``drafter``'s
-        generation; right after a root-only cycle (``after_skip``), only where it is faster than the average."""
+        generation; right after root-only cycles (:meth:`skipped`), only where it is faster than the average."""
         generation = (id(drafter), drafter.generation)
         first = generation != self._generation
-        self._generation = generation
+        after_skip, self._generation, self._after_skip = self._after_skip, generation, False
         if first or levels < 1:
             return
         per_level = (time.perf_counter() - started) / levels

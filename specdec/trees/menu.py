@@ -160,14 +160,14 @@ class SampledMenuPolicy(TreePolicy):
         if sampling.greedy:
             last = self.trees[-1]
             return last.grow(drafter, root, sampling, generator) if last is not None else DraftTree.single(root)
-        after_skip = self.last_shape is not None and self.trees[self.last_shape] is None
         index = self.next_shape()
         tree = self.trees[index]
         if tree is None:
+            self.clock.skipped()
             return DraftTree.single(root, drafter.vocab_size)
         started = self.clock.start()
         out = tree.grow(drafter, root, sampling, generator, avoid=avoid)
-        self.clock.record(drafter, started, tree.max_depth, after_skip)
+        self.clock.record(drafter, started, tree.max_depth)
         return out
 
     def observe_path(self, accepted: list[int]) -> None:

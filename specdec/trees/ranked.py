@@ -103,7 +103,8 @@ class RankedSampledPolicy(TreePolicy):
         self._largest_at = -1
         self._warm = 0
         self._trees: dict[tuple[RankPath, ...], StochasticTreePolicy] = {}
-        self._largest = StochasticTreePolicy([(k,) for k in range(min(max_width, max_nodes - 1))])
+        widest = [(k,) for k in range(min(max_width, max_nodes - 1))]
+        self._largest = StochasticTreePolicy(widest, draft_temperature_ratio)  # T = 0's tree; checks the ratio now
 
     def kind(self, sampling: SamplingParams) -> TreeKind:
         """Sampled candidates at T > 0, at most ``max_width`` children per node (every shape this policy draws)."""
@@ -174,16 +175,16 @@ class RankedSampledPolicy(TreePolicy):
         the root's draws skip (:meth:`specdec.trees.stochastic.StochasticTreePolicy.grow`)."""
         if sampling.greedy:
             return self._largest.grow(drafter, root, sampling, generator)
-        after_skip = self.last_paths == ()
         paths = self.choose()
         if not paths:
             self.last_paths = ()
+            self.clock.skipped()
             return DraftTree.single(root, drafter.vocab_size)
         tree = self._tree(paths)
         self.last_paths = tree.shape.paths
         started = self.clock.start()
         out = tree.grow(drafter, root, sampling, generator, avoid=avoid)
-        self.clock.record(drafter, started, tree.max_depth, after_skip)
+        self.clock.record(drafter, started, tree.max_depth)
         return out
 
     def observe_path(self, accepted: list[int]) -> None:
