@@ -178,8 +178,8 @@ def curve_path(model: torch.nn.Module, device: torch.device, threads: int | None
 
 
 def _backend_label(model: torch.nn.Module) -> str:
-    """A curve's name: weights (:func:`specdec.backends.execution_label`), row kernels (``row_kernels``; ``+1pad``:
-    single rows padded beside the few-row attention), the attention's form (``attention_label``)."""
+    """A curve's name: weights (:func:`specdec.backends.execution_label`), row kernels (``row_kernels``, ``+pad5`` among
+    them; ``+1pad``: single rows padded beside the few-row attention), the attention's form (``attention_label``)."""
     att, pad = attention_label(model), any(getattr(m, "pad_single_row", False) for m in model.modules())
     return execution_label(model) + row_kernels(model) + "+1pad" * (pad and att == "+attention") + att
 

@@ -108,6 +108,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if name == "float32":
             _print_skinny_tables(model, args.refresh)
             _print_attention(model)
+        _print_row_padding(model, args.refresh)
         variant = shared_copy(model)  # with the package's measured kernels, where that package is cached
         package_kernels(variant, cached_only=True)
         package = cached_package(variant)
@@ -165,6 +166,26 @@ def _print_attention(model) -> None:
         rows = ", ".join(f"{name} {' / '.join(f'{us:.0f}' for us in v.values())}" for name, v in times.items())
         print(f"  attention, us per call for 1 / 8 rows ({rows}): {why}")
     print(f"  SPECDEC_ATTENTION={mode} (auto: as measured; sdpa; few-row); invariant=True on float32 takes the kernel")
+
+
+def _print_row_padding(model, refresh: bool) -> None:
+    """The packed linears' row padding for ``model`` as ``weights="auto"`` prepares it
+    (:mod:`specdec.backends.row_padding`)."""
+    from specdec.backends.choice import prepare_model
+    from specdec.backends.row_padding import chosen_rows, padding_times, row_padding_mode
+
+    mode = row_padding_mode()
+    prepared, execution = prepare_model(model, "auto", False, in_place=False)
+    times = padding_times(prepared, refresh=refresh) if mode == "auto" else None
+    if times is None:
+        why = f"SPECDEC_ROW_PADDING={mode}" if mode != "auto" else "nothing measured (no packed linears, or they fit"
+        print(f"  row padding: {execution.pad_rows} ({why}{')' if mode == 'auto' else ''})")
+        return
+    steps = ", ".join(f"{k}: {t * 1e3:.1f}" for k, t in sorted(times.items()))
+    print(
+        f"  row padding, the 1-token step's ms with every packed linear padded to k rows ({steps}): "
+        f"fewer rows padded to {chosen_rows(times)} (SPECDEC_ROW_PADDING=auto; off; a row count)"
+    )
 
 
 def _print_packages() -> None:

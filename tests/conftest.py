@@ -5,8 +5,8 @@ the most transformed form of a model. ``"auto"`` on an Intel CPU with MKL packs 
 mix of packed and stock linears that these suites cover from both sides; the choice itself is tested in
 ``tests/test_fastpath.py`` under both profiles. ``SPECDEC_TUNE_GEMMS=0``: compiled CPU graphs skip inductor's GEMM
 autotuning. ``SPECDEC_PACKAGES=off``: ``static_shapes="auto"`` does not pick up ahead-of-time packages cached on the
-machine. ``SPECDEC_SKINNY=off``: ``weights="auto"`` leaves the skinny kernel out. A value already set in the
-environment wins.
+machine. ``SPECDEC_SKINNY=off``: ``weights="auto"`` leaves the skinny kernel out. ``SPECDEC_ROW_PADDING=off``: it pads
+no rows in the packed linears. A value already set in the environment wins.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ os.environ.setdefault("SPECDEC_PACKAGES", "off")
 # weights="auto" never builds or measures the skinny kernel (a minute's build per cache); tests/test_skinny_choice.py
 # turns it back on
 os.environ.setdefault("SPECDEC_SKINNY", "off")
+# weights="auto" pads no rows in the packed linears (each SmolLM2 target would time its padded steps once per cache);
+# tests/test_row_padding.py turns it back on
+os.environ.setdefault("SPECDEC_ROW_PADDING", "off")
 
 
 def pytest_sessionstart(session) -> None:

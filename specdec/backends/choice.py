@@ -52,6 +52,7 @@ from specdec.backends.kernels import (
 from specdec.backends.measured import auto_packs, dtype_cost, measuring, single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
+from specdec.backends.row_padding import padding_rows, set_pad_rows
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
 from specdec.backends.skinny import unavailable, uses_skinny
 from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels, skinny_measures
@@ -101,6 +102,8 @@ class Execution:
         skinny_forward: every linear and the attention on the skinny kernels, a row-invariant float32 forward
             (:func:`~specdec.backends.attention_choice.skinny_forward`); the few-row attention beside other linears
             is a speed choice only.
+        pad_rows: fewer rows than this run padded to this many in the packed linears, as measured faster here
+            (:mod:`specdec.backends.row_padding`); 1: none.
     """
 
     weights: str
@@ -119,6 +122,7 @@ class Execution:
     single_bytes: int = 0
     skinny: int = 0
     skinny_forward: bool = False
+    pad_rows: int = 1
 
     @property
     def static_shapes(self) -> StaticShapes:
@@ -149,6 +153,7 @@ class Execution:
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         padded = f", {self.padded} linears padding single rows" if self.padded else ""
+        weights += f", fewer than {self.pad_rows} rows padded to {self.pad_rows}" if self.pad_rows > 1 else ""
         runs = ((self.single_stock, "stock"), (self.single_skinny, "on the skinny kernel"))
         if runs := " and ".join(f"{n} of them running a single row {where}" for n, where in runs if n):
             weights += f", {runs} (plain weights kept: {self.single_bytes / 2**20:.0f} MB)"
@@ -314,6 +319,8 @@ def apply(
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
+    pad_rows = padding_rows(model)[0] if auto and not execution.static else 1  # times the model as it now runs
+    set_pad_rows(model, pad_rows)
     reason = "; ".join(r for r in (execution.reason, reason) if r)
     return replace(
         execution,
@@ -325,6 +332,7 @@ def apply(
         single_stock=single.get("stock", 0),
         single_skinny=single.get("skinny", 0),
         single_bytes=kept,
+        pad_rows=pad_rows,
     )
 
 

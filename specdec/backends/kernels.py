@@ -99,6 +99,9 @@ class PackedLinear(nn.Module):
         #: ``"stock"`` (``F.linear``) or ``"skinny"`` (``specdec::skinny_linear``) where :attr:`single_row_weight`
         #: is set.
         self.single_row_kernel: str | None = None
+        #: Fewer rows than this run padded with zero rows to this many (measured faster on the CPU at hand:
+        #: :mod:`specdec.backends.row_padding`); 1: every row count runs as it comes.
+        self.pad_rows = 1
 
     @property
     def weight(self) -> torch.Tensor:
@@ -117,6 +120,11 @@ class PackedLinear(nn.Module):
                 return torch.ops.specdec.skinny_linear(x, self.single_row_weight, self.bias)
             if self.single_row_weight is not None:  # measured faster stock here (MKL's GEMV on an Intel Xeon)
                 return F.linear(x, self.single_row_weight, self.bias)
+        rows = x.numel() // self.in_features
+        if 0 < rows < self.pad_rows:  # measured faster padded here (AMD Zen 4: oneDNN runs 6 rows faster than 1)
+            flat = x.reshape(rows, self.in_features)
+            y = self.gemm(torch.cat((flat, flat.new_zeros(self.pad_rows - rows, self.in_features))))
+            return y[:rows].reshape(*x.shape[:-1], self.out_features)
         return self.gemm(x)
 
     def single_rows(self, kernel: str | None) -> int:
@@ -165,6 +173,7 @@ class PackedLinear(nn.Module):
         clone = PackedLinear(linear, keep_weight=self._weight is not None)
         clone.pad_single_row = self.pad_single_row
         clone.single_rows(self.single_row_kernel)
+        clone.pad_rows = self.pad_rows
         for attr in _HOOK_DICTS:
             setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
         clone.train(self.training)

@@ -48,7 +48,8 @@ from specdec.backends.kernel_times import (
     table_path,
     time_shape,
 )
-from specdec.backends.kernels import PackedLinear, packed_linear, plain_linear, runs_packed
+from specdec.backends.kernels import plain_linear, runs_packed
+from specdec.backends.row_padding import packed_linears, pad_label
 from specdec.backends.skinny import load
 from specdec.backends.stacking import stackable_groups
 
@@ -103,7 +104,7 @@ def single_rows(model: nn.Module, on: bool = True, skinny: bool = False) -> tupl
     kernel is measured and runs here) the skinny kernel too, from the eager table
     (:data:`~specdec.backends.kernel_times.EAGER_KERNELS`). Off: none does (row-invariant numerics need a row's kernel
     to be the tree's)."""
-    linears = _packed(model)
+    linears = packed_linears(model)
     if not linears:
         return {}, 0
     shapes = [linear_shape(lin) for lin in linears]
@@ -121,15 +122,10 @@ def single_rows(model: nn.Module, on: bool = True, skinny: bool = False) -> tupl
 
 def row_kernels(model: nn.Module) -> str:
     """``"+1stock"`` / ``"+1skinny"`` (both where both run) where some packed linears of ``model`` run a single row
-    on that kernel, else ``""`` (a cost curve's name carries it: the same weights label runs a 1-token step on other
-    kernels)."""
-    kinds = {lin.single_row_kernel for lin in _packed(model)} - {None}
-    return "".join(f"+1{k}" for k in sorted(kinds))
-
-
-def _packed(model: nn.Module) -> list[PackedLinear]:
-    """``model``'s packed linears, a stacked group's once."""
-    return list({id(lin): lin for lin in (packed_linear(m) for m in model.modules() if runs_packed(m))}.values())
+    on that kernel, and ``"+pad5"`` where few rows pad to 5 (:func:`~specdec.backends.row_padding.pad_label`), else
+    ``""`` (a cost curve's name carries it: the same weights label runs a 1-token step on other kernels)."""
+    kinds = {lin.single_row_kernel for lin in packed_linears(model)} - {None}
+    return "".join(f"+1{k}" for k in sorted(kinds)) + pad_label(model)
 
 
 def dtype_cost(model: nn.Module, kernel: str) -> str:

@@ -1,0 +1,172 @@
+"""How many rows a packed linear runs at least: a few rows padded with zero rows to the count measured fastest on the
+CPU at hand (``SPECDEC_ROW_PADDING=auto``, the default), or as asked (``off``, a number).
+
+Why: oneDNN's packed GEMM does not run a few rows in proportion to their number. On the AMD Zen 4 (family 25 model
+17, 2026-11-30, ``docs/results/2026-11-30-row-padding-amd-f25m17``) SmolLM2's whole forward cost 1.05-1.11x a 1-token
+step for 2 rows, 0.95-0.99x for 3 to 6 rows and 1.04-1.10x for 7 or 8; with every packed linear's single row padded
+to 6 rows the 1-token step ran in 0.93x its time, and in the decoding loop plain decoding ran 1.07-1.21x and EAGLE-3
+1.08x as fast, with the same tokens. The padded rows are zeros and their outputs are dropped: a real row's values are
+what the GEMM gives it among 6 rows, as in a tree forward of 6 nodes.
+
+Why the whole model is timed, not each shape: padding single rows to two where a shape alone ran two rows faster made
+the AMD Zen 3's whole step 1.09x slower (:data:`~specdec.backends.kernel_times.ROWS`); what a shape does alone did not
+carry over. :func:`padding_times` times the model's own 1-token forward (no cache) with every packed linear padding to
+``k`` rows, ``k = 1 .. MAX_ROWS``, interleaved pass by pass, the median kept; :func:`chosen_rows` takes the ``k`` with
+the shortest time where it beats the unpadded step by more than :data:`MARGIN`, else 1. Every row count below ``k``
+then pads to ``k`` (a tree of 2-5 nodes, a batch of a few rows: on the Zen 4 each ran at or below its unpadded time).
+
+Where: ``weights="auto"`` on eager shapes, without row-invariant numerics (their single rows pad to two,
+:mod:`~specdec.backends.row_probe`), on packed linears whose single row runs packed (not on a measured single-row
+kernel, :func:`~specdec.backends.measured.single_rows`), for models whose packed weights exceed
+:data:`~specdec.backends.kernel_times.COLD_BYTES` (a smaller model's weights stay in the caches; nothing is measured
+and nothing padded). ``SPECDEC_KERNELS=rule`` pads nothing; a CPU that keeps the vendor rule for its linears
+(:data:`~specdec.backends.kernel_times.RULE_KEPT`) still measures its padding, as its attention (padding keeps no
+memory), and so does a forced ``SPECDEC_CPU_GEMM`` profile (the packing it forces is what pads). Cached per machine
+(:func:`~specdec.backends.kernel_times.machine_key`) and the model's packed shapes, beside the linears' tables;
+``specdec doctor`` prints it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from specdec.backends.kernel_times import COLD_BYTES, table_path
+from specdec.backends.kernels import PackedLinear, packed_linear, runs_packed
+
+__all__ = [
+    "MARGIN",
+    "MAX_ROWS",
+    "chosen_rows",
+    "packed_linears",
+    "pad_label",
+    "padding_rows",
+    "padding_times",
+    "row_padding_mode",
+    "set_pad_rows",
+]
+
+#: Row counts tried: a single row padded to each of ``1 .. MAX_ROWS``.
+MAX_ROWS = 8
+#: Interleaved timing passes (the first one warms up and is dropped; the median pass is kept), calls per pass.
+PASSES = 11
+CALLS = 1
+#: Relative gain over the unpadded step below which padding is not chosen (noise on these machines).
+MARGIN = 0.03
+#: The candidates' name in the cached table's key (its file sits beside the linears' tables).
+CANDIDATES = ("row-padding",)
+
+
+def row_padding_mode() -> str | int:
+    """``SPECDEC_ROW_PADDING``: ``"auto"`` (default: measured here), ``"off"``, or a row count ``1 .. MAX_ROWS``."""
+    mode = os.environ.get("SPECDEC_ROW_PADDING", "auto")
+    if mode in ("auto", "off"):
+        return mode
+    if mode.isdigit() and 1 <= int(mode) <= MAX_ROWS:
+        return int(mode)
+    raise ValueError(f"SPECDEC_ROW_PADDING must be 'auto', 'off' or a row count 1..{MAX_ROWS}, got {mode!r}")
+
+
+def packed_linears(model: nn.Module) -> list[PackedLinear]:
+    """``model``'s packed linears, a stacked group's once."""
+    return list({id(lin): lin for lin in (packed_linear(m) for m in model.modules() if runs_packed(m))}.values())
+
+
+def _padded(model: nn.Module) -> list[PackedLinear]:
+    """``model``'s packed linears that may pad: their single row runs packed, without row-invariant padding."""
+    return [lin for lin in packed_linears(model) if lin.single_row_kernel is None and not lin.pad_single_row]
+
+
+def set_pad_rows(model: nn.Module, rows: int) -> int:
+    """Pad every eligible packed linear of ``model`` (:func:`_padded`) to ``rows`` rows, the others to none (1);
+    returns how many pad."""
+    eligible = {id(lin) for lin in _padded(model)}
+    for lin in packed_linears(model):
+        lin.pad_rows = rows if id(lin) in eligible else 1
+    return len(eligible) if rows > 1 else 0
+
+
+def pad_label(model: nn.Module) -> str:
+    """``"+pad6"`` where ``model``'s packed linears pad fewer rows to 6, else ``""`` (a cost curve's name carries
+    it)."""
+    rows = max((lin.pad_rows for lin in packed_linears(model)), default=1)
+    return f"+pad{rows}" if rows > 1 else ""
+
+
+def chosen_rows(times: dict[int, float]) -> int:
+    """The row count to pad to from ``{rows: seconds of the padded 1-token step}``: the fastest, where it beats the
+    unpadded step (``times[1]``) by more than :data:`MARGIN`; else 1. Ties go to fewer rows."""
+    best = min(sorted(times), key=lambda k: times[k])
+    return best if times[best] < (1 - MARGIN) * times[1] else 1
+
+
+def padding_rows(model: nn.Module) -> tuple[int, str]:
+    """``(rows, reason)``: the row count ``model``'s packed linears pad to here (module docstring), and from what
+    (``""`` where nothing is padded and nothing was measured)."""
+    mode = row_padding_mode()
+    if mode == "off" or not _padded(model):
+        return 1, ""
+    if isinstance(mode, int):
+        return mode, f"few rows padded to {mode} in the packed linears (SPECDEC_ROW_PADDING={mode})"
+    if os.environ.get("SPECDEC_KERNELS") == "rule":
+        return 1, ""
+    times = padding_times(model)
+    if times is None:
+        return 1, ""
+    rows = chosen_rows(times)
+    step = ", ".join(f"{k}: {times[k] / times[1]:.2f}" for k in sorted(times))
+    what = f"few rows padded to {rows}" if rows > 1 else "no row padding"
+    return rows, f"{what} in the packed linears, the 1-token step padded to k rows measured here ({step})"
+
+
+def padding_times(model: nn.Module, refresh: bool = False) -> dict[int, float] | None:
+    """Seconds of ``model``'s 1-token forward with every eligible packed linear padding to ``k`` rows, per ``k`` in
+    ``1 .. MAX_ROWS`` (measured once per machine and packed shapes, cached); None for a model whose packed weights fit
+    the caches (nothing measured)."""
+    linears = _padded(model)
+    weight_bytes = sum(lin.in_features * lin.out_features * lin.dtype.itemsize for lin in linears)
+    if not linears or weight_bytes < COLD_BYTES:
+        return None
+    dtype = linears[0].dtype
+    shapes = sorted((lin.in_features, lin.out_features, lin.bias is not None) for lin in linears)
+    entry = hashlib.sha256(json.dumps(shapes).encode()).hexdigest()[:16]
+    path = table_path(dtype, CANDIDATES)
+    table = json.loads(path.read_text()) if path.exists() else {}
+    if refresh or entry not in table:
+        table[entry] = {str(k): t for k, t in _measure(model, linears).items()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may read the table meanwhile
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+        tmp.replace(path)
+    return {int(k): float(t) for k, t in table[entry].items()}
+
+
+def _measure(model: nn.Module, linears: list[PackedLinear]) -> dict[int, float]:
+    """Median seconds of the 1-token forward per padded row count, the counts interleaved pass by pass (the order
+    reversed every other pass)."""
+    device = next(model.parameters()).device
+    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    counts = list(range(1, MAX_ROWS + 1))
+    passes: dict[int, list[float]] = {k: [] for k in counts}
+    before = [lin.pad_rows for lin in linears]
+    try:
+        with torch.inference_mode():
+            for index in range(PASSES + 1):
+                for k in counts if index % 2 else counts[::-1]:
+                    for lin in linears:
+                        lin.pad_rows = k
+                    start = time.perf_counter()
+                    for _ in range(CALLS):
+                        model(input_ids=ids, use_cache=False)
+                    if index:
+                        passes[k].append((time.perf_counter() - start) / CALLS)
+    finally:
+        for lin, rows in zip(linears, before, strict=True):
+            lin.pad_rows = rows
+    return {k: statistics.median(passes[k]) for k in counts}

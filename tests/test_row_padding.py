@@ -1,0 +1,146 @@
+"""A few rows padded to the row count measured fastest in the packed linears (:mod:`specdec.backends.row_padding`).
+
+What is shown, on tiny random Llamas with every linear packed and specdec's cache in a temporary folder (the suite
+turns padding off; these tests turn it back on):
+
+* a padded linear gives every row the values of the unpadded GEMM, in the input's leading shape, and the GEMM sees the
+  padded row count only below it (control: unpadded, it sees the rows as they come);
+* the choice: the fastest padded step where it beats the unpadded one by more than the margin, else none; ties to
+  fewer rows; the switch (``off``, a number, bad values refused by name);
+* a model whose packed weights fit the caches is not measured and pads nothing; a measured choice (the timing patched
+  to a known answer) pads every eligible linear, says so, is cached (read back without timing again), leaves a linear
+  whose single row runs on another kernel alone, and gives the cost curve its own name; the real timing runs the
+  model's step for every candidate;
+* the target decodes exactly with its rows padded (greedy = HF ``generate``; the sampled law through the loop, with
+  the negative control of ``tests/test_cpus.py``); and SmolLM2's padded 1-token step gives its unpadded logits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.backends import row_padding
+from specdec.backends.kernels import PackedLinear
+from specdec.backends.row_padding import (
+    chosen_rows,
+    packed_linears,
+    padding_rows,
+    padding_times,
+    row_padding_mode,
+    set_pad_rows,
+)
+from specdec.budget import curve_path
+from specdec.models import load_smollm2
+from specdec.target import HFTarget
+from tests.test_cpus import assert_decodes_exactly, exactness_model
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture
+def padding(monkeypatch, tmp_path):
+    """Row padding as ``weights="auto"`` does it by default (the suite turns it off), on every linear packed (the
+    suite's forced profile), in a fresh cache."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_ROW_PADDING", "auto")
+
+
+def test_padded_rows_get_the_unpadded_values_and_the_gemm_sees_the_padded_count() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96)
+    packed = PackedLinear(linear, keep_weight=True)
+    seen: list[int] = []
+    gemm = packed.gemm
+    packed.gemm = lambda x: (seen.append(x.numel() // 64), gemm(x))[1]
+    for pad in (1, 6):
+        packed.pad_rows = pad
+        for rows in range(1, 9):
+            for shape in ((rows, 64), (1, rows, 64)):
+                x = torch.randn(shape)
+                y = packed(x)
+                assert y.shape == (*shape[:-1], 96)
+                torch.testing.assert_close(y, F.linear(x, linear.weight, linear.bias), rtol=1e-5, atol=1e-5)
+                assert seen.pop() == (max(rows, pad) if pad > 1 else rows)  # control: unpadded, the rows as they come
+
+
+def test_the_choice_takes_the_fastest_step_beyond_the_margin_and_ties_to_fewer_rows() -> None:
+    assert chosen_rows({1: 1.0, 2: 1.1, 5: 0.92, 6: 0.9, 7: 1.05}) == 6
+    assert chosen_rows({1: 1.0, 2: 1.1, 6: 1.0 - row_padding.MARGIN / 2}) == 1  # within the margin: none
+    assert chosen_rows({1: 1.0, 5: 0.9, 6: 0.9}) == 5
+    assert chosen_rows({1: 1.0, 2: 1.2}) == 1
+
+
+def test_the_switch(monkeypatch) -> None:
+    for value, expected in (("auto", "auto"), ("off", "off"), ("6", 6)):
+        monkeypatch.setenv("SPECDEC_ROW_PADDING", value)
+        assert row_padding_mode() == expected
+    for bad in ("0", "9", "six", "-1"):
+        monkeypatch.setenv("SPECDEC_ROW_PADDING", bad)
+        with pytest.raises(ValueError, match="SPECDEC_ROW_PADDING"):
+            row_padding_mode()
+
+
+def test_a_model_that_fits_the_caches_is_not_measured(padding, monkeypatch) -> None:
+    def never(*args):
+        raise AssertionError("a small model was timed")
+
+    monkeypatch.setattr(row_padding, "_measure", never)
+    target = HFTarget(exactness_model(), max_len=64, weights="auto")
+    assert target.execution.pad_rows == 1 and padding_times(target.model) is None
+    assert all(lin.pad_rows == 1 for lin in packed_linears(target.model))
+
+
+def test_a_measured_choice_pads_is_cached_and_names_the_curve(padding, monkeypatch) -> None:
+    monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
+    times = {k: 1.0 - 0.02 * (k == 6) - 0.1 * (k == 4) for k in range(1, 9)}
+    monkeypatch.setattr(row_padding, "_measure", lambda model, linears: times)
+    target = HFTarget(exactness_model(), max_len=64, weights="auto")
+    linears = packed_linears(target.model)
+    assert target.execution.pad_rows == 4 and linears and all(lin.pad_rows == 4 for lin in linears)
+    assert "fewer than 4 rows padded to 4" in target.execution.describe()
+
+    def never(*args):
+        raise AssertionError("the cached choice was timed again")
+
+    monkeypatch.setattr(row_padding, "_measure", never)
+    again = HFTarget(exactness_model(), max_len=64, weights="auto")
+    assert again.execution.pad_rows == 4
+    assert "+pad4" in curve_path(again.model, again.device).name
+    set_pad_rows(again.model, 1)
+    assert "+pad" not in curve_path(again.model, again.device).name  # control: the unpadded model's curve
+    linears[0].single_rows("stock")  # a single row on another kernel: that linear is left alone
+    assert set_pad_rows(target.model, 4) == len(linears) - 1 and linears[0].pad_rows == 1
+    monkeypatch.setenv("SPECDEC_ROW_PADDING", "off")
+    assert padding_rows(target.model) == (1, "")
+
+
+def test_the_timing_runs_the_models_step_for_every_candidate(padding, monkeypatch) -> None:
+    monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
+    target = HFTarget(exactness_model(), max_len=64, weights="auto")
+    times = padding_times(target.model, refresh=True)
+    assert sorted(times) == list(range(1, row_padding.MAX_ROWS + 1)) and all(t > 0 for t in times.values())
+    assert all(lin.pad_rows == target.execution.pad_rows for lin in packed_linears(target.model))  # restored
+
+
+def test_a_padded_target_decodes_exactly(padding, monkeypatch) -> None:
+    monkeypatch.setenv("SPECDEC_ROW_PADDING", "6")
+    model = exactness_model()
+    target = HFTarget(model, max_len=64, weights="auto")
+    assert target.execution.pad_rows == 6
+    assert_decodes_exactly(model, target)
+
+
+@pytest.mark.slow
+def test_smollm2_padded_step_gives_the_unpadded_logits(padding) -> None:
+    target = HFTarget(load_smollm2()[0], max_len=64, weights="auto")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        set_pad_rows(target.model, 1)
+        plain = target.model(input_ids=ids[:, :1], use_cache=False).logits
+        set_pad_rows(target.model, 6)
+        padded = target.model(input_ids=ids[:, :1], use_cache=False).logits
+    torch.testing.assert_close(padded, plain, rtol=1e-4, atol=1e-4)
+    assert padded.argmax(-1).item() == plain.argmax(-1).item()
