@@ -121,9 +121,10 @@ class HFTarget(Target):
         """The ``weights`` choice that reproduces this adapter's weights on modules of :attr:`model` (idempotent):
         ``"auto"`` where it packed a subset (``"packed-vocab"`` by the rule, ``"packed-some"`` as measured: the same
         rule or the cached measurement chooses the same subset again), and where single rows run stock or on the skinny
-        kernel, or linears run on it (only ``"auto"`` chooses those)."""
+        kernel, or linears run on it, or few rows pad (only ``"auto"`` chooses those)."""
         subset = self.execution.weights in ("packed-vocab", "packed-some")
         chosen = self.execution.single_stock or self.execution.single_skinny or self.execution.skinny
+        chosen = chosen or self.execution.pad_rows > 1
         return "auto" if subset or chosen else self.execution.weights
 
     def sibling(self, max_len: int) -> HFTarget:

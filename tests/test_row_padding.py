@@ -89,6 +89,7 @@ def test_a_model_that_fits_the_caches_is_not_measured(padding, monkeypatch) -> N
 
     monkeypatch.setattr(row_padding, "_measure", never)
     target = HFTarget(exactness_model(), max_len=64, weights="auto")
+    assert packed_linears(target.model)  # packed, so it could have padded
     assert target.execution.pad_rows == 1 and padding_times(target.model) is None
     assert all(lin.pad_rows == 1 for lin in packed_linears(target.model))
 
@@ -117,6 +118,20 @@ def test_a_measured_choice_pads_is_cached_and_names_the_curve(padding, monkeypat
     assert padding_rows(target.model) == (1, "")
 
 
+def test_a_second_holder_of_the_model_keeps_its_padding(padding, monkeypatch) -> None:
+    monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
+    monkeypatch.setattr(row_padding, "_measure", lambda model, linears: {k: 1.0 - 0.1 * (k == 6) for k in range(1, 9)})
+    target = HFTarget(exactness_model(), max_len=64, weights="auto")
+    assert target.execution.pad_rows == 6 and target.weights_choice == "auto"
+    monkeypatch.setattr(row_padding, "_measure", lambda model, linears: {k: 1.0 - 0.1 * (k == 3) for k in range(1, 9)})
+    padding_times(target.model, refresh=True)  # the table now says 3; the prepared model says 6
+    sibling = target.sibling(max_len=32)  # prepares the same modules again, in place (a cost curve's probe)
+    assert sibling.execution.pad_rows == 6
+    assert all(lin.pad_rows == 6 for lin in packed_linears(target.model))
+    set_pad_rows(target.model, 1)  # control: an unpadded model takes the table's choice
+    assert target.sibling(max_len=32).execution.pad_rows == 3
+
+
 def test_the_timing_runs_the_models_step_for_every_candidate(padding, monkeypatch) -> None:
     monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
     target = HFTarget(exactness_model(), max_len=64, weights="auto")
@@ -136,11 +151,11 @@ def test_a_padded_target_decodes_exactly(padding, monkeypatch) -> None:
 @pytest.mark.slow
 def test_smollm2_padded_step_gives_the_unpadded_logits(padding) -> None:
     target = HFTarget(load_smollm2()[0], max_len=64, weights="auto")
-    ids = torch.tensor([[1, 2, 3, 4]])
+    ids = torch.tensor([[1]])
     with torch.inference_mode():
         set_pad_rows(target.model, 1)
-        plain = target.model(input_ids=ids[:, :1], use_cache=False).logits
+        plain = target.model(input_ids=ids, use_cache=False).logits
         set_pad_rows(target.model, 6)
-        padded = target.model(input_ids=ids[:, :1], use_cache=False).logits
+        padded = target.model(input_ids=ids, use_cache=False).logits
     torch.testing.assert_close(padded, plain, rtol=1e-4, atol=1e-4)
     assert padded.argmax(-1).item() == plain.argmax(-1).item()

@@ -108,7 +108,9 @@ def chosen_rows(times: dict[int, float]) -> int:
 
 def padding_rows(model: nn.Module) -> tuple[int, str]:
     """``(rows, reason)``: the row count ``model``'s packed linears pad to here (module docstring), and from what
-    (``""`` where nothing is padded and nothing was measured)."""
+    (``""`` where nothing is padded and nothing was measured). A model whose linears already pad (prepared again in
+    place: :meth:`~specdec.target.HFTarget.sibling`, a small-LM drafter sharing the target's layers) keeps their count,
+    so preparing a second holder never changes the first's."""
     mode = row_padding_mode()
     if mode == "off" or not _padded(model):
         return 1, ""
@@ -116,6 +118,9 @@ def padding_rows(model: nn.Module) -> tuple[int, str]:
         return mode, f"few rows padded to {mode} in the packed linears (SPECDEC_ROW_PADDING={mode})"
     if os.environ.get("SPECDEC_KERNELS") == "rule":
         return 1, ""
+    kept = max(lin.pad_rows for lin in _padded(model))
+    if kept > 1:  # prepared again (a sibling adapter, a drafter sharing the target's linears): as it was prepared
+        return kept, f"few rows padded to {kept} in the packed linears, as the model was prepared"
     times = padding_times(model)
     if times is None:
         return 1, ""
