@@ -137,9 +137,11 @@ class Execution:
 
     @property
     def label(self) -> str:
-        """``"packed"``, ``"stock+static"``, ``"stock+aot+skinny"``, ``"packed+invariant"``, ... (file names, stats)."""
+        """``"packed"``, ``"packed+pad5+attention"``, ``"stock+static"``, ``"stock+aot+skinny"``, ... (file names,
+        stats)."""
         return (
             self.weights
+            + f"+pad{self.pad_rows}" * (self.pad_rows > 1)
             + ("+aot" + "+skinny" * (self.skinny > 0) if self.aot else "+static" if self.static else "")
             + ("+invariant" if self.invariant else "+attention" * (self.attention == GQA_SKINNY))
         )
