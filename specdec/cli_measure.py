@@ -175,18 +175,16 @@ def _print_row_padding(model, refresh: bool) -> None:
     from specdec.backends.row_padding import chosen_rows, padding_times, row_padding_mode
 
     mode = row_padding_mode()
-    if refresh and mode == "auto":  # measured again before the model is prepared, which reads the table
-        padding_times(prepare_model(model, "auto", False, in_place=False)[0], refresh=True)
     prepared, execution = prepare_model(model, "auto", False, in_place=False)
-    times = padding_times(prepared) if mode == "auto" else None
-    if times is None or execution.pad_rows != chosen_rows(times):  # not measured, or not what decided
-        why = "nothing measured (no packed linears, or they fit the caches)" if times is None else execution.describe()
-        print(f"  row padding: fewer rows padded to {execution.pad_rows} (SPECDEC_ROW_PADDING={mode}; {why})")
+    times = padding_times(prepared, refresh=refresh) if mode == "auto" else None
+    now = f"fewer rows padded to {execution.pad_rows} (SPECDEC_ROW_PADDING={mode}: auto, off or a row count)"
+    if times is None:
+        print(f"  row padding: {now}; nothing measured (no packed linears that may pad, or they fit the caches)")
         return
     steps = ", ".join(f"{k}: {t * 1e3:.1f}" for k, t in sorted(times.items()))
     print(
-        f"  row padding, the 1-token step's ms with every packed linear padded to k rows ({steps}): "
-        f"fewer rows padded to {execution.pad_rows} (SPECDEC_ROW_PADDING=auto; off; a row count)"
+        f"  row padding, the 1-token step's ms with every packed linear padded to k rows ({steps}): the times choose "
+        f"{chosen_rows(times)}; prepared: {now}"
     )
 
 

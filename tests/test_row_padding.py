@@ -115,7 +115,7 @@ def test_a_measured_choice_pads_is_cached_and_names_the_curve(padding, monkeypat
     linears[0].single_rows("stock")  # a single row on another kernel: that linear is left alone
     assert set_pad_rows(target.model, 4) == len(linears) - 1 and linears[0].pad_rows == 1
     monkeypatch.setenv("SPECDEC_ROW_PADDING", "off")
-    assert padding_rows(target.model) == (1, "")
+    assert padding_rows(target.model) == 1
 
 
 def test_a_second_holder_of_the_model_keeps_its_padding(padding, monkeypatch) -> None:

@@ -321,7 +321,7 @@ def apply(
     attention = execution.attention
     if attention in GQA_NAMES:
         attention = use_gqa_attention(model, invariant=on)
-    pad_rows = padding_rows(model)[0] if auto and not execution.static else 1  # times the model as it now runs
+    pad_rows = padding_rows(model) if auto else 1  # times the model as it now runs (static shapes: nothing packed)
     set_pad_rows(model, pad_rows)
     reason = "; ".join(r for r in (execution.reason, reason) if r)
     return replace(

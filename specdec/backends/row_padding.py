@@ -2,11 +2,11 @@
 CPU at hand (``SPECDEC_ROW_PADDING=auto``, the default), or as asked (``off``, a number).
 
 Why: oneDNN's packed GEMM does not run a few rows in proportion to their number. On the AMD Zen 4 (family 25 model
-17, 2026-11-30, ``docs/results/2026-11-30-row-padding-amd-f25m17``) SmolLM2's whole forward cost 1.05-1.11x a 1-token
-step for 2 rows, 0.95-0.99x for 3 to 6 rows and 1.04-1.10x for 7 or 8; with every packed linear's single row padded
-to 6 rows the 1-token step ran in 0.93x its time, and in the decoding loop plain decoding ran 1.07-1.21x and EAGLE-3
-1.08x as fast, with the same tokens. The padded rows are zeros and their outputs are dropped: a real row's values are
-what the GEMM gives it among 6 rows, as in a tree forward of 6 nodes.
+17, 2026-11-30, ``docs/results/2026-11-30-row-padding-amd-f25m17``) SmolLM2's whole tree forward cost 1.10x a 1-token
+step for 2 rows, 0.93-0.98x for 3 to 6 rows and 1.01x for 7 or 8; with every packed linear's single row padded to 5
+or 6 rows the 1-token step ran in 0.91-0.94x its time, and plain decoding ran 1.08x as fast on MT-bench (the same
+tokens) and 1.06x on Spec-Bench, EAGLE-3 and the composite as before. The padded rows are zeros and their outputs
+are dropped: a real row's values are what the GEMM gives it among 6 rows, as in a tree forward of 6 nodes.
 
 Why the whole model is timed, not each shape: padding single rows to two where a shape alone ran two rows faster made
 the AMD Zen 3's whole step 1.09x slower (:data:`~specdec.backends.kernel_times.ROWS`); what a shape does alone did not
@@ -54,9 +54,8 @@ __all__ = [
 
 #: Row counts tried: a single row padded to each of ``1 .. MAX_ROWS``.
 MAX_ROWS = 8
-#: Interleaved timing passes (the first one warms up and is dropped; the median pass is kept), calls per pass.
+#: Interleaved timing passes of one call per row count (the first one warms up and is dropped; the median is kept).
 PASSES = 11
-CALLS = 1
 #: Relative gain over the unpadded step below which padding is not chosen (noise on these machines).
 MARGIN = 0.03
 #: The candidates' name in the cached table's key (its file sits beside the linears' tables).
@@ -106,28 +105,22 @@ def chosen_rows(times: dict[int, float]) -> int:
     return best if times[best] < (1 - MARGIN) * times[1] else 1
 
 
-def padding_rows(model: nn.Module) -> tuple[int, str]:
-    """``(rows, reason)``: the row count ``model``'s packed linears pad to here (module docstring), and from what
-    (``""`` where nothing is padded and nothing was measured). A model whose linears already pad (prepared again in
-    place: :meth:`~specdec.target.HFTarget.sibling`, a small-LM drafter sharing the target's layers) keeps their count,
-    so preparing a second holder never changes the first's."""
+def padding_rows(model: nn.Module) -> int:
+    """The row count ``model``'s packed linears pad to here (module docstring; 1: none). A model whose linears already
+    pad (prepared again in place: :meth:`~specdec.target.HFTarget.sibling`, a small-LM drafter sharing the target's
+    layers) keeps their count, so preparing a second holder never changes the first's."""
     mode = row_padding_mode()
     if mode == "off" or not _padded(model):
-        return 1, ""
+        return 1
     if isinstance(mode, int):
-        return mode, f"few rows padded to {mode} in the packed linears (SPECDEC_ROW_PADDING={mode})"
+        return mode
     if os.environ.get("SPECDEC_KERNELS") == "rule":
-        return 1, ""
+        return 1
     kept = max(lin.pad_rows for lin in _padded(model))
     if kept > 1:  # prepared again (a sibling adapter, a drafter sharing the target's linears): as it was prepared
-        return kept, f"few rows padded to {kept} in the packed linears, as the model was prepared"
+        return kept
     times = padding_times(model)
-    if times is None:
-        return 1, ""
-    rows = chosen_rows(times)
-    step = ", ".join(f"{k}: {times[k] / times[1]:.2f}" for k in sorted(times))
-    what = f"few rows padded to {rows}" if rows > 1 else "no row padding"
-    return rows, f"{what} in the packed linears, the 1-token step padded to k rows measured here ({step})"
+    return 1 if times is None else chosen_rows(times)
 
 
 def padding_times(model: nn.Module, refresh: bool = False) -> dict[int, float] | None:
@@ -167,10 +160,9 @@ def _measure(model: nn.Module, linears: list[PackedLinear]) -> dict[int, float]:
                     for lin in linears:
                         lin.pad_rows = k
                     start = time.perf_counter()
-                    for _ in range(CALLS):
-                        model(input_ids=ids, use_cache=False)
+                    model(input_ids=ids, use_cache=False)
                     if index:
-                        passes[k].append((time.perf_counter() - start) / CALLS)
+                        passes[k].append(time.perf_counter() - start)
     finally:
         for lin, rows in zip(linears, before, strict=True):
             lin.pad_rows = rows
