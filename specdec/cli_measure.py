@@ -4,6 +4,7 @@ adaptive tree budget and ``weights="auto"`` decide by)."""
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Any
 
 from specdec.cli_model import add_model_options, load_target_model
@@ -172,19 +173,24 @@ def _print_row_padding(model, refresh: bool) -> None:
     """The packed linears' row padding for ``model`` as ``weights="auto"`` prepares it
     (:mod:`specdec.backends.row_padding`)."""
     from specdec.backends.choice import prepare_model
-    from specdec.backends.row_padding import chosen_rows, padding_times, row_padding_mode
+    from specdec.backends.row_padding import chosen_rows, padding_times, row_padding_mode, wins_needed
 
     mode = row_padding_mode()
     prepared, execution = prepare_model(model, "auto", False, in_place=False)
-    times = padding_times(prepared, refresh=refresh) if mode == "auto" else None
+    passes = padding_times(prepared, refresh=refresh) if mode == "auto" else None
     now = f"fewer rows padded to {execution.pad_rows} (SPECDEC_ROW_PADDING={mode}: auto, off or a row count)"
-    if times is None:
+    if passes is None:
         print(f"  row padding: {now}; nothing measured (no packed linears that may pad, or they fit the caches)")
         return
-    steps = ", ".join(f"{k}: {t * 1e3:.1f}" for k, t in sorted(times.items()))
+    n = len(passes[1])
+    steps = ", ".join(
+        f"{k}: {statistics.median(v) * 1e3:.1f}"
+        + ("" if k == 1 else f" ({sum(a < b for a, b in zip(v, passes[1], strict=True))}/{n})")
+        for k, v in sorted(passes.items())
+    )
     print(
-        f"  row padding, the 1-token step's ms with every packed linear padded to k rows ({steps}): the times choose "
-        f"{chosen_rows(times)}; prepared: {now}"
+        f"  row padding, the 1-token step's median ms with every packed linear padded to k rows (passes faster than "
+        f"unpadded; {wins_needed(n)} of {n} needed): {steps}; the times choose {chosen_rows(passes)}; prepared: {now}"
     )
 
 

@@ -17,6 +17,9 @@ turns padding off; these tests turn it back on):
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -66,11 +69,44 @@ def test_padded_rows_get_the_unpadded_values_and_the_gemm_sees_the_padded_count(
                 assert seen.pop() == (max(rows, pad) if pad > 1 else rows)  # control: unpadded, the rows as they come
 
 
+def steady(times: dict[int, float], passes: int = row_padding.PASSES) -> dict[int, list[float]]:
+    """Per-pass seconds where every pass gives each count its time (each faster count wins every pass)."""
+    return {k: [t] * passes for k, t in times.items()}
+
+
 def test_the_choice_takes_the_fastest_step_beyond_the_margin_and_ties_to_fewer_rows() -> None:
-    assert chosen_rows({1: 1.0, 2: 1.1, 5: 0.92, 6: 0.9, 7: 1.05}) == 6
-    assert chosen_rows({1: 1.0, 2: 1.1, 6: 1.0 - row_padding.MARGIN / 2}) == 1  # within the margin: none
-    assert chosen_rows({1: 1.0, 5: 0.9, 6: 0.9}) == 5
-    assert chosen_rows({1: 1.0, 2: 1.2}) == 1
+    assert chosen_rows(steady({1: 1.0, 2: 1.1, 5: 0.92, 6: 0.9, 7: 1.05})) == 6
+    assert chosen_rows(steady({1: 1.0, 2: 1.1, 6: 1.0 - row_padding.MARGIN / 2})) == 1  # within the margin: none
+    assert chosen_rows(steady({1: 1.0, 5: 0.9, 6: 0.9})) == 5
+    assert chosen_rows(steady({1: 1.0, 2: 1.2})) == 1
+
+
+def test_the_sign_test_counts_passes_and_a_few_slow_passes_do_not_choose() -> None:
+    for n, needed in ((11, 9), (22, 16)):
+        assert row_padding.wins_needed(n) == needed
+        tail = sum(math.comb(n, w) for w in range(needed, n + 1)) / 2**n
+        assert tail <= row_padding.ALPHA < tail + math.comb(n, needed - 1) / 2**n  # the fewest wins at that rate
+    # 6 rows: its median 8 % below the unpadded one, but it won only 7 of 11 passes (the unpadded step's slow passes
+    # moved the median): not chosen, while 5 rows won 10 of 11 by a steady 4 %
+    unpadded = [1.0] * 6 + [1.2] * 5
+    passes = {1: unpadded, 5: [0.96 * t for t in unpadded[:10]] + [1.3], 6: [0.92] * 7 + [1.3] * 4}
+    assert statistics.median(passes[6]) < statistics.median(passes[5])
+    assert chosen_rows(passes) == 5
+    assert chosen_rows({1: unpadded, 6: passes[6]}) == 1  # control: by its median alone, 6 would have been taken
+
+
+def test_medians_and_passes_that_disagree_are_measured_again_and_pooled(padding, monkeypatch) -> None:
+    monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
+    unpadded = [1.0] * 6 + [1.2] * 5
+    runs = iter([{1: unpadded, 6: [0.92] * 7 + [1.3] * 4}, steady({1: 1.0, 6: 0.9})])
+    calls = []
+    monkeypatch.setattr(row_padding, "_measure", lambda model, linears: calls.append(1) or next(runs))
+    target = HFTarget(exactness_model(), max_len=64, weights="auto")
+    assert len(calls) == 2 and target.execution.pad_rows == 6  # pooled: 6 rows won 18 of 22 passes
+    assert len(padding_times(target.model)[6]) == 2 * row_padding.PASSES and len(calls) == 2  # cached, pooled
+    runs = iter([steady({1: 1.0, 6: 0.9})])  # control: passes that agree are measured once
+    padding_times(target.model, refresh=True)
+    assert len(calls) == 3
 
 
 def test_the_switch(monkeypatch) -> None:
@@ -96,7 +132,7 @@ def test_a_model_that_fits_the_caches_is_not_measured(padding, monkeypatch) -> N
 
 def test_a_measured_choice_pads_is_cached_and_names_the_curve(padding, monkeypatch) -> None:
     monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
-    times = {k: 1.0 - 0.02 * (k == 6) - 0.1 * (k == 4) for k in range(1, 9)}
+    times = steady({k: 1.0 - 0.02 * (k == 6) - 0.1 * (k == 4) for k in range(1, 9)})
     monkeypatch.setattr(row_padding, "_measure", lambda model, linears: times)
     target = HFTarget(exactness_model(), max_len=64, weights="auto")
     linears = packed_linears(target.model)
@@ -120,10 +156,14 @@ def test_a_measured_choice_pads_is_cached_and_names_the_curve(padding, monkeypat
 
 def test_a_second_holder_of_the_model_keeps_its_padding(padding, monkeypatch) -> None:
     monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
-    monkeypatch.setattr(row_padding, "_measure", lambda model, linears: {k: 1.0 - 0.1 * (k == 6) for k in range(1, 9)})
+    monkeypatch.setattr(
+        row_padding, "_measure", lambda model, linears: steady({k: 1.0 - 0.1 * (k == 6) for k in range(1, 9)})
+    )
     target = HFTarget(exactness_model(), max_len=64, weights="auto")
     assert target.execution.pad_rows == 6 and target.weights_choice == "auto"
-    monkeypatch.setattr(row_padding, "_measure", lambda model, linears: {k: 1.0 - 0.1 * (k == 3) for k in range(1, 9)})
+    monkeypatch.setattr(
+        row_padding, "_measure", lambda model, linears: steady({k: 1.0 - 0.1 * (k == 3) for k in range(1, 9)})
+    )
     padding_times(target.model, refresh=True)  # the table now says 3; the prepared model says 6
     sibling = target.sibling(max_len=32)  # prepares the same modules again, in place (a cost curve's probe)
     assert sibling.execution.pad_rows == 6
@@ -135,8 +175,9 @@ def test_a_second_holder_of_the_model_keeps_its_padding(padding, monkeypatch) ->
 def test_the_timing_runs_the_models_step_for_every_candidate(padding, monkeypatch) -> None:
     monkeypatch.setattr(row_padding, "COLD_BYTES", 0)
     target = HFTarget(exactness_model(), max_len=64, weights="auto")
-    times = padding_times(target.model, refresh=True)
-    assert sorted(times) == list(range(1, row_padding.MAX_ROWS + 1)) and all(t > 0 for t in times.values())
+    passes = padding_times(target.model, refresh=True)
+    assert sorted(passes) == list(range(1, row_padding.MAX_ROWS + 1))
+    assert all(len(v) in (row_padding.PASSES, 2 * row_padding.PASSES) and min(v) > 0 for v in passes.values())
     assert all(lin.pad_rows == target.execution.pad_rows for lin in packed_linears(target.model))  # restored
 
 

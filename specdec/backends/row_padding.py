@@ -11,9 +11,13 @@ are dropped: a real row's values are what the GEMM gives it among 6 rows, as in 
 Why the whole model is timed, not each shape: padding single rows to two where a shape alone ran two rows faster made
 the AMD Zen 3's whole step 1.09x slower (:data:`~specdec.backends.kernel_times.ROWS`); what a shape does alone did not
 carry over. :func:`padding_times` times the model's own 1-token forward (no cache) with every packed linear padding to
-``k`` rows, ``k = 1 .. MAX_ROWS``, interleaved pass by pass, the median kept; :func:`chosen_rows` takes the ``k`` with
-the shortest time where it beats the unpadded step by more than :data:`MARGIN`, else 1. Every row count below ``k``
-then pads to ``k`` (a tree of 2-5 nodes, a batch of a few rows: on the Zen 4 each ran at or below its unpadded time).
+``k`` rows, ``k = 1 .. MAX_ROWS``, interleaved pass by pass; :func:`chosen_rows` takes the ``k`` with the shortest
+median time where it beats the unpadded step by more than :data:`MARGIN` *and* ran faster than it in the same pass
+often enough that chance is ruled out (a one-sided sign test at :data:`ALPHA`: 9 of 11 passes). A busy machine slows
+every count of a pass alike, so the paired count holds where a median alone can be moved by a few slow passes; a
+measurement whose medians say "pad" but whose passes do not agree runs once more and the passes are pooled
+(:data:`ATTEMPTS`), else nothing pads. Every row count below ``k`` then pads to ``k`` (a tree of 2-5 nodes, a batch
+of a few rows: on the Zen 4 each ran at or below its unpadded time).
 
 Where: ``weights="auto"`` on eager shapes, without row-invariant numerics (their single rows pad to two,
 :mod:`~specdec.backends.row_probe`), on packed linears whose single row runs packed (not on a measured single-row
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -41,6 +46,8 @@ from specdec.backends.kernel_times import COLD_BYTES, table_path
 from specdec.backends.kernels import PackedLinear, packed_linear, runs_packed
 
 __all__ = [
+    "ALPHA",
+    "ATTEMPTS",
     "MARGIN",
     "MAX_ROWS",
     "chosen_rows",
@@ -50,14 +57,20 @@ __all__ = [
     "padding_times",
     "row_padding_mode",
     "set_pad_rows",
+    "wins_needed",
 ]
 
 #: Row counts tried: a single row padded to each of ``1 .. MAX_ROWS``.
 MAX_ROWS = 8
-#: Interleaved timing passes of one call per row count (the first one warms up and is dropped; the median is kept).
+#: Interleaved timing passes of one call per row count (the first one warms up and is dropped).
 PASSES = 11
-#: Relative gain over the unpadded step below which padding is not chosen (noise on these machines).
+#: Relative gain of the median over the unpadded step's below which padding is not chosen (noise on these machines).
 MARGIN = 0.03
+#: False-positive rate of the sign test a padded count must also pass: under "padding changes nothing" each pass is
+#: a coin flip, and the count wins in at least :func:`wins_needed` passes with probability at most ``ALPHA``.
+ALPHA = 0.05
+#: Measurements pooled at most when the medians and the passes disagree (the second runs only then).
+ATTEMPTS = 2
 #: The candidates' name in the cached table's key (its file sits beside the linears' tables).
 CANDIDATES = ("row-padding",)
 
@@ -98,11 +111,37 @@ def pad_label(model: nn.Module) -> str:
     return f"+pad{rows}" if rows > 1 else ""
 
 
-def chosen_rows(times: dict[int, float]) -> int:
-    """The row count to pad to from ``{rows: seconds of the padded 1-token step}``: the fastest, where it beats the
-    unpadded step (``times[1]``) by more than :data:`MARGIN`; else 1. Ties go to fewer rows."""
-    best = min(sorted(times), key=lambda k: times[k])
-    return best if times[best] < (1 - MARGIN) * times[1] else 1
+def wins_needed(passes: int) -> int:
+    """The fewest passes out of ``passes`` a padded count must win against the unpadded step so that a count no
+    faster than it (each pass a fair coin) does so with probability at most :data:`ALPHA` (9 of 11, 16 of 22)."""
+    tail = 0.0
+    for wins in range(passes, -1, -1):
+        tail += math.comb(passes, wins) / 2**passes
+        if tail > ALPHA:
+            return wins + 1
+    return 0
+
+
+def _verdict(passes: dict[int, list[float]]) -> tuple[int, bool]:
+    """``(rows, agreed)`` from per-pass seconds ``{k: [s_1 .. s_n]}`` (pass ``i`` of every ``k`` timed together): the
+    fastest median beyond :data:`MARGIN` that also wins its sign test; ``agreed`` is False where the fastest median
+    beyond the margin does not win it (the passes disagree with the medians: measure again)."""
+    median = {k: statistics.median(v) for k, v in passes.items()}
+    beyond = [k for k in sorted(passes) if k > 1 and median[k] < (1 - MARGIN) * median[1]]
+    wins = {k: sum(a < b for a, b in zip(passes[k], passes[1], strict=True)) for k in beyond}
+    paired = [k for k in beyond if wins[k] >= wins_needed(len(passes[1]))]
+    if not paired:
+        return 1, not beyond
+    best = min(paired, key=lambda k: median[k])  # sorted: ties to fewer rows
+    return best, best == min(beyond, key=lambda k: median[k])
+
+
+def chosen_rows(passes: dict[int, list[float]]) -> int:
+    """The row count to pad to from per-pass seconds of the padded 1-token step ``{rows: [s_1 .. s_n]}`` (``1``: the
+    unpadded step; pass ``i`` of every count interleaved): the fastest median that beats the unpadded median by more
+    than :data:`MARGIN` and beats the unpadded step in at least :func:`wins_needed` of the passes; else 1. Ties go to
+    fewer rows."""
+    return _verdict(passes)[0]
 
 
 def padding_rows(model: nn.Module) -> int:
@@ -119,14 +158,15 @@ def padding_rows(model: nn.Module) -> int:
     kept = max(lin.pad_rows for lin in _padded(model))
     if kept > 1:  # prepared again (a sibling adapter, a drafter sharing the target's linears): as it was prepared
         return kept
-    times = padding_times(model)
-    return 1 if times is None else chosen_rows(times)
+    passes = padding_times(model)
+    return 1 if passes is None else chosen_rows(passes)
 
 
-def padding_times(model: nn.Module, refresh: bool = False) -> dict[int, float] | None:
-    """Seconds of ``model``'s 1-token forward with every eligible packed linear padding to ``k`` rows, per ``k`` in
-    ``1 .. MAX_ROWS`` (measured once per machine and packed shapes, cached); None for a model whose packed weights fit
-    the caches (nothing measured)."""
+def padding_times(model: nn.Module, refresh: bool = False) -> dict[int, list[float]] | None:
+    """Seconds of ``model``'s 1-token forward with every eligible packed linear padding to ``k`` rows, pass by pass
+    (``{k: [s_1 .. s_n]}``, ``k`` in ``1 .. MAX_ROWS``; measured once per machine and packed shapes, cached, a second
+    measurement pooled where the first's medians and passes disagree); None for a model whose packed weights fit the
+    caches (nothing measured)."""
     linears = _padded(model)
     weight_bytes = sum(lin.in_features * lin.out_features * lin.dtype.itemsize for lin in linears)
     if not linears or weight_bytes < COLD_BYTES:
@@ -136,18 +176,24 @@ def padding_times(model: nn.Module, refresh: bool = False) -> dict[int, float] |
     entry = hashlib.sha256(json.dumps(shapes).encode()).hexdigest()[:16]
     path = table_path(dtype, CANDIDATES)
     table = json.loads(path.read_text()) if path.exists() else {}
-    if refresh or entry not in table:
-        table[entry] = {str(k): t for k, t in _measure(model, linears).items()}
+    if refresh or "passes" not in table.get(entry, {}):  # a table of medians only (before 2026-11-30's sign test)
+        passes = _measure(model, linears)
+        for _attempt in range(1, ATTEMPTS):
+            if _verdict(passes)[1]:
+                break
+            more = _measure(model, linears)
+            passes = {k: v + more[k] for k, v in passes.items()}
+        table[entry] = {"passes": {str(k): v for k, v in passes.items()}}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may read the table meanwhile
         tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
         tmp.replace(path)
-    return {int(k): float(t) for k, t in table[entry].items()}
+    return {int(k): [float(t) for t in v] for k, v in table[entry]["passes"].items()}
 
 
-def _measure(model: nn.Module, linears: list[PackedLinear]) -> dict[int, float]:
-    """Median seconds of the 1-token forward per padded row count, the counts interleaved pass by pass (the order
-    reversed every other pass)."""
+def _measure(model: nn.Module, linears: list[PackedLinear]) -> dict[int, list[float]]:
+    """Seconds of the 1-token forward per padded row count and pass (:data:`PASSES`, after one dropped), the counts
+    interleaved pass by pass (the order reversed every other pass)."""
     device = next(model.parameters()).device
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
     counts = list(range(1, MAX_ROWS + 1))
@@ -166,4 +212,4 @@ def _measure(model: nn.Module, linears: list[PackedLinear]) -> dict[int, float]:
     finally:
         for lin, rows in zip(linears, before, strict=True):
             lin.pad_rows = rows
-    return {k: statistics.median(passes[k]) for k in counts}
+    return passes
