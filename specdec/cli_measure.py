@@ -4,6 +4,7 @@ adaptive tree budget and ``weights="auto"`` decide by)."""
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from typing import Any
 
@@ -197,6 +198,7 @@ def _print_row_padding(model, refresh: bool) -> None:
 def _print_packages() -> None:
     """The ahead-of-time packages cached on this machine (:func:`specdec.backends.aot.packages`)."""
     from specdec.backends.aot import packages
+    from specdec.backends.package_verdict import verdict_path
 
     found = packages()
     total = sum(p["bytes"] for p in found) / 2**30
@@ -206,6 +208,11 @@ def _print_packages() -> None:
         what = f"{p.get('model', '?')} {p.get('dtype', '')}, {built}"
         mine = "this machine" if p["this_machine"] else "another machine, torch or thread count: never used here"
         print(f"  {p['path']}: {p['bytes'] / 2**30:.2f} GiB, {what}; {mine}")
+    path = verdict_path()
+    for name, verdict in (json.loads(path.read_text()) if path.exists() else {}).items():
+        ms = ", ".join(f"{k} {' / '.join(f'{t:.1f}' for t in v.values())} ms" for k, v in verdict["ms"].items())
+        rows = " / ".join(verdict["ms"]["stock"])
+        print(f"  whole packages timed ({rows} rows) for {name}: {ms}; {verdict['choice']} kept")
 
 
 def add_measuring(sub: Any) -> None:

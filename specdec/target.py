@@ -19,11 +19,13 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec.attention import AttentionLayout, UnsupportedModelError
-from specdec.backends import Invariant, StaticShapes, prepare_model
+from specdec.backends import Invariant, StaticShapes, execution_label, prepare_model
 from specdec.backends.compiled import BUCKETS
+from specdec.backends.skinny_choice import skinny_measures
 from specdec.errors import SpecdecError
 from specdec.interfaces import HiddenRequest, Target, TargetStep
 from specdec.kvcache import CacheFullError
+from specdec.package_timing import settle
 from specdec.runner import ModelRunner
 from specdec.tree import DraftTree
 
@@ -93,6 +95,8 @@ class HFTarget(Target):
                 "the model's weights are on the meta device (not loaded): load them (from_pretrained without "
                 "device='meta', or load_state_dict(..., assign=True)) before building a target"
             )
+        if static_shapes == "aot" and weights == "auto" and skinny_measures() and execution_label(model) == "stock":
+            settle(model)  # the package's kernels decided by timing whole packages, once per machine and model
         model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place, invariant=invariant)
         self.model: PreTrainedModel = model
         self.layout = AttentionLayout.of(model, warn=False)

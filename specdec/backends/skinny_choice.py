@@ -9,7 +9,9 @@ weights (:mod:`specdec.backends.kernel_times`; a tie within ``TIE`` keeps the ot
   table of :data:`~specdec.backends.kernel_times.PACKAGE_KERNELS`; the package calls the kernel's C shim and is named
   for the linears on it. Measured (Spec-Bench 30 x 96, T = 0, one process,
   docs/results/2026-11-29-skinny-prefill-intel-f6m106): every linear on the kernel, plain decoding 1.03x and the
-  composite 1.38x the stock package's plain decoding (stock package: the composite 1.26x);
+  composite 1.38x the stock package's plain decoding (stock package: the composite 1.26x). The shapes' choice is
+  then confirmed by timing the whole packages (:mod:`~specdec.backends.package_verdict`: on the AMD Zen 4 every shape
+  "won" and the package ran one row 1.45x slower), and undone where the stock package wins;
 * on eager shapes (:func:`eager_kernels`): against both stock and packed (as ``auto`` runs packed: its single row
   on stock or on the kernel where faster), by ``T(1) + T(8) + T(16)``
   (:data:`~specdec.backends.kernel_times.EAGER_ROWS`), before the rest is packed. Measured on the Intel Xeon of family
@@ -51,6 +53,7 @@ from specdec.backends.kernel_times import (
 )
 from specdec.backends.kernels import plain_linear, shared_copy
 from specdec.backends.measured import model_shapes, model_table
+from specdec.backends.package_verdict import recorded, verdict_path
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
 
 __all__ = [
@@ -96,16 +99,28 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
 
     ``cached_only`` (``static_shapes="auto"``, which never builds): decide only from a table and a kernel already on
     this machine, and keep the choice only where the package it names is cached too (else ``model`` is left stock).
+    A verdict of the whole packages recorded for this choice (:mod:`~specdec.backends.package_verdict`) that says
+    stock puts every linear back.
     """
     linears, already = _candidates(model), len(skinny_names(model))
     if not linears:
-        return already, ""
-    if cached_only and not (table_path(torch.float32, PACKAGE_KERNELS).exists() and built()):
+        swapped, reason = already, ""
+    elif cached_only and not (table_path(torch.float32, PACKAGE_KERNELS).exists() and built()):
         return 0, ""
-    if (why := unavailable()) is not None:
+    elif (why := unavailable()) is not None:
         return 0, f"the package's linears stay stock: {why}"
-    table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=PACKAGE_KERNELS)
-    swapped, reason = _swap(model, linears, already, lambda linear: table.choice(linear_shape(linear)) == "skinny")
+    else:
+        table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=PACKAGE_KERNELS)
+        swapped, reason = _swap(model, linears, already, lambda lin: table.choice(linear_shape(lin)) == "skinny")
+    verdict = recorded(model) if swapped else None
+    if verdict is not None and verdict["choice"] == "stock":  # the whole packages timed: stock ran faster
+        plain_linears(model)
+        ms = {name: " / ".join(f"{t:.1f}" for t in per.values()) for name, per in verdict["ms"].items()}
+        rows = " / ".join(verdict["ms"]["stock"])
+        return 0, (
+            f"the package's linears stay stock: the whole packages timed here, {rows} rows, stock {ms['stock']} ms "
+            f"against the skinny kernel's {ms['skinny']} ms ({verdict_path().name})"
+        )
     if cached_only and swapped and cached_package(model) is None:
         plain_linears(model)
         return 0, ""
