@@ -198,7 +198,7 @@ def _print_row_padding(model, refresh: bool) -> None:
 def _print_packages() -> None:
     """The ahead-of-time packages cached on this machine (:func:`specdec.backends.aot.packages`)."""
     from specdec.backends.aot import packages
-    from specdec.backends.package_verdict import verdict_path
+    from specdec.backends.package_verdict import verdict_path, verdict_text
 
     found = packages()
     total = sum(p["bytes"] for p in found) / 2**30
@@ -210,9 +210,7 @@ def _print_packages() -> None:
         print(f"  {p['path']}: {p['bytes'] / 2**30:.2f} GiB, {what}; {mine}")
     path = verdict_path()
     for name, verdict in (json.loads(path.read_text()) if path.exists() else {}).items():
-        ms = ", ".join(f"{k} {' / '.join(f'{t:.1f}' for t in v.values())} ms" for k, v in verdict["ms"].items())
-        rows = " / ".join(verdict["ms"]["stock"])
-        print(f"  whole packages timed ({rows} rows) for {name}: {ms}; {verdict['choice']} kept")
+        print(f"  {name}'s kernels: {verdict_text(verdict)} (delete {path} to measure again)")
 
 
 def add_measuring(sub: Any) -> None:

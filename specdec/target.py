@@ -95,7 +95,11 @@ class HFTarget(Target):
                 "the model's weights are on the meta device (not loaded): load them (from_pretrained without "
                 "device='meta', or load_state_dict(..., assign=True)) before building a target"
             )
-        if static_shapes == "aot" and weights == "auto" and skinny_measures() and execution_label(model) == "stock":
+        limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        if limit is not None and max_len > limit:
+            raise ValueError(f"max_len={max_len} exceeds the model's max_position_embeddings={limit}")
+        settles = static_shapes == "aot" and weights == "auto" and invariant is not True and skinny_measures()
+        if settles and execution_label(model) == "stock":
             settle(model)  # the package's kernels decided by timing whole packages, once per machine and model
         model, self.execution = prepare_model(model, weights, static_shapes, in_place=in_place, invariant=invariant)
         self.model: PreTrainedModel = model
@@ -105,9 +109,6 @@ class HFTarget(Target):
         head = model.get_output_embeddings()
         self.vocab_size = int(getattr(head, "out_features", 0) or config.vocab_size)
         self.num_layers = int(config.num_hidden_layers)
-        limit = getattr(config, "max_position_embeddings", None)
-        if limit is not None and max_len > limit:
-            raise ValueError(f"max_len={max_len} exceeds the model's max_position_embeddings={limit}")
         self.max_len = max_len
         self.eos_token_ids = _eos_ids(model)
         self.max_new_tokens = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)

@@ -8,7 +8,10 @@ kernels measured and the shapes' table patched to put every linear on the skinny
   tokens;
 * a verdict for stock (the timing patched) puts every linear back: the target runs the stock package, says why, and
   a later target (``"aot"`` or ``"auto"``) neither measures nor builds again; the control, a verdict for the kernel,
-  keeps every linear on it and deletes the stock package instead.
+  keeps every linear on it and deletes the stock package instead;
+* a package that cannot be built is not timed (the runner's eager fallback would have been): neither built, no
+  verdict, and the target decodes as the runner's fallback does; only the kernel's not built, stock is recorded and
+  runs.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from specdec import package_timing
+from specdec.backends import FastPathWarning
 from specdec.backends import aot as aot_module
-from specdec.backends.aot import package_path
+from specdec.backends.aot import PackageError, package_path
 from specdec.backends.kernel_times import TIE
 from specdec.backends.kernels import plain_linear, shared_copy
 from specdec.backends.package_verdict import recorded
-from specdec.backends.skinny import skinny_linears
+from specdec.backends.skinny import skinny_linears, uses_skinny
 from specdec.target import HFTarget
 from tests.test_skinny_choice import choose, greedy_tokens, kernel, measured, model  # noqa: F401 (fixtures)
 
@@ -62,7 +66,7 @@ def patched(monkeypatch, skinny_ms: float) -> None:
     """The packages' timing patched: the kernel's package ``skinny_ms`` per row count, the stock package 1 ms."""
 
     def times(models):
-        return {"skinny": {"1": skinny_ms, "8": skinny_ms}, "stock": {"1": 1.0, "8": 1.0}}
+        return {"skinny": {"1": skinny_ms, "8": skinny_ms}, "stock": {"1": 1.0, "8": 1.0}}, []
 
     monkeypatch.setattr(package_timing, "_time", times)
 
@@ -84,6 +88,7 @@ def test_a_verdict_for_stock_puts_every_linear_back_and_is_kept(monkeypatch) -> 
     monkeypatch.setattr(aot_module, "build_package", never)
     again = HFTarget(m, max_len=64, static_shapes="aot")
     auto = HFTarget(m, max_len=64)  # static_shapes="auto": the stock package is cached
+    assert target.sibling(64).execution.label == "stock+aot"  # a sibling (the cost curve's probe) does not settle
     assert again.execution.skinny == 0 and auto.execution.aot and auto.execution.skinny == 0
     assert greedy_tokens(again) == want and greedy_tokens(auto) == want
 
@@ -98,3 +103,42 @@ def test_control_a_verdict_for_the_kernel_keeps_it_and_drops_the_stock_package(m
     n = len([x for x in m.modules() if plain_linear(x)])
     assert target.execution.skinny == n and target.execution.label == "stock+aot+skinny"
     assert not paths(m)["stock"].exists()
+
+
+def test_a_package_that_cannot_be_built_records_no_verdict(monkeypatch) -> None:
+    m = model()
+    want = greedy_tokens(HFTarget(m, 64, weights="stock", static_shapes=False))
+    choose(monkeypatch, lambda shape: "skinny")
+
+    def fails(*args, **kwargs):
+        raise PackageError("export refused the model")
+
+    monkeypatch.setattr(aot_module, "build_package", fails)
+    with pytest.warns(FastPathWarning, match="ahead-of-time package cannot serve"):
+        target = HFTarget(m, max_len=64, static_shapes="aot")
+        assert greedy_tokens(target) == want  # the static forward eagerly, as the runner's fallback does
+    copy = shared_copy(m)
+    skinny_linears(copy)
+    assert recorded(copy) is None  # eager times are not the package's: nothing recorded, measured again next time
+
+
+def test_a_kernel_package_that_cannot_be_built_loses_untimed(monkeypatch) -> None:
+    m = model()
+    want = greedy_tokens(HFTarget(m, 64, weights="stock", static_shapes=False))
+    choose(monkeypatch, lambda shape: "skinny")
+    build = aot_module.build_package
+
+    def only_stock(model, *args, **kwargs):
+        if uses_skinny(model):
+            raise PackageError("the kernel's shim is missing")
+        return build(model, *args, **kwargs)
+
+    monkeypatch.setattr(aot_module, "build_package", only_stock)
+    with pytest.warns(FastPathWarning, match="ahead-of-time package cannot serve"):
+        target = HFTarget(m, max_len=64, static_shapes="aot")
+    copy = shared_copy(m)
+    skinny_linears(copy)
+    verdict = recorded(copy)
+    assert verdict["choice"] == "stock" and verdict["failed"] == ["skinny"] and list(verdict["ms"]) == ["stock"]
+    assert target.execution.skinny == 0 and "could not be built: skinny" in target.execution.reason
+    assert greedy_tokens(target) == want and paths(m)["stock"].exists()

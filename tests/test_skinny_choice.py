@@ -118,7 +118,7 @@ def test_aot_builds_the_measured_package_and_auto_finds_it(monkeypatch) -> None:
     want = greedy_tokens(HFTarget(m, 64, weights="stock", static_shapes=False))
     choose(monkeypatch, lambda shape: "skinny")
     fast = {"skinny": {"1": 1.0, "8": 1.0}, "stock": {"1": 2.0, "8": 2.0}}  # the whole packages' timing: the kernel's
-    monkeypatch.setattr(package_timing, "_time", lambda models: fast)  # (tests/test_package_verdict.py: both ways)
+    monkeypatch.setattr(package_timing, "_time", lambda models: (fast, []))  # tests/test_package_verdict.py: both
     built = HFTarget(m, max_len=64, static_shapes="aot")
     assert built.execution.skinny == n and built.execution.aot and not skinny.uses_skinny(m)  # a copy was changed
     assert "linears on the skinny kernel" in built.execution.describe() and built.execution.label == "stock+aot+skinny"

@@ -17,6 +17,8 @@ package's by more than :data:`~specdec.backends.kernel_times.TIE`, else every li
 package's file is deleted (each holds its own copy of the weights: 0.6 GiB for SmolLM2). Once per machine and model:
 building both costs about 4 minutes for SmolLM2 on 2 cores instead of 1-3 for one. ``static_shapes="auto"`` never
 builds and so never measures: it follows a recorded verdict, else the shapes' choice where its package is cached.
+To measure again, delete the verdicts' file (:func:`verdict_path`; ``specdec doctor`` prints the verdicts). Two
+processes settling the same model at once may each record a verdict (the last one written stays).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from torch import nn
 from specdec.backends.aot import package_path
 from specdec.backends.kernel_times import table_path
 
-__all__ = ["record", "recorded", "verdict_path"]
+__all__ = ["record", "recorded", "verdict_path", "verdict_text"]
 
 #: The verdicts' name in the table's key (its file sits beside the kernel tables).
 CANDIDATES = ("package-verdict",)
@@ -45,10 +47,10 @@ def verdict_path() -> Path:
 def recorded(model: nn.Module) -> dict | None:
     """The verdict recorded for ``model``'s package (``model`` with its linears on the kernel as the shapes chose:
     the key is that package's name), or None. ``{"choice": "skinny" | "stock", "ms": {"skinny": {rows: ms}, "stock":
-    {rows: ms}}}``."""
+    {rows: ms}}, "failed": [...]}``: a package that could not be built has no times and is named in ``failed``."""
     path = verdict_path()
     table = json.loads(path.read_text()) if path.exists() else {}
-    return table.get(package_path(model).name)
+    return table.get(package_path(model).name) if table else None  # no table: the weights are not hashed
 
 
 def record(model: nn.Module, verdict: dict) -> None:
@@ -60,3 +62,12 @@ def record(model: nn.Module, verdict: dict) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may read the table meanwhile
     tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
     tmp.replace(path)
+
+
+def verdict_text(verdict: dict) -> str:
+    """A verdict in words: each package's times, any that could not be built, which is kept."""
+    ms, failed = verdict["ms"], verdict.get("failed", [])
+    times = ", ".join(f"{name} {' / '.join(f'{t:.1f}' for t in per.values())} ms" for name, per in ms.items())
+    rows = " / ".join(next(iter(ms.values()))) if ms else ""
+    text = f"the whole packages timed here ({rows} rows): {times}" if ms else "no package timed"
+    return text + (f"; could not be built: {', '.join(failed)}" if failed else "") + f"; {verdict['choice']} kept"

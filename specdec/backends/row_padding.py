@@ -13,7 +13,9 @@ the AMD Zen 3's whole step 1.09x slower (:data:`~specdec.backends.kernel_times.R
 carry over. :func:`padding_times` times the model's own 1-token forward (no cache) with every packed linear padding to
 ``k`` rows, ``k = 1 .. MAX_ROWS``, interleaved pass by pass; :func:`chosen_rows` takes the ``k`` with the shortest
 median time where it beats the unpadded step by more than :data:`MARGIN` *and* ran faster than it in the same pass
-often enough that chance is ruled out (a one-sided sign test at :data:`ALPHA`: 9 of 11 passes). A busy machine slows
+often enough that one count no faster than it would do so with probability at most :data:`ALPHA` (a one-sided sign
+test: 9 of 11 passes; seven counts are tested, and the margin on the median filters them first, so the chance that
+some count passes by luck is above ``ALPHA`` but each needs both tests). A busy machine slows
 every count of a pass alike, so the paired count holds where a median alone can be moved by a few slow passes; a
 measurement whose medians say "pad" but whose passes do not agree runs once more and the passes are pooled
 (:data:`ATTEMPTS`), else nothing pads. Every row count below ``k`` then pads to ``k`` (a tree of 2-5 nodes, a batch
@@ -71,8 +73,10 @@ MARGIN = 0.03
 ALPHA = 0.05
 #: Measurements pooled at most when the medians and the passes disagree (the second runs only then).
 ATTEMPTS = 2
-#: The candidates' name in the cached table's key (its file sits beside the linears' tables).
-CANDIDATES = ("row-padding",)
+#: The candidates' name in the cached table's key (its file sits beside the linears' tables). "passes": the table
+#: holds every pass (since 2026-11-30's sign test); the medians-only table of before stays in its own file, so an
+#: older checkout sharing the cache still reads its own.
+CANDIDATES = ("row-padding", "passes")
 
 
 def row_padding_mode() -> str | int:
@@ -176,13 +180,14 @@ def padding_times(model: nn.Module, refresh: bool = False) -> dict[int, list[flo
     entry = hashlib.sha256(json.dumps(shapes).encode()).hexdigest()[:16]
     path = table_path(dtype, CANDIDATES)
     table = json.loads(path.read_text()) if path.exists() else {}
-    if refresh or "passes" not in table.get(entry, {}):  # a table of medians only (before 2026-11-30's sign test)
+    if refresh or entry not in table:
         passes = _measure(model, linears)
         for _attempt in range(1, ATTEMPTS):
             if _verdict(passes)[1]:
                 break
             more = _measure(model, linears)
             passes = {k: v + more[k] for k, v in passes.items()}
+        table = json.loads(path.read_text()) if path.exists() else {}  # read again: another process may have written
         table[entry] = {"passes": {str(k): v for k, v in passes.items()}}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may read the table meanwhile

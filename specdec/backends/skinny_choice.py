@@ -53,7 +53,7 @@ from specdec.backends.kernel_times import (
 )
 from specdec.backends.kernels import plain_linear, shared_copy
 from specdec.backends.measured import model_shapes, model_table
-from specdec.backends.package_verdict import recorded, verdict_path
+from specdec.backends.package_verdict import recorded, verdict_path, verdict_text
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
 
 __all__ = [
@@ -115,12 +115,7 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     verdict = recorded(model) if swapped else None
     if verdict is not None and verdict["choice"] == "stock":  # the whole packages timed: stock ran faster
         plain_linears(model)
-        ms = {name: " / ".join(f"{t:.1f}" for t in per.values()) for name, per in verdict["ms"].items()}
-        rows = " / ".join(verdict["ms"]["stock"])
-        return 0, (
-            f"the package's linears stay stock: the whole packages timed here, {rows} rows, stock {ms['stock']} ms "
-            f"against the skinny kernel's {ms['skinny']} ms ({verdict_path().name})"
-        )
+        return 0, f"the package's linears stay stock: {verdict_text(verdict)} ({verdict_path().name})"
     if cached_only and swapped and cached_package(model) is None:
         plain_linears(model)
         return 0, ""
