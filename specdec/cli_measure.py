@@ -174,7 +174,7 @@ def _print_row_padding(model, refresh: bool) -> None:
     """The packed linears' row padding for ``model`` as ``weights="auto"`` prepares it
     (:mod:`specdec.backends.row_padding`)."""
     from specdec.backends.choice import prepare_model
-    from specdec.backends.row_padding import chosen_rows, padding_times, row_padding_mode, wins_needed
+    from specdec.backends.row_padding import chosen_rows, padding_times, row_padding_mode, wins, wins_needed
 
     mode = row_padding_mode()
     prepared, execution = prepare_model(model, "auto", False, in_place=False)
@@ -183,10 +183,9 @@ def _print_row_padding(model, refresh: bool) -> None:
     if passes is None:
         print(f"  row padding: {now}; nothing measured (no packed linears that may pad, or they fit the caches)")
         return
-    n = len(passes[1])
+    n, won = len(passes[1]), wins(passes)
     steps = ", ".join(
-        f"{k}: {statistics.median(v) * 1e3:.1f}"
-        + ("" if k == 1 else f" ({sum(a < b for a, b in zip(v, passes[1], strict=True))}/{n})")
+        f"{k}: {statistics.median(v) * 1e3:.1f}" + (f" ({won[k]}/{n})" if k in won else "")
         for k, v in sorted(passes.items())
     )
     print(

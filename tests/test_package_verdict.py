@@ -34,12 +34,16 @@ from tests.test_skinny_choice import choose, greedy_tokens, kernel, measured, mo
 pytestmark = [pytest.mark.heavy, pytest.mark.usefixtures("kernel")]
 
 
-def paths(m) -> dict[str, Path]:
-    """The two packages' paths for ``m``: stock, and every linear on the kernel (``m`` itself is left as it was)."""
-    stock = package_path(m)
+def skinny_copy(m):
+    """``m`` with every linear on the kernel (a shared copy; ``m`` itself is left as it was): the verdict's key."""
     copy = shared_copy(m)
     skinny_linears(copy)
-    return {"stock": stock, "skinny": package_path(copy)}
+    return copy
+
+
+def paths(m) -> dict[str, Path]:
+    """The two packages' paths for ``m``: stock, and every linear on the kernel."""
+    return {"stock": package_path(m), "skinny": package_path(skinny_copy(m))}
 
 
 def test_both_packages_are_built_and_timed_and_the_winner_runs(monkeypatch) -> None:
@@ -48,9 +52,7 @@ def test_both_packages_are_built_and_timed_and_the_winner_runs(monkeypatch) -> N
     choose(monkeypatch, lambda shape: "skinny")
     target = HFTarget(m, max_len=64, static_shapes="aot")
     where = paths(m)
-    skinny_copy = shared_copy(m)
-    skinny_linears(skinny_copy)
-    verdict = recorded(skinny_copy)
+    verdict = recorded(skinny_copy(m))
     assert verdict is not None and set(verdict["ms"]) == {"skinny", "stock"}
     assert all(list(per) == ["1", "8"] and min(per.values()) > 0 for per in verdict["ms"].values())
     total = {name: sum(per.values()) for name, per in verdict["ms"].items()}
@@ -117,9 +119,7 @@ def test_a_package_that_cannot_be_built_records_no_verdict(monkeypatch) -> None:
     with pytest.warns(FastPathWarning, match="ahead-of-time package cannot serve"):
         target = HFTarget(m, max_len=64, static_shapes="aot")
         assert greedy_tokens(target) == want  # the static forward eagerly, as the runner's fallback does
-    copy = shared_copy(m)
-    skinny_linears(copy)
-    assert recorded(copy) is None  # eager times are not the package's: nothing recorded, measured again next time
+    assert recorded(skinny_copy(m)) is None  # eager times are not the package's: nothing recorded (measured again)
 
 
 def test_a_kernel_package_that_cannot_be_built_loses_untimed(monkeypatch) -> None:
@@ -136,9 +136,7 @@ def test_a_kernel_package_that_cannot_be_built_loses_untimed(monkeypatch) -> Non
     monkeypatch.setattr(aot_module, "build_package", only_stock)
     with pytest.warns(FastPathWarning, match="ahead-of-time package cannot serve"):
         target = HFTarget(m, max_len=64, static_shapes="aot")
-    copy = shared_copy(m)
-    skinny_linears(copy)
-    verdict = recorded(copy)
+    verdict = recorded(skinny_copy(m))
     assert verdict["choice"] == "stock" and verdict["failed"] == ["skinny"] and list(verdict["ms"]) == ["stock"]
     assert target.execution.skinny == 0 and "could not be built: skinny" in target.execution.reason
     assert greedy_tokens(target) == want and paths(m)["stock"].exists()

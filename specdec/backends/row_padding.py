@@ -59,6 +59,7 @@ __all__ = [
     "padding_times",
     "row_padding_mode",
     "set_pad_rows",
+    "wins",
     "wins_needed",
 ]
 
@@ -126,14 +127,19 @@ def wins_needed(passes: int) -> int:
     return 0
 
 
+def wins(passes: dict[int, list[float]]) -> dict[int, int]:
+    """Per padded count ``k > 1``, the passes in which it ran faster than the unpadded step (pass ``i`` of each)."""
+    return {k: sum(a < b for a, b in zip(v, passes[1], strict=True)) for k, v in passes.items() if k > 1}
+
+
 def _verdict(passes: dict[int, list[float]]) -> tuple[int, bool]:
     """``(rows, agreed)`` from per-pass seconds ``{k: [s_1 .. s_n]}`` (pass ``i`` of every ``k`` timed together): the
     fastest median beyond :data:`MARGIN` that also wins its sign test; ``agreed`` is False where the fastest median
     beyond the margin does not win it (the passes disagree with the medians: measure again)."""
     median = {k: statistics.median(v) for k, v in passes.items()}
     beyond = [k for k in sorted(passes) if k > 1 and median[k] < (1 - MARGIN) * median[1]]
-    wins = {k: sum(a < b for a, b in zip(passes[k], passes[1], strict=True)) for k in beyond}
-    paired = [k for k in beyond if wins[k] >= wins_needed(len(passes[1]))]
+    won = wins(passes)
+    paired = [k for k in beyond if won[k] >= wins_needed(len(passes[1]))]
     if not paired:
         return 1, not beyond
     best = min(paired, key=lambda k: median[k])  # sorted: ties to fewer rows
