@@ -8,6 +8,7 @@
 #
 # The machine keeps $STASH only while it stays warm (30 s after a call): make the calls one right after the other.
 # Dry run on a CPU (no wheels installed, a 1-prompt bench on the CPU): GPU_CHECK_DRY=1 OUT=/tmp/out bash ... run N
+# Resume a bench the call's limit cut, while the machine is warm: GPU_CHECK_SKIP_TESTS=1 OUT=$OUT bash ... run N
 set -euo pipefail
 verb=${1:?stash or run}
 call=${2:?the call number}
@@ -40,14 +41,21 @@ export PYTHONUNBUFFERED=1
 { nvidia-smi 2>/dev/null || true; $python -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.is_available())"; } \
     > "$OUT/machine.txt" 2>&1
 # the GPU tests: CUDA graphs, the compiled cycle, the batched loop (skip where no GPU: the dry run)
-timeout 150 $python -m pytest -q -p no:cacheprovider -x tests/test_compiled.py tests/test_batched.py -m "not heavy" \
-    > "$OUT/tests.log" 2>&1 || echo "tests failed or timed out: see tests.log"
-tail -3 "$OUT/tests.log"
-# the bench: 2 Spec-Bench questions per family, T = 0 and 1, resumable if the call runs out
-timeout 380 $python -m specdec.cli bench --model "$STASH/model.gguf" \
+stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
+if [ -z "${GPU_CHECK_SKIP_TESTS:-}" ]; then  # set it to resume a cut bench without the tests' two minutes
+    stamp "tests start"
+    timeout 150 $python -m pytest -q -p no:cacheprovider -x --durations=15 tests/test_compiled.py tests/test_batched.py \
+        -m "not heavy" > "$OUT/tests.log" 2>&1 || echo "tests failed or timed out: see tests.log"
+    tail -3 "$OUT/tests.log"
+fi
+# the bench: 2 Spec-Bench questions per family, T = 0 and 1, resumable if the call runs out; it prints each method's
+# build and warm-up seconds and graphs compiled ("ready ..."), where a first run's minutes go
+stamp "bench start"
+timeout 400 $python -m specdec.cli bench --model "$STASH/model.gguf" \
     --head specdec/heads/smollm2-135m-instruct/eagle3 --device "$device" --dataset spec-bench --limit "$limit" \
     --methods eagle3 composite hf-generate --temperatures $temps --max-new-tokens "$tokens" --out "$STASH/bench" \
     --no-progress > "$OUT/bench.log" 2>&1 || echo "bench stopped (timeout or error): rerun the last call to resume"
+stamp "bench end"
 for f in results.jsonl results.md runs.jsonl; do
     [ -f "$STASH/bench/$f" ] && cp "$STASH/bench/$f" "$OUT/$f"
 done

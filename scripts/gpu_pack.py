@@ -22,10 +22,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import lzma
+import re
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 64 * 2**20
@@ -33,9 +37,46 @@ MARGIN = 2 * 2**20  # untracked files, metadata
 #: Tracked paths a GPU check does not need (``scripts/gpu_slim.sh`` leaves them out of the tree that travels).
 SLIM = ("docs", "data", "specdec/heads/smollm2-135m-instruct/eagle1", "specdec/heads/smollm2-135m-instruct/hass")
 #: What the GPU image lacks or holds at another version (its package list: the device tool's KINDS.md), pinned to
-#: this checkout's versions.
+#: this checkout's versions. Their requirements that the image lacks travel too (:func:`wheel_names`).
 WHEELS = ("huggingface_hub", "pydantic", "pydantic_core", "gguf", "tokenizers", "annotated_types", "typing_inspection")
+#: The distributions the GPU image holds (names; ``scripts/gpu_image.txt``, from KINDS.md).
+IMAGE = frozenset(
+    line.strip() for line in (ROOT / "scripts" / "gpu_image.txt").read_text().splitlines() if line and line[0] != "#"
+)
+#: The GPU machine's interpreter, where requirement markers are evaluated.
+TARGET_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux"}
+TARGET_ENV |= {"platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython"}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def normalized(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(name: str) -> list[str]:
+    """The distributions the installed ``name`` requires on the GPU machine (markers evaluated there, no extras)."""
+    found = []
+    for line in metadata.requires(name) or []:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({**TARGET_ENV, "extra": ""}):
+            found.append(req.name)
+    return found
+
+
+def wheel_names(roots: tuple[str, ...], image: frozenset[str] = IMAGE) -> tuple[str, ...]:
+    """``roots`` and, transitively, every requirement of theirs the image lacks (huggingface_hub 2.x's ``httpx2``
+    did: the 2026-11-30 GPU run stopped at ``import transformers``)."""
+    names, queue = list(roots), list(roots)
+    seen = {normalized(n) for n in roots}
+    while queue:
+        for dep in requirements(queue.pop()):
+            key = normalized(dep)
+            if key not in seen and key not in image:
+                seen.add(key)
+                names.append(dep)
+                queue.append(dep)
+    return tuple(names)
 
 
 def slim_tree_bytes() -> int:
@@ -46,10 +87,9 @@ def slim_tree_bytes() -> int:
 
 
 def download_wheels(dest: Path, names: tuple[str, ...]) -> list[Path]:
-    from importlib.metadata import version
-
-    dest.mkdir(parents=True, exist_ok=True)
-    pins = [f"{n}=={version(n)}" for n in names]
+    shutil.rmtree(dest, ignore_errors=True)  # only this plan's wheels: two versions of one stop the whole install
+    dest.mkdir(parents=True)
+    pins = [f"{n}=={metadata.version(n)}" for n in names]
     command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version"]
     command += ["3.12", "--implementation", "cp", *(a for p in PLATFORMS for a in ("--platform", p)), "-d", str(dest)]
     subprocess.run(command + pins, check=True)
@@ -96,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     tree = slim_tree_bytes()
     free = LIMIT - tree - MARGIN
     print(f"slim tree {tree / 2**20:.1f} MiB: {free / 2**20:.1f} MiB free per call")
-    names = WHEELS if args.no_transformers else ("transformers", *WHEELS)
+    names = wheel_names(WHEELS if args.no_transformers else ("transformers", *WHEELS))
+    print("wheels:", " ".join(names))
     wheels = download_wheels(out / "wheels", names)
     xz, digest = compressed_model(args.gguf, out)
     part = free - 1

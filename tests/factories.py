@@ -43,7 +43,7 @@ def random_head(kind: str, model, seed: int = 0, draft_vocab: int | None = None)
         for name, p in head.named_parameters():
             if "norm" not in name and p.is_floating_point():
                 p.normal_(0.0, 0.3 if p.ndim > 1 else 0.1)
-    return head.eval()
+    return head.to(next(model.parameters()).device).eval()  # beside the target (a CUDA test's model is on the GPU)
 
 
 def make_drafter(

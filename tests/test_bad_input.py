@@ -12,7 +12,7 @@ import torch
 from pydantic import ValidationError
 
 from specdec.calls import TargetTakenError
-from specdec.drafters import NGramDrafter, SmallLMDrafter
+from specdec.drafters import Eagle3Drafter, NGramDrafter, SmallLMDrafter
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import VocabMismatchError
 from specdec.kvcache import CacheFullError
@@ -25,7 +25,7 @@ from specdec.verify import (
     MultiRoundVerifier,
     StochasticMultiRoundVerifier,
 )
-from tests.factories import make_policy
+from tests.factories import make_policy, random_head
 
 VOCAB = 8
 MAX_LEN = 32
@@ -274,6 +274,15 @@ def test_model_on_meta_device():
         m = model()
     with pytest.raises(UnsupportedModelError, match="meta device"):
         HFTarget(m, max_len=MAX_LEN)
+
+
+def test_head_on_another_device_than_the_target():
+    """The 2026-11-30 GPU run's test built its head on the CPU beside a CUDA target: the first draft step failed deep
+    in a tree policy. The meta device stands in for the GPU."""
+    target = model()
+    head = random_head("eagle3", target).to("meta")
+    with pytest.raises(ValueError, match="head on meta, target on cpu: move the head first"):
+        Eagle3Drafter(head, target, MAX_LEN)
 
 
 # ------------------------------------------------------------------------------------- verifier out of domain

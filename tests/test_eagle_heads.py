@@ -560,3 +560,18 @@ def test_rope_table_equals_the_computed_rotation() -> None:
     torch.testing.assert_close(cached[0], cos, atol=1e-6, rtol=0)
     torch.testing.assert_close(cached[1], sin, atol=1e-6, rtol=0)
     assert rotary(pos, torch.float64)[0].dtype == torch.float64  # another dtype is computed, not looked up
+
+
+def test_rope_call_stores_nothing() -> None:
+    """A call on another device computes there and keeps nothing: a compiled CUDA-graph step that stored the moved
+    frequencies kept a graph output that the next replay overwrote (``docs/results/2026-11-30-gpu-h200``); the
+    drafter moves them once, eagerly (:meth:`~specdec.eagle.layers.EagleRotary.place`). The meta device stands in
+    for a GPU."""
+    from specdec.eagle.layers import EagleRotary
+
+    rotary = EagleRotary(make_config())
+    before = rotary.inv_freq
+    cos, _ = rotary(torch.zeros(1, 3, dtype=torch.long, device="meta"), torch.float32)
+    assert cos.device.type == "meta" and rotary.inv_freq is before
+    rotary.place(torch.device("meta"))
+    assert rotary.inv_freq.device.type == "meta"

@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,12 +322,14 @@ class _Run:
         """The generators of ``rows`` still owed at ``temperature``, warmed up; a row that cannot be built is
         recorded as skipped (a missing asset) or as an error, and taken off the progress bar's total."""
         base = self.sampling(temperature, self.seed)
-        built = {}
+        built, built_in = {}, {}
         for v in rows:
             if not any(self.owed(p, v, temperature) for p in self.prompts):
                 continue
             try:
+                start = time.perf_counter()
                 built[v.name] = _build(v, self.model, self.tokenizer, self.target, base)
+                built_in[v.name] = time.perf_counter() - start  # a cost-curve probe, where the method sizes trees
             except MEASURED_FAILURES as e:  # a missing asset is expected; the others are reported, not fatal
                 status = "skipped" if isinstance(e, MissingAssetError) else "error"
                 reason = str(e) if status == "skipped" else f"{type(e).__name__}: {e}"
@@ -335,10 +338,16 @@ class _Run:
                 self.bar.total -= sum(self.owed(p, v, temperature) for p in self.prompts)
                 self.bar.refresh()  # not run: off the total, so it does not pass for fast work in the rate
         warm_stop = StopCondition(max_new_tokens=WARMUP_TOKENS)
-        for gen in built.values():  # first-call costs (allocations, kernels, compiles) stay out of the timed runs
+        for name, gen in built.items():  # first-call costs (allocations, kernels, compiles) stay out of timed runs
+            graphs, start = compiled_graphs(), time.perf_counter()
             if isinstance(gen, (SpeculativeGenerator, VanillaGenerator)):
                 warm_up(gen, base)  # static shapes: every shape compiled now (rows count any left: "compiles")
             gen.generate(self.encoded[0], base, warm_stop)
+            took = time.perf_counter() - start
+            self.bar.write(  # where a run's minutes go before anything is timed (a GPU check has few of them)
+                f"ready {name} T={temperature:g}: built in {built_in[name]:.1f} s, warmed up in {took:.1f} s "
+                f"({compiled_graphs() - graphs} graphs compiled)"
+            )
         return built
 
     def measure(self, built: dict[str, Any], order: Sequence[Variant], temperature: float) -> None:

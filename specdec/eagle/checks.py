@@ -33,11 +33,14 @@ def check_head_target(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:
 
     Raises:
         VocabMismatchError: ``vocab_size`` differs.
-        ValueError: the head's feature width (EAGLE-1 ``hidden_size``, EAGLE-3 ``target_hidden_size``) differs from
-            the target's ``hidden_size``, or the head has no ``embed_tokens`` and the target's embedding width is not
-            the head's ``hidden_size``.
+        ValueError: the head's parameters are on another device than the target's; the head's feature width
+            (EAGLE-1 ``hidden_size``, EAGLE-3 ``target_hidden_size``) differs from the target's ``hidden_size``; or
+            the head has no ``embed_tokens`` and the target's embedding width is not the head's ``hidden_size``.
     """
     tcfg = getattr(target.config, "text_config", None) or target.config
+    head_device, target_device = head.fc.weight.device, target.get_input_embeddings().weight.device
+    if head_device != target_device:  # else the first draft step fails deep inside a tree policy
+        raise ValueError(f"head on {head_device}, target on {target_device}: move the head first (head.to(device))")
     if tcfg.vocab_size != head.config.vocab_size:
         raise VocabMismatchError(f"head vocab_size {head.config.vocab_size} != target vocab_size {tcfg.vocab_size}")
     eagle1 = isinstance(head, Eagle1Head)

@@ -85,8 +85,14 @@ class EagleRotary:
         if self.kind == "dynamic" or (self._table is not None and self._table[0].shape[0] >= length):
             return
         self._table = None
+        self.place(device)
         cos, sin = self(torch.arange(length, device=device)[None], dtype)
         self._table = (cos[0], sin[0])
+
+    def place(self, device: torch.device) -> None:
+        """Keep the inverse frequencies on ``device`` (the head's), so that calls there copy nothing from the host.
+        Called eagerly by the drafter that runs the head, never inside a compiled step."""
+        self.inv_freq = self.inv_freq.to(device)
 
     def _inv_freq(self, base: float) -> torch.Tensor:
         return 1.0 / (base ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim)).float()
@@ -115,10 +121,9 @@ class EagleRotary:
                     self.dim / (self.dim - 2)
                 )
                 inv_freq = self._inv_freq(base)
-        if inv_freq.device != position_ids.device:
-            inv_freq = inv_freq.to(position_ids.device)
-            if self.kind != "dynamic":
-                self.inv_freq = inv_freq  # move once: a per-call host->device copy would sync every expand
+        # Pure: no attribute is written here, since a compiled step that stored a tensor it made would keep a CUDA
+        # graph's output, overwritten at the next replay (the 2026-11-30 GPU run). :meth:`place` moves it once.
+        inv_freq = inv_freq.to(position_ids.device)
         freqs = position_ids[..., None].float() * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
