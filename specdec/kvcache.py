@@ -108,6 +108,26 @@ class PositionCache(Cache):
         self.max_len = max_len
         self.static = static
 
+    @torch.no_grad()
+    def resize(self, max_len: int, keep: int) -> None:
+        """Static layers: a capacity of ``max_len`` positions, slots ``[0, keep)`` kept (the rest start as zeros).
+
+        For a forward that takes any capacity (the ahead-of-time package, :mod:`specdec.backends.aot`): it reads every
+        slot, so a cache sized to what the generation holds costs less per step than one sized to the most it may
+        hold. The layers are replaced in this object, so every holder of the cache sees the new ones.
+        """
+        if not self.static:
+            raise ValueError("only a static cache is resized (its forward reads the whole capacity)")
+        if keep > min(max_len, self.max_len):
+            raise ValueError(f"cannot keep {keep} slots in a cache of {max_len} (was {self.max_len})")
+        old, self.layers = self.layers, [StaticLayer(max_len) for _ in self.layers]
+        for layer, new in zip(old, self.layers, strict=True):
+            if layer.is_initialized:  # allocated like the old one; its prefix copied
+                new.lazy_initialization(layer.keys.narrow(2, 0, 1), layer.values.narrow(2, 0, 1))
+                new.keys.narrow(2, 0, keep).copy_(layer.keys.narrow(2, 0, keep))
+                new.values.narrow(2, 0, keep).copy_(layer.values.narrow(2, 0, keep))
+        self.max_len = max_len
+
     def set_write_pos(self, pos: int) -> None:
         """Next forward writes at ``pos`` and attends over ``[0, pos + n)`` (static: over the whole capacity)."""
         for layer in self.layers:

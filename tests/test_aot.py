@@ -184,3 +184,44 @@ def test_a_small_lm_drafter_cut_from_a_package_target(model, built) -> None:
     for p in prompts():
         assert spec.generate(p, GREEDY, STOP).tokens == VanillaGenerator(eager).generate(p, GREEDY, STOP).tokens
     assert built.runner.compiled and built.execution.label == "stock+aot"
+
+
+def test_the_cache_is_sized_to_the_generation_and_grown_keeping_its_slots(model, built, monkeypatch) -> None:
+    """The package reads every slot of its cache, so the runner sizes the cache at each prompt and grows it as tokens
+    come (``ModelRunner._fit``). With 2 slots of room it grows inside every generation, and vanilla and speculative
+    tokens stay the eager target's. The control: a growth that drops the kept slots changes the tokens."""
+    eager = HFTarget(model, max_len=MAX_LEN, weights="stock")
+    monkeypatch.setattr(built.runner, "room", 2)
+    resize, sizes = built.cache.resize, []
+
+    def recorded(max_len: int, keep: int) -> None:
+        sizes.append((max_len, keep))
+        resize(max_len, keep)
+
+    monkeypatch.setattr(built.cache, "resize", recorded)
+    spec = SpeculativeGenerator(
+        built,
+        make_drafter("eagle3", model, MAX_LEN + 8),
+        DynamicTreePolicy(topk=2, depth=3, total_tokens=8),
+        GreedyVerifier(),
+    )
+    wants = [VanillaGenerator(eager).generate(p, GREEDY, STOP).tokens for p in prompts()]
+    for p, want in zip(prompts(), wants, strict=True):
+        assert VanillaGenerator(built).generate(p, GREEDY, STOP).tokens == want
+        assert spec.generate(p, GREEDY, STOP).tokens == want
+    first = sizes[0][0]
+    assert first == prompts()[0].shape[0] + 2 + max(built.buckets)  # the prompt, the room, a bucket's padding
+    assert any(keep > 0 for _, keep in sizes) and max(s for s, _ in sizes) <= MAX_LEN + max(built.buckets)
+    assert built.runner.compiled
+    monkeypatch.setattr(built.cache, "resize", lambda max_len, keep: resize(max_len, 0))  # the control
+    got = [VanillaGenerator(built).generate(p, GREEDY, STOP).tokens for p in prompts()]
+    assert got != wants, "losing the kept slots went unnoticed"
+
+
+def test_only_a_static_cache_is_resized() -> None:
+    from specdec.kvcache import PositionCache
+
+    with pytest.raises(ValueError, match="only a static cache is resized"):
+        PositionCache(2, 16).resize(8, keep=0)
+    with pytest.raises(ValueError, match="cannot keep 9 slots in a cache of 8"):
+        PositionCache(2, 16, static=True).resize(8, keep=9)
