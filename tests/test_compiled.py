@@ -228,6 +228,23 @@ def test_a_small_lm_drafter_that_cannot_compile_falls_back_with_one_warning(mode
     assert not drafter.runner.compiled
 
 
+def test_an_eagle_head_that_cannot_compile_falls_back_with_one_warning(model) -> None:
+    """The same contract for an EAGLE head's compiled step (before, a compile error or dynamo's recompile limit under
+    ``fullgraph=True`` ended the generation): one FastPathWarning, then the step runs eagerly, same tokens."""
+    stop = StopCondition(max_new_tokens=12, eos_token_ids=())
+    prompt = torch.arange(5) % 6
+    want = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompt, GREEDY, stop).tokens
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8, weights="stock", static_shapes=True)
+    assert drafter.static
+    drafter.head.midlayer.register_forward_pre_hook(lambda *_: torch._dynamo.graph_break())
+    policy = DynamicTreePolicy(topk=2, depth=3, total_tokens=8)
+    loop = SpeculativeGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock"), drafter, policy, GreedyVerifier())
+    with pytest.warns(FastPathWarning, match="cannot serve this model") as caught:
+        assert loop.generate(prompt, GREEDY, stop).tokens == want
+    assert len([w for w in caught if issubclass(w.category, FastPathWarning)]) == 1
+    assert drafter._head_step is drafter._scored  # eager from then on
+
+
 def test_host_sync_counter_sees_every_value_read() -> None:
     vector, scalar = torch.tensor([1, 2]), torch.tensor(3)
     item = torch.Tensor.item

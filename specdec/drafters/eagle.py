@@ -58,7 +58,7 @@ from torch import nn
 
 from specdec.attention import additive_mask
 from specdec.backends import Execution, StaticShapes, packed_copy, resolve
-from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes
+from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes, run_compiled
 from specdec.backends.draft_int8 import draft_int8_linear
 from specdec.drafters.eagle_steps import ScoredStep
 from specdec.eagle.checks import check_head_target
@@ -113,7 +113,8 @@ class EagleDrafterBase(Drafter):
             head if plain else packed_copy(head, int8=int8, transform=fuse_for_inference, int8_linear=draft_int8_linear)
         )
         self._score = self._scorer()
-        self._head_step = compile_forward(ScoredStep(self.head, self._score)) if self.static else None
+        self._scored = ScoredStep(self.head, self._score)
+        self._head_step = compile_forward(self._scored) if self.static else None
         self.vocab_size = tcfg.vocab_size
         self.max_len = max_len
         p = head.fc.weight
@@ -419,7 +420,13 @@ class EagleDrafterBase(Drafter):
         )
         args = (self.head.embed(tokens)[None], hidden[None], positions[None], bias)
         if compiled:
-            out, logits = self._head_step(*args, rows, cache=cache)
+            names = ("input_embeds", "hidden", "position_ids", "attn_bias")
+            inputs = dict(zip(names, args, strict=True), rows=rows, cache=cache)
+            # where torch.compile cannot serve the step (an error, dynamo's recompile limit), one warning and the same
+            # step eagerly from then on, as the target's forward does (nothing was written before a compile fails)
+            (out, logits), fell_back = run_compiled(self._head_step, self._scored, lambda: None, inputs)
+            if fell_back:
+                self._head_step = self._scored
             if out.device.type == "cuda":
                 out, logits = out.clone(), logits.clone()
             return out, logits
