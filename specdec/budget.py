@@ -39,13 +39,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specdec import cost_probe
 from specdec.backends import attention_label, execution_label
 from specdec.backends.measured import row_kernels
+from specdec.cost_probe import PROBE_ATTEMPTS
 from specdec.curve_watch import watch_curve
 from specdec.interfaces import TreePolicy
 from specdec.models import cache_dir
 from specdec.target import HFTarget
-from specdec.tree import DraftTree
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -185,49 +186,6 @@ def _backend_label(model: torch.nn.Module) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- measuring
-def _flat_tree(m: int, device: torch.device, generator: torch.Generator, vocab: int) -> DraftTree:
-    tokens = torch.randint(0, vocab, (m,), generator=generator).to(device)
-    parents = torch.zeros(m, dtype=torch.long, device=device)
-    parents[0] = -1
-    return DraftTree.from_parents(tokens, parents, 1 if m > 1 else 0)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-#: Tries of the probe before a curve whose times dip with more tokens is kept (flattened, marked ``noisy``).
-PROBE_ATTEMPTS = 3
-#: A dip larger than this fraction (a bigger tree timed faster than a smaller one) marks a probe as noisy. Small
-#: trees of a small model cost the same within a few per cent (a flat curve jitters), so only a clear dip counts.
-DIP_TOLERANCE = 0.10
-
-
-def _probe(target: HFTarget, sizes: list[int], trees: dict[int, DraftTree], repeats: int) -> list[float]:
-    """Median seconds of ``target.forward_tree`` per size: ``repeats`` rounds after a warm-up round, the sizes
-    interleaved within each round so that a slow patch of a shared machine hits every size alike."""
-    device = target.device
-    times: dict[int, list[float]] = {m: [] for m in sizes}
-    for round_ in range(repeats + 1):
-        for m in sizes:
-            _sync(device)
-            t0 = time.perf_counter()
-            target.forward_tree(trees[m])
-            _sync(device)
-            if round_:  # round 0 warms up every shape
-                times[m].append(time.perf_counter() - t0)
-    return [statistics.median(times[m]) for m in sizes]
-
-
-def _dip(seconds: Sequence[float]) -> int | None:
-    """The first size timed more than :data:`DIP_TOLERANCE` below the largest smaller size's time, or None."""
-    for i in range(1, len(seconds)):
-        if seconds[i] < (1.0 - DIP_TOLERANCE) * max(seconds[:i]):
-            return i
-    return None
-
-
 @torch.no_grad()
 def measure_forward_cost(
     target: HFTarget,
@@ -250,8 +208,9 @@ def measure_forward_cost(
         The :class:`CostCurve`. A probe whose times dip with more tokens (a bigger tree timed faster than a smaller
         one: the machine was busy) runs again, up to :data:`PROBE_ATTEMPTS` times; if it still dips, the curve is
         kept flattened, marked ``meta["noisy"]``, with one warning, and :func:`forward_cost_curve` measures it again
-        when it is next used (a noisy probe once sized every adaptive tree of a machine for a forward twice as
-        cheap as it was: ``docs/results/2026-11-28-house-zen3``).
+        when it is next used, unless every try timed every size alike (:func:`~specdec.cost_probe.agree`: the dip is
+        the machine's, kept flattened, named in ``meta["steady_dip"]``, not noisy). (A noisy probe once sized every
+        adaptive tree of a machine for a forward twice as cheap as it was: ``docs/results/2026-11-28-house-zen3``.)
     """
     sizes = sorted({int(s) for s in sizes})
     if not sizes or sizes[0] < 1:
@@ -264,15 +223,20 @@ def measure_forward_cost(
         raise ValueError(f"a tree of {sizes[-1]} tokens does not fit the target cache of {target.max_len}")
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, target.vocab_size, (context,), generator=g).to(device)
-    trees = {m: _flat_tree(m, device, g, target.vocab_size) for m in sizes}
+    trees = {m: cost_probe.flat_tree(m, device, g, target.vocab_size) for m in sizes}
     target.prefill(prompt)
+    attempts: list[list[float]] = []
     for _attempt in range(PROBE_ATTEMPTS):  # a probe whose times dip with more tokens ran on a busy machine: again
-        seconds = _probe(target, sizes, trees, repeats)
-        dip = _dip(seconds)
+        seconds = cost_probe.probe(target, sizes, trees, repeats)
+        attempts.append(seconds)
+        dip = cost_probe.first_dip(seconds)
         if dip is None:
             break
     target.reset()
-    if dip is not None:
+    steady_dip = dip is not None and cost_probe.agree(attempts)
+    if steady_dip:  # the same times every try: this machine's forward really is cheaper there (not noise)
+        seconds = [statistics.median(times) for times in zip(*attempts, strict=True)]
+    elif dip is not None:
         warnings.warn(
             f"the forward-cost probe is noisy on this machine: a tree of {sizes[dip]} tokens timed "
             f"{seconds[dip] * 1e3:.1f} ms, below {sizes[dip - 1]} tokens' {seconds[dip - 1] * 1e3:.1f} ms, in "
@@ -280,7 +244,8 @@ def measure_forward_cost(
             "`specdec budget --refresh` on a quiet machine)",
             stacklevel=2,
         )
-    # Forward time cannot shrink with more tokens; a noisy dip would make the budget chase it.
+    # Forward time cannot shrink with more tokens; a noisy dip would make the budget chase it (a steady one is priced
+    # from above too: a tree is not padded to the larger size's shape).
     for i in range(1, len(seconds)):
         seconds[i] = max(seconds[i], seconds[i - 1])
     meta = {
@@ -292,7 +257,8 @@ def measure_forward_cost(
         "repeats": repeats,
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "noisy": dip is not None,
+        "noisy": dip is not None and not steady_dip,
+        "steady_dip": sizes[dip] if steady_dip else None,
     }
     curve = CostCurve(tuple(sizes), tuple(seconds), meta)
     if save:

@@ -8,8 +8,7 @@ import warnings
 import pytest
 import torch
 
-import specdec.budget as budget
-from specdec import curve_watch
+from specdec import cost_probe, curve_watch
 from specdec.budget import CostCurve, curve_path, curves_in, forward_cost_curve
 from specdec.curve_watch import CHECK_EVERY, MIN_SAMPLES, WARMUP, CurveWatch, watch_of
 from specdec.generate import SpeculativeGenerator, StopCondition
@@ -80,7 +79,7 @@ def test_a_stale_cached_curve_is_marked_and_measured_again(tiny, monkeypatch):
     assert seen == result.metrics.tree_sizes[: len(seen)] and len(seen) >= WARMUP + CHECK_EVERY
     assert json.loads(path.read_text())["meta"]["stale"] == watch.verdict
     calls = []
-    monkeypatch.setattr(budget, "_probe", lambda t, s, trees, r: calls.append(1) or [1e-3 * (10 + m) for m in s])
+    monkeypatch.setattr(cost_probe, "probe", lambda t, s, trees, r: calls.append(1) or [1e-3 * (10 + m) for m in s])
     again = forward_cost_curve(target, sizes=sizes, repeats=1, context=16)
     assert calls and again.seconds != planted.seconds and not again.meta.get("stale")
     assert watch_of(curves_in(AdaptiveTreePolicy(topk=2, depth=3, max_total=16, curve=again))).fresh
