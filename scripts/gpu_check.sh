@@ -51,7 +51,7 @@ fi
 # the bench: 2 Spec-Bench questions per family, T = 0 and 1, resumable if the call runs out; it prints each method's
 # build and warm-up seconds and graphs compiled ("ready ..."), where a first run's minutes go
 stamp "bench start"
-timeout 400 $python -m specdec.cli bench --model "$STASH/model.gguf" \
+timeout 380 $python -m specdec.cli bench --model "$STASH/model.gguf" \
     --head specdec/heads/smollm2-135m-instruct/eagle3 --device "$device" --dataset spec-bench --limit "$limit" \
     --methods eagle3 composite hf-generate --temperatures $temps --max-new-tokens "$tokens" --out "$STASH/bench" \
     --no-progress > "$OUT/bench.log" 2>&1 || echo "bench stopped (timeout or error): rerun the last call to resume"

@@ -41,7 +41,9 @@ SLIM = ("docs", "data", "specdec/heads/smollm2-135m-instruct/eagle1", "specdec/h
 WHEELS = ("huggingface_hub", "pydantic", "pydantic_core", "gguf", "tokenizers", "annotated_types", "typing_inspection")
 #: The distributions the GPU image holds (names; ``scripts/gpu_image.txt``, from KINDS.md).
 IMAGE = frozenset(
-    line.strip() for line in (ROOT / "scripts" / "gpu_image.txt").read_text().splitlines() if line and line[0] != "#"
+    re.sub(r"[-_.]+", "-", line.strip()).lower()
+    for line in (ROOT / "scripts" / "gpu_image.txt").read_text().splitlines()
+    if line.strip() and line[0] != "#"
 )
 #: The GPU machine's interpreter, where requirement markers are evaluated.
 TARGET_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux"}
@@ -57,7 +59,11 @@ def normalized(name: str) -> str:
 def requirements(name: str) -> list[str]:
     """The distributions the installed ``name`` requires on the GPU machine (markers evaluated there, no extras)."""
     found = []
-    for line in metadata.requires(name) or []:
+    try:
+        lines = metadata.requires(name) or []
+    except metadata.PackageNotFoundError:  # required there (Python 3.12) but not installed here: pins need it here
+        raise SystemExit(f"{name} is needed on the GPU machine but not installed here: pip install {name}") from None
+    for line in lines:
         req = Requirement(line)
         if req.marker is None or req.marker.evaluate({**TARGET_ENV, "extra": ""}):
             found.append(req.name)

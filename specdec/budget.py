@@ -42,7 +42,6 @@ import torch
 from specdec import cost_probe
 from specdec.backends import attention_label, execution_label
 from specdec.backends.measured import row_kernels
-from specdec.cost_probe import PROBE_ATTEMPTS
 from specdec.curve_watch import watch_curve
 from specdec.interfaces import TreePolicy
 from specdec.models import cache_dir
@@ -205,11 +204,11 @@ def measure_forward_cost(
         save: write the curve to :func:`curve_path`.
 
     Returns:
-        The :class:`CostCurve`. A probe whose times dip with more tokens (a bigger tree timed faster than a smaller
-        one: the machine was busy) runs again, up to :data:`PROBE_ATTEMPTS` times; if it still dips, the curve is
-        kept flattened, marked ``meta["noisy"]``, with one warning, and :func:`forward_cost_curve` measures it again
-        when it is next used, unless every try timed every size alike (:func:`~specdec.cost_probe.agree`: the dip is
-        the machine's, kept flattened, named in ``meta["steady_dip"]``, not noisy). (A noisy probe once sized every
+        The :class:`CostCurve`. A probe whose times dip with more tokens (a bigger tree timed faster than a smaller one:
+        the machine was busy) runs again, up to :data:`~specdec.cost_probe.PROBE_ATTEMPTS` times; if it still dips, the
+        curve is kept flattened, marked ``meta["noisy"]``, with one warning, and :func:`forward_cost_curve` measures it
+        again when it is next used, unless every try timed every size alike (:func:`~specdec.cost_probe.agree`: the dip
+        is the machine's, kept flattened, named in ``meta["steady_dip"]``, not noisy). (A noisy probe once sized every
         adaptive tree of a machine for a forward twice as cheap as it was: ``docs/results/2026-11-28-house-zen3``.)
     """
     sizes = sorted({int(s) for s in sizes})
@@ -226,7 +225,7 @@ def measure_forward_cost(
     trees = {m: cost_probe.flat_tree(m, device, g, target.vocab_size) for m in sizes}
     target.prefill(prompt)
     attempts: list[list[float]] = []
-    for _attempt in range(PROBE_ATTEMPTS):  # a probe whose times dip with more tokens ran on a busy machine: again
+    for _attempt in range(cost_probe.PROBE_ATTEMPTS):  # times that dip with more tokens: a busy machine? again
         seconds = cost_probe.probe(target, sizes, trees, repeats)
         attempts.append(seconds)
         dip = cost_probe.first_dip(seconds)
@@ -236,11 +235,12 @@ def measure_forward_cost(
     steady_dip = dip is not None and cost_probe.agree(attempts)
     if steady_dip:  # the same times every try: this machine's forward really is cheaper there (not noise)
         seconds = [statistics.median(times) for times in zip(*attempts, strict=True)]
+        dip = cost_probe.first_dip(seconds)  # where the tries' medians dip (None: within the tolerance)
     elif dip is not None:
         warnings.warn(
             f"the forward-cost probe is noisy on this machine: a tree of {sizes[dip]} tokens timed "
             f"{seconds[dip] * 1e3:.1f} ms, below {sizes[dip - 1]} tokens' {seconds[dip - 1] * 1e3:.1f} ms, in "
-            f"{PROBE_ATTEMPTS} tries; the curve is kept for now and measured again when next used (run "
+            f"{cost_probe.PROBE_ATTEMPTS} tries; the curve is kept for now and measured again when next used (run "
             "`specdec budget --refresh` on a quiet machine)",
             stacklevel=2,
         )
@@ -258,7 +258,7 @@ def measure_forward_cost(
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "noisy": dip is not None and not steady_dip,
-        "steady_dip": sizes[dip] if steady_dip else None,
+        "steady_dip": sizes[dip] if steady_dip and dip is not None else None,
     }
     curve = CostCurve(tuple(sizes), tuple(seconds), meta)
     if save:

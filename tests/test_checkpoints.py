@@ -592,6 +592,15 @@ def test_target_mismatch_on_load(tmp_path):
         load_eagle_head(tmp_path / "empty")
 
 
+def test_a_head_loads_for_a_target_on_another_device(tmp_path):
+    """Loading checks a head against the target's shapes, not its device: the head is moved afterwards (the GPU
+    bench loads the shipped head on the CPU for a CUDA target; the drafter checks the devices). The meta device
+    stands in for the GPU."""
+    save_eagle_head(eagle1_head(), tmp_path)
+    target = tiny_llama(vocab_size=V, hidden_size=H, num_layers=2).to("meta")
+    assert load_eagle_head(tmp_path, target_model=target).fc.weight.device.type == "cpu"
+
+
 # ---------------------------------------------------------------------------------------------- config quirks
 
 

@@ -575,3 +575,5 @@ def test_rope_call_stores_nothing() -> None:
     assert cos.device.type == "meta" and rotary.inv_freq is before
     rotary.place(torch.device("meta"))
     assert rotary.inv_freq.device.type == "meta"
+    attention = EagleAttention(make_config(), 32).to(torch.float64).to("meta")  # moving the head moves its RoPE
+    assert attention.rotary.inv_freq.device.type == "meta" and attention.rotary.inv_freq.dtype == torch.float32

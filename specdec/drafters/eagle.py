@@ -61,7 +61,7 @@ from specdec.backends import Execution, StaticShapes, packed_copy, resolve
 from specdec.backends.compiled import BUCKETS, bucket, compile_forward, freezes, run_compiled
 from specdec.backends.draft_int8 import draft_int8_linear
 from specdec.drafters.eagle_steps import ScoredStep
-from specdec.eagle.checks import check_head_target
+from specdec.eagle.checks import check_head_device, check_head_target
 from specdec.eagle.fusion import fuse_for_inference
 from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.eagle.layers import KVSlots
@@ -99,6 +99,7 @@ class EagleDrafterBase(Drafter):
         if max_len <= 0:
             raise ValueError(f"max_len must be positive, got {max_len}")
         check_head_target(head, target)
+        check_head_device(head, target)
         if head.embed_tokens is None:
             head.attach_target_embedding(target.get_input_embeddings().weight)
         tcfg = _target_config(target)

@@ -13,7 +13,7 @@ from torch import nn
 from specdec.eagle.heads import Eagle1Head, Eagle3Head
 from specdec.interfaces import VocabMismatchError
 
-__all__ = ["check_draft_vocab", "check_head_target"]
+__all__ = ["check_draft_vocab", "check_head_device", "check_head_target"]
 
 
 def check_draft_vocab(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -33,14 +33,11 @@ def check_head_target(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:
 
     Raises:
         VocabMismatchError: ``vocab_size`` differs.
-        ValueError: the head's parameters are on another device than the target's; the head's feature width
-            (EAGLE-1 ``hidden_size``, EAGLE-3 ``target_hidden_size``) differs from the target's ``hidden_size``; or
-            the head has no ``embed_tokens`` and the target's embedding width is not the head's ``hidden_size``.
+        ValueError: the head's feature width (EAGLE-1 ``hidden_size``, EAGLE-3 ``target_hidden_size``) differs from
+            the target's ``hidden_size``, or the head has no ``embed_tokens`` and the target's embedding width is not
+            the head's ``hidden_size``.
     """
     tcfg = getattr(target.config, "text_config", None) or target.config
-    head_device, target_device = head.fc.weight.device, target.get_input_embeddings().weight.device
-    if head_device != target_device:  # else the first draft step fails deep inside a tree policy
-        raise ValueError(f"head on {head_device}, target on {target_device}: move the head first (head.to(device))")
     if tcfg.vocab_size != head.config.vocab_size:
         raise VocabMismatchError(f"head vocab_size {head.config.vocab_size} != target vocab_size {tcfg.vocab_size}")
     eagle1 = isinstance(head, Eagle1Head)
@@ -55,3 +52,12 @@ def check_head_target(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:
                 f"head hidden_size {head.config.hidden_size} != target embedding width {width} and the head has "
                 "no embed_tokens of its own"
             )
+
+
+def check_head_device(head: Eagle1Head | Eagle3Head, target: nn.Module) -> None:
+    """Raise ``ValueError`` when ``head`` is on another device than ``target``: a drafter runs them together, and the
+    first draft step would fail deep inside a tree policy (a GPU test's head sat on the CPU, 2026-11-30). Loading a
+    head for a target (:func:`~specdec.checkpoints.load_eagle_head`) does not check this: the head is moved after."""
+    head_device, target_device = head.fc.weight.device, target.get_input_embeddings().weight.device
+    if head_device != target_device:
+        raise ValueError(f"head on {head_device}, target on {target_device}: move the head first (head.to(device))")

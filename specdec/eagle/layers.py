@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +146,15 @@ class EagleAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
         self.rotary = EagleRotary(config)
         self.qkv_proj: nn.Linear | None = None  # q/k/v stacked by eagle_fusion (inference copies only)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> EagleAttention:
+        """Moving the head (``.to(device)``, ``.cuda()``) moves its RoPE frequencies too, kept float32: the rotary is
+        not a module, and a call on another device must not move them itself (:meth:`EagleRotary.__call__`)."""
+        super()._apply(fn, recurse)
+        tensor = next(iter((*self.parameters(), *self.buffers())), None)
+        if tensor is not None:
+            self.rotary.place(tensor.device)
+        return self
 
     def forward(
         self,
