@@ -54,7 +54,8 @@ def probe(target: HFTarget, sizes: list[int], trees: dict[int, DraftTree], repea
 def agree(attempts: Sequence[Sequence[float]]) -> bool:
     """Whether :data:`PROBE_ATTEMPTS` probes agree, every size's times within :data:`DIP_TOLERANCE` of each other: then
     a dip they share is the machine's own (on the 2026-11-30 H200 a 16-token forward took 7.5-7.8 ms and a 24-token
-    one 4.7-5.0 ms in every try of six probes), not a busy spell, which moves the times between tries."""
+    one 4.7-5.0 ms in all six probes, each after three tries that dipped), not a busy spell, which moves the times
+    between tries."""
     if len(attempts) < PROBE_ATTEMPTS:
         return False
     return all(max(times) <= (1.0 + DIP_TOLERANCE) * min(times) for times in zip(*attempts, strict=True))

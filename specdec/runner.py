@@ -164,18 +164,16 @@ class ModelRunner:
         row took 25.4-26.0 ms at 2,048 slots against 20.6-21.6 ms at 321 on the AMD Zen 4
         (``docs/results/2026-11-30-package-amd-f25m17/capacity_rows.txt``). Growing copies the kept slots once.
         """
-        pad, full = max(self.buckets), self.capacity + max(self.buckets)
-        size = self.cache.max_len
+        pad, size = max(self.buckets), self.cache.max_len
         if start == 0:
-            want = min(full, n + self.room + pad)
-            if want != size:
-                self.cache.resize(want, keep=0)
-        elif start + n + pad > size and size < full:
-            self.cache.resize(min(full, max(2 * size, start + n + self.room + pad)), keep=start)
+            want = n + self.room + pad
+        elif start + n + pad > size:
+            want = max(2 * size, start + n + self.room + pad)
         else:
             return
-        if freezes(self.cache.layers[0].cumulative_length.device):
-            self.cache.release_static_addresses()
+        want = min(want, self.capacity + pad)
+        if want != size:  # a package is never torch.compiled: its cache's static-address marks do not matter
+            self.cache.resize(want, keep=start)
 
     def _static_inputs(
         self,

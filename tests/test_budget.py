@@ -446,9 +446,9 @@ def test_a_noisy_probe_is_measured_again_and_never_trusted(tiny, monkeypatch):
 
 def test_a_dip_every_try_repeats_is_the_machines_and_kept(tiny, monkeypatch):
     """A dip that every try times alike (within DIP_TOLERANCE at every size) is not a busy spell: on the 2026-11-30
-    H200 a 16-token forward took 7.5-7.8 ms and a 24-token one 4.7-5.0 ms in every try of six probes, and each probe
-    was flagged noisy, so every method of the bench measured the curve again. It is kept (flattened), not noisy, with
-    no warning, and read back next time."""
+    H200 a 16-token forward took 7.5-7.8 ms and a 24-token one 4.7-5.0 ms in all six probes (each after three tries
+    that dipped), and each probe was flagged noisy, so every method of the bench measured the curve again. It is kept
+    (flattened), not noisy, with no warning, and read back next time."""
     import warnings
 
     target = HFTarget(tiny, max_len=128)

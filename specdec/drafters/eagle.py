@@ -123,7 +123,6 @@ class EagleDrafterBase(Drafter):
         self._owns_head = not plain  # a private copy: its RoPE may keep a lookup table
         attn = self.head.layers[0].self_attn if isinstance(head, Eagle1Head) else self.head.midlayer.self_attn
         self._attention = attn
-        attn.rotary.place(self._device)  # eagerly: a compiled step must not move (store) it
         self._kv_shape = (1, attn.num_kv_heads, attn.head_dim)
         self._tokens = torch.zeros(max_len, dtype=torch.long, device=self._device)
         self._features_buf = torch.zeros(max_len, feature_size, dtype=self._dtype, device=self._device)

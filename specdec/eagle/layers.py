@@ -85,13 +85,12 @@ class EagleRotary:
         if self.kind == "dynamic" or (self._table is not None and self._table[0].shape[0] >= length):
             return
         self._table = None
-        self.place(device)
         cos, sin = self(torch.arange(length, device=device)[None], dtype)
         self._table = (cos[0], sin[0])
 
     def place(self, device: torch.device) -> None:
         """Keep the inverse frequencies on ``device`` (the head's), so that calls there copy nothing from the host.
-        Called eagerly by the drafter that runs the head, never inside a compiled step."""
+        Called eagerly when the head moves (:meth:`EagleAttention._apply`), never inside a compiled step."""
         self.inv_freq = self.inv_freq.to(device)
 
     def _inv_freq(self, base: float) -> torch.Tensor:
