@@ -1,8 +1,8 @@
 """Sampled trees at T > 0, each tree its own generator, interleaved per prompt in one process against vanilla.
 
     python benchmarks/sampled_trees.py [--trees r3d menu] [--method eagle3] [--weights auto|stock|packed]
-                                       [--prompts 8] [--new-tokens 128] [--temperature 1.0] [--top-p 1.0]
-                                       [--threads 2] [--out results.json]
+                                       [--static-shapes off|aot] [--prompts 8] [--new-tokens 128]
+                                       [--temperature 1.0] [--top-p 1.0] [--threads 2] [--out results.json]
 
 One SmolLM2-135M-Instruct target (float32) on ``--weights``: ``auto`` is the fast path; ``stock`` keeps the stock
 linears, whose tree forwards grow with the number of tokens as on a CPU where small-row GEMMs are not flat.
@@ -11,9 +11,14 @@ linears, whose tree forwards grow with the number of tokens as on a CPU where sm
 top-k candidates), or a shape of your own as ``NAME=PATHS`` with rank paths separated by commas and ranks by dots
 (``r3d=0,1,2,0.0,1.0``); ``@RATIO`` after an entry draws at ``RATIO x T`` (``r3d@0.7``,
 ``MethodOptions.draft_temperature_ratio``), ``+gate`` at the end draws levels only where they pay
-(``MethodOptions.sampled_level_gate``). For every MT-bench prompt (chat template, no EOS stop, the same seed
-for every tree) the generators run back to back, the order alternating; printed are tokens/s and the ratio to
-vanilla, and tokens per target forward (tau). The target's cost curve is printed too (the one every tree is priced by).
+(``MethodOptions.sampled_level_gate``), and after everything ``~auto`` runs that tree under the generator's pace of
+``speculate="auto"`` kept across the prompts (``SpeculativeGenerator.auto_pace``), ``~step`` under a pace that
+speculates or steps, whichever has paid more, ``~sizes`` under one that also tries depth-1 trees of 2-4 nodes
+(``pace.BATCH_SIZES``; these two with ``--pace-decay``). ``--static-shapes aot`` runs the target
+from its ahead-of-time package (built or loaded from the cache). For every MT-bench prompt (chat template, no EOS
+stop, the same seed for every tree) the generators run back to back, the order alternating; printed are tokens/s and
+the ratio to vanilla, and tokens per target forward (tau). The target's cost curve is printed too (the one every tree
+is priced by).
 """
 
 from __future__ import annotations
@@ -32,17 +37,22 @@ from specdec.backends.cpu import cpu_name
 from specdec.budget import forward_cost_curve
 from specdec.methods import SAMPLED_SHAPES, MethodOptions
 from specdec.models import load_smollm2
+from specdec.pace import BATCH_SIZES, Pace
+
+#: ``~SUFFIX`` of a ``--trees`` entry: how its cycles are paced (``auto``: the generator's own ``speculate="auto"``).
+PACES = {"step": lambda decay: Pace(decay=decay), "sizes": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES)}
 
 
 def tree_options(entry: str) -> tuple[str, MethodOptions]:
     """(label, options) of one ``--trees`` entry; a ``NAME=PATHS`` shape is registered."""
     label = entry
+    entry, tilde, pace = entry.partition("~")
     entry, gate = (entry[: -len("+gate")], True) if entry.endswith("+gate") else (entry, False)
     entry, _, ratio = entry.partition("@")
     if "=" in entry:
         entry, paths = entry.split("=", 1)
         SAMPLED_SHAPES[entry] = tuple(tuple(int(r) for r in path.split(".")) for path in paths.split(","))
-        label = entry + (f"@{ratio}" if ratio else "") + ("+gate" if gate else "")
+        label = entry + (f"@{ratio}" if ratio else "") + ("+gate" if gate else "") + tilde + pace
     tree = None if entry == "off" else entry
     given = {"sampled_tree": tree}
     if gate:
@@ -57,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trees", nargs="+", default=["r3d", "menu"])
     parser.add_argument("--method", default="eagle3")
     parser.add_argument("--weights", default="auto", choices=("auto", "stock", "packed"))
+    parser.add_argument("--static-shapes", default="off", choices=("off", "aot"))
+    parser.add_argument("--pace-decay", type=float, default=0.8, help="Pace.decay of the ~step and ~sizes entries")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--skip", type=int, default=0, help="start at this MT-bench question")
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -67,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    target = HFTarget(model, max_len=1024, weights=args.weights, in_place=True)
+    static = {"off": False, "aot": "aot"}[args.static_shapes]
+    target = HFTarget(model, max_len=1024, weights=args.weights, static_shapes=static, in_place=True)
     curve = forward_cost_curve(target)
     print(
         f"cpu={cpu_name()} threads={args.threads} T={args.temperature} top_p={args.top_p}: "
@@ -76,9 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     ratios = (f"{n}: {sec / curve.seconds[0]:.2f}" for n, sec in zip(curve.sizes, curve.seconds, strict=True))
     print("cost curve T(n)/T(1): " + ", ".join(ratios))
     gens = {"vanilla": build_method("vanilla", target)}
+    paces: dict[str, Pace | str] = {"vanilla": "always"}
     for entry in args.trees:
         label, options = tree_options(entry)
         gens[label] = build_method(args.method, target, options)
+        pace = entry.partition("~")[2]
+        if pace == "auto":
+            paces[label] = gens[label].auto_pace()
+        else:
+            paces[label] = PACES[pace](args.pace_decay) if pace else "always"
     stop = StopCondition(max_new_tokens=args.new_tokens, eos_token_ids=())
     prompts = mtbench_prompts()[args.skip : args.skip + args.prompts]
     warm = chat_ids(tokenizer, prompts[0])
@@ -95,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         order = list(gens) if i % 2 == 0 else list(reversed(gens))
         for name in order:
             t0 = time.perf_counter()
-            out = gens[name].generate(ids, seeded, stop)
+            out = gens[name].generate(ids, seeded, stop, speculate=paces[name])
             seconds[name] += time.perf_counter() - t0
             tokens[name] += len(out.tokens)
             forwards[name] += max(out.metrics.cycles, 1) if name != "vanilla" else len(out.tokens)

@@ -41,7 +41,7 @@ import torch
 from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, call_settings, make_generator
 from specdec.cycle import Drafted, Row, phases
 from specdec.errors import SpecdecError
-from specdec.pace import OWN, STEP, Pace
+from specdec.pace import STEP, Pace
 from specdec.rows import BatchRows
 from specdec.sampling import SamplingParams, check_finite, sample, warp
 
@@ -195,10 +195,9 @@ class _Batch:
 
     def cycle(self) -> Iterator[RowEvent]:
         """One cycle of every live row: their tokens and failures; finished and failed rows leave."""
-        arm = STEP if self.pace is None else self.pace.next_arm()
-        if arm not in (OWN, STEP) and not any(self._row(i).policy.resized(arm) for i in self.live):
-            self.pace.drop(arm)  # no row's trees take this size: the batch speculates with its own
-            arm = OWN
+        # a size no row's trees take is dropped: the batch speculates with its own
+        fits = lambda m: any(self._row(i).policy.resized(m) for i in self.live)  # noqa: E731
+        arm = STEP if self.pace is None else self.pace.arm_for(fits)
         speculate = arm != STEP
         # a plain step where not speculating (a speculative row's drafter still takes the token)
         draft_, judge_, settle_ = phases(arm, speculative=self.pace is not None)

@@ -25,9 +25,9 @@ import torch
 from specdec import tree_checks
 from specdec.calls import GenerationMetrics, StopCondition
 from specdec.curve_watch import CurveWatch
-from specdec.interfaces import Drafter, TargetStep, TreePolicy, Verdict, Verifier
+from specdec.interfaces import Drafter, Target, TargetStep, TreePolicy, Verdict, Verifier
 from specdec.pace import OWN, STEP
-from specdec.sampling import NonFiniteLogitsError, SamplingParams, logits_ok, sample, warp
+from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
 from specdec.tree import DraftTree
 
 __all__ = [
@@ -208,6 +208,13 @@ def settle(row: Row, drafted: Drafted, step: TargetStep, values: list) -> Cycle:
     row.metrics.tree_sizes.append(tree.num_nodes)
     assert drafted.bonus is not None
     return Cycle(synced.tokens[1:count] + [synced.bonus], drafted.bonus, synced.path[:count])
+
+
+def first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
+    """A loop's start: the prompt's prefill ``step`` and its first token, drawn from ``warp`` of its last logits."""
+    step = target.prefill(input_ids)
+    check_finite(step.logits, "target logits at the end of the prompt")
+    return step, sample(warp(step.logits[0], sampling), g)
 
 
 def draft_root(row: Row) -> Drafted:

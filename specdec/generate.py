@@ -39,11 +39,11 @@ from specdec.calls import (
     prepare_call,
 )
 from specdec.curve_watch import watch_of
-from specdec.cycle import Cycle, Row, phases
+from specdec.cycle import Cycle, Row, first_token, phases
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import CacheFullError, TreeTooLargeError
-from specdec.pace import BATCH_SIZES, OWN, STEP, Always, Pace
-from specdec.sampling import NonFiniteLogitsError, SamplingParams, check_finite, logits_ok, sample, warp
+from specdec.pace import OWN, STEP, Pace, auto_pace, call_pace, steep_curve
+from specdec.sampling import NonFiniteLogitsError, SamplingParams, logits_ok, sample, warp
 from specdec.verify import check_verifier, verifier_for
 
 if TYPE_CHECKING:
@@ -59,12 +59,6 @@ __all__ = [
     "SpeculativeGenerator",
     "VanillaGenerator",
 ]
-
-
-def _first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
-    step = target.prefill(input_ids)
-    check_finite(step.logits, "target logits at the end of the prompt")
-    return step, sample(warp(step.logits[0], sampling), g)
 
 
 class _Loop(ABC):
@@ -111,7 +105,7 @@ class _Loop(ABC):
         metrics: GenerationMetrics | None = None,
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
-        speculate: str | Pace = "always",
+        speculate: str | Pace | None = None,
     ) -> Iterator[int]:
         """Yield generated token ids as they are decided (a speculative cycle yields all it accepted).
 
@@ -125,9 +119,13 @@ class _Loop(ABC):
             metrics: filled in as tokens come.
             tokenizer: encodes a string prompt as raw text, ``tokenizer(text)`` (no chat template: for a chat model
                 pass :func:`specdec.chat_ids` ``(tokenizer, text)`` instead).
-            speculate: ``"always"`` (default): every cycle speculates; ``"auto"``: each cycle speculates or takes a
-                plain step, whichever has emitted more tokens per second in this call (:mod:`specdec.pace`: exact,
-                but sampled tokens then depend on timings); or a :class:`~specdec.pace.Pace` kept across calls.
+            speculate: ``"always"``: every cycle speculates; ``"auto"``: each cycle speculates with the policy's own
+                tree, or with a depth-1 tree of 2-4 nodes where the target's forwards are steep, or takes a plain
+                step, whichever has emitted the most tokens per second in this call (:meth:`auto_pace`: exact, but
+                sampled tokens then depend on timings); a :class:`~specdec.pace.Pace` kept across calls; None
+                (default): ``"auto"`` where the forwards are steep (a cost curve the policy holds prices 8 tokens at
+                :data:`~specdec.pace.STEEP` steps or more: trees are dear, as on an ahead-of-time package), else
+                ``"always"`` (measured, :func:`~specdec.pace.call_pace`).
 
         Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned:
         ``TypeError`` for a string without a tokenizer or ids that are not integers, ``ValueError`` for a batch of
@@ -151,7 +149,7 @@ class _Loop(ABC):
         generator: torch.Generator | None = None,
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
-        speculate: str | Pace = "always",
+        speculate: str | Pace | None = None,
     ) -> GenerationResult:
         """Run to completion; see :meth:`stream`."""
         input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
@@ -183,15 +181,20 @@ class _Loop(ABC):
             except ROW_FAILURES as error:
                 yield RowEvent(index, None, error)
 
-    def _pace(self, speculate: str | Pace, rows: int = 1) -> Pace | None:
-        """The call's :class:`Pace` (``"auto"``: a batch of ``rows > 1`` also tries :data:`BATCH_SIZES`)."""
-        if isinstance(speculate, Pace):
-            return speculate if self._speculative else None
-        if speculate not in ("auto", "always"):
-            raise ValueError(f"speculate must be 'auto' or 'always', got {speculate!r}")
-        if not self._speculative:
-            return None
-        return Pace(sizes=BATCH_SIZES if rows > 1 else ()) if speculate == "auto" else Always()
+    def auto_pace(self, rows: int = 1) -> Pace:
+        """A new pace of ``speculate="auto"`` (:func:`~specdec.pace.auto_pace`), to keep across calls."""
+        return auto_pace(rows, self._steep())
+
+    def _steep(self) -> bool:  # whether a cost curve the policy holds is steep (speculative loop: its own)
+        return False
+
+    def default_pace(self, rows: int = 1) -> Pace:  # a new pace of speculate=None (pace.call_pace), to keep
+        return call_pace(None, rows, self._steep)
+
+    def _pace(self, speculate: str | Pace | None, rows: int = 1) -> Pace | None:
+        """The call's :class:`Pace` (:func:`~specdec.pace.call_pace`); None for a vanilla loop."""
+        pace = call_pace(speculate, rows, self._steep)
+        return pace if self._speculative else None
 
     def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]], int]:
         """Each prompt prepared as :meth:`stream` prepares one, with its row and the fork of its parts (or the
@@ -294,7 +297,7 @@ class VanillaGenerator(_Loop):
     ) -> Iterator[int]:
         g = make_generator(sampling, self.target.device, generator)
         t0 = time.perf_counter()
-        _, token = _first_token(self.target, input_ids, sampling, g)
+        _, token = first_token(self.target, input_ids, sampling, g)
         mine = claim(self.target)
         metrics.time_prefill = time.perf_counter() - t0
         out: list[int] = []
@@ -356,6 +359,9 @@ class SpeculativeGenerator(_Loop):
         self.target, self.drafter, self.policy, self.verifier = target, drafter, policy, verifier
         target.request_hidden(drafter.hidden_request)
 
+    def _steep(self) -> bool:
+        return any(steep_curve(curve.cost) for curve in curves_in(self.policy))
+
     def parts_for(self, sampling: SamplingParams) -> tuple[TreePolicy, Verifier]:
         """The policy and verifier a call at ``sampling`` runs (the pinned verifier is checked here).
 
@@ -402,7 +408,7 @@ class SpeculativeGenerator(_Loop):
         t0 = time.perf_counter()
         drafter.reset()
         drafter.generation += 1  # the loop counts the generations it starts (Drafter.generation)
-        step, row.root = _first_token(target, input_ids, sampling, row.g)
+        step, row.root = first_token(target, input_ids, sampling, row.g)
         drafter.prefill(input_ids, step.hidden)
         mine = claim(target)
         metrics.time_prefill = time.perf_counter() - t0
@@ -427,7 +433,7 @@ class SpeculativeGenerator(_Loop):
     def _cycle(self, row: Row, pace: Pace | None = None) -> Cycle:
         """One cycle (:mod:`specdec.cycle`): draft, target, verify, one host sync, commit; times into the row's
         metrics. A plain step instead where ``pace`` chooses one (the drafter still takes its token)."""
-        arm = OWN if pace is None else pace.next_arm()
+        arm = OWN if pace is None else pace.arm_for(lambda m: row.policy.resized(m) is not None)
         speculate = arm != STEP
         draft_, judge_, settle_ = phases(arm)
         t1 = time.perf_counter()

@@ -1,7 +1,8 @@
 """Speculate or step, and how large a batch's trees: a decoding loop's choice each cycle, from what each has paid.
 
 The batched loop makes it for the whole batch (``generate_batch``, ``speculate="auto"`` by default), the one-sequence
-loop where asked (``generate(..., speculate="auto")`` or a :class:`Pace` kept across calls). A speculative cycle of
+loop where asked (``generate(..., speculate="auto")`` or a :class:`Pace` kept across calls) and by default where the
+target's forwards are steep (:func:`call_pace`). A speculative cycle of
 ``B`` rows costs every row's drafting and a forward of every row's tree; a plain step costs a forward of ``B``
 tokens. Which emits more tokens per second depends on the machine, the backend, the batch size and the drafter's
 acceptance (on a 2-core CPU a batch of 8 runs its plain steps ~1.6x faster than its speculative cycles; one sequence
@@ -31,7 +32,21 @@ each row's law but, as with any timing-sized tree, not its exact tokens.
 
 from __future__ import annotations
 
-__all__ = ["BATCH_SIZES", "OWN", "STEP", "Always", "Fixed", "Pace"]
+from collections.abc import Callable
+
+__all__ = [
+    "BATCH_SIZES",
+    "OWN",
+    "ROW_DECAY",
+    "STEEP",
+    "STEP",
+    "Always",
+    "Fixed",
+    "Pace",
+    "auto_pace",
+    "call_pace",
+    "steep_curve",
+]
 
 #: The arm in which every row takes one plain token.
 STEP = 1
@@ -40,6 +55,17 @@ OWN = 0
 #: Tree sizes the batched loop's pace tries beside :data:`OWN` and :data:`STEP` (root included; depth-1 trees that
 #: a batch drafts in one head forward, :meth:`~specdec.interfaces.TreePolicy.resized`).
 BATCH_SIZES = (2, 3, 4)
+#: :attr:`Pace.decay` of one sequence's pace (:func:`auto_pace`). One row's cycle emits 1 to depth + 1 tokens, so
+#: its rate is noisier than a batch's, whose cycle sums its rows': at 0.8 (about 9 cycles' memory) a sampled tree's
+#: rate at T = 1 fell below a plain step's after a few poor cycles and stayed there, stepping 32 % of the cycles
+#: where speculating paid 1.29x (8 MT-bench prompts, AMD Zen 4); at 0.95 (about 39 cycles) 4 %.
+ROW_DECAY = 0.95
+#: One sequence's pace tries :data:`BATCH_SIZES` only where a target forward of 8 tokens costs at least this many
+#: 1-token forwards (:func:`steep_curve`): there the small trees are much cheaper than the own ones. Measured at T = 1
+#: (16 MT-bench prompts, AMD Zen 4, one process each): on the ahead-of-time package (8 tokens 2.70x a step) the sizes
+#: took EAGLE-3 from 1.00x to 1.10x and the composite from 0.98x to 1.02x vanilla, against the pace without them; on
+#: the eager fast path (1.13-1.18x) they gave EAGLE-3 +0.8 % but cost the composite 7 %.
+STEEP = 1.5
 
 
 class Pace:
@@ -111,12 +137,53 @@ class Pace:
         self.runs[arm] += 1
         self.last[arm] = self.cycle
 
+    def arm_for(self, fits: Callable[[int], bool]) -> int:
+        """:meth:`next_arm`, where a tree size is chosen that ``fits`` refuses (no tree policy of the call can be
+        resized to it): that size dropped, and :data:`OWN` this cycle."""
+        arm = self.next_arm()
+        if arm not in (OWN, STEP) and not fits(arm):
+            self.drop(arm)
+            return OWN
+        return arm
+
     def drop(self, arm: int) -> None:
         """Stop trying ``arm`` (a size no row of the batch can be resized to)."""
         if arm in (OWN, STEP):
             raise ValueError("the own-tree and step arms stay")
         if arm in self.arms:
             self.arms.remove(arm)
+
+
+def auto_pace(rows: int = 1, steep: bool = True) -> Pace:
+    """The pace of ``speculate="auto"`` for a call of ``rows`` rows at once: speculate with the rows' own trees,
+    with depth-1 trees of :data:`BATCH_SIZES` nodes, or step, whichever has emitted the most tokens per second.
+    One sequence (``rows == 1``) remembers longer (:data:`ROW_DECAY`) and tries the sizes only where its target's
+    forwards are ``steep`` (:func:`steep_curve`)."""
+    sizes = BATCH_SIZES if rows > 1 or steep else ()
+    return Pace(decay=ROW_DECAY if rows == 1 else 0.8, sizes=sizes)
+
+
+def call_pace(speculate: str | Pace | None, rows: int, steep: Callable[[], bool]) -> Pace:
+    """A speculative call's pace: ``"always"`` :class:`Always`, ``"auto"`` :func:`auto_pace`, a :class:`Pace`
+    itself; None (one sequence's default) the measured choice: ``"auto"`` where ``steep()`` (the target's forwards
+    are steep, :func:`steep_curve`), else ``"always"``. Measured at T = 0 and T = 1 on AMD Zen 4 (16 MT-bench prompts,
+    EAGLE-3 and the composite, one process each): on the eager fast path (8 tokens 1.13-1.18 steps) the pace cost
+    1.3-2.3 % against always speculating; on the ahead-of-time package (2.70 steps) it ran 1.00x / 1.02x at T = 0 and
+    1.30x / 1.35x at T = 1, where always speculating lost to plain decoding (0.84x / 0.76x)."""
+    if isinstance(speculate, Pace):
+        return speculate
+    if speculate not in ("auto", "always", None):
+        raise ValueError(f"speculate must be 'auto', 'always' or None, got {speculate!r}")
+    if speculate == "always":
+        return Always()
+    is_steep = steep()
+    return Always() if speculate is None and not is_steep else auto_pace(rows, is_steep)
+
+
+def steep_curve(cost: Callable[[int], float]) -> bool:
+    """Whether a forward of 8 tokens costs at least :data:`STEEP` one-token forwards (``cost``: seconds per forward
+    of ``m`` tokens, a :class:`~specdec.budget.CostCurve`'s ``cost``)."""
+    return cost(8) >= STEEP * cost(1)
 
 
 class Always(Pace):

@@ -28,15 +28,17 @@ import torch
 import specdec.batched as batched
 import specdec.cycle as cycle_phases
 from specdec.batched import BatchRowError
+from specdec.budget import CostCurve
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import DraftTree
 from specdec.models import tiny_llama
-from specdec.pace import OWN, STEP, Fixed, Pace
+from specdec.pace import BATCH_SIZES, OWN, ROW_DECAY, STEEP, STEP, Always, Fixed, Pace, auto_pace
 from specdec.rows import BatchRows, BatchUnsupportedError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.testing.e2e import exact_sequence_distribution, sequence_index
 from specdec.testing.stats import g_test
+from specdec.trees import AdaptiveTreePolicy
 from tests.factories import make_drafter, make_policy, tiny_family
 
 VOCAB = 32
@@ -110,6 +112,45 @@ def test_pace_finds_the_best_tree_size_and_explores_the_stalest_arm():
             Pace(sizes=bad)
     with pytest.raises(ValueError, match="stay"):
         pace.drop(STEP)
+
+
+def test_a_size_no_policy_takes_is_dropped_and_the_cycle_speculates():
+    """``Pace.arm_for``: a chosen size that ``fits`` refuses is dropped from the arms and the cycle runs the own
+    trees; sizes that fit, steps and own trees pass through; ``auto_pace`` tries every size, remembering longer for
+    one sequence than for a batch."""
+    pace = Fixed(3)
+    assert pace.arm_for(lambda m: m != 3) == OWN and pace.arms == [OWN, STEP]
+    assert Fixed(2).arm_for(lambda m: True) == 2
+    assert Fixed(STEP).arm_for(lambda m: False) == STEP
+    one, batch = auto_pace(1), auto_pace(4)
+    assert one.arms == batch.arms == [OWN, *BATCH_SIZES, STEP]
+    assert one.decay == ROW_DECAY > batch.decay
+    assert auto_pace(1, steep=False).arms == [OWN, STEP] and auto_pace(4, steep=False).arms == batch.arms
+
+
+@pytest.mark.parametrize(("eight", "sizes"), [(1.2, ()), (STEEP, BATCH_SIZES)])
+def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model, eight, sizes):
+    """``speculate="auto"`` for one sequence: the depth-1 sizes are arms only where the cost curve its policy holds
+    prices 8 tokens at :data:`STEEP` steps or more (a flat curve: speculate or step); a policy with no curve: none.
+    The default (None) paces only a steep target and always speculates on a flat one. The greedy tokens are the
+    prompt's alone either way."""
+    target = target_of(model)
+    curve = CostCurve((1, 8), (1e-3, eight * 1e-3))
+    policy = AdaptiveTreePolicy(topk=3, depth=3, max_total=8, curve=curve)
+    gen = SpeculativeGenerator(target, make_drafter("eagle3", model, target.max_len), policy)
+    pace = gen.auto_pace()
+    assert pace.arms == [OWN, *sizes, STEP]
+    default = gen._pace(None)
+    assert isinstance(default, Always) if not sizes else (type(default) is Pace and default.arms == pace.arms)
+    assert type(gen.default_pace()) is type(default)
+    with pytest.raises(ValueError, match="speculate must be"):
+        gen._pace("sometimes")
+    assert (
+        gen.generate(PROMPTS[0], None, STOP, speculate=pace).tokens
+        == VanillaGenerator(target).generate(PROMPTS[0], None, STOP).tokens
+    )
+    no_curve = SpeculativeGenerator(target, make_drafter("eagle3", model, target.max_len), make_policy("dynamic"))
+    assert no_curve.auto_pace().arms == [OWN, STEP]
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +250,7 @@ def test_a_row_that_sees_a_rejected_slot_is_caught():
         (None, "auto"),
         (1, "auto"),
         (1, "alternate"),
+        (1, "rotate"),
     ],
 )
 def test_greedy_rows_equal_each_prompt_alone(model, kind, max_batch, pace):
@@ -359,19 +401,21 @@ def test_each_row_emits_its_own_law_when_the_loop_alternates_cycles_and_steps(ma
 
 
 @pytest.mark.parametrize("n_runs", [150, pytest.param(600, marks=pytest.mark.heavy)])
+@pytest.mark.parametrize("max_batch", [None, 1])
 @pytest.mark.parametrize("kind", ["eagle3/dynamic", "eagle3/stochastic", "composite"])
-def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(kind, n_runs):
+def test_each_row_emits_its_own_law_with_trees_resized_for_the_batch(kind, max_batch, n_runs):
     """Every arm of a batch's pace in turn (own trees, a step, depth-1 trees of 2, 3 and 4 nodes; the sampled shape
-    has 2 root children, so it runs its own tree for 4) at T > 0: deterministic candidates and draws verified
+    has 2 root children, so it runs its own tree for 4) at T > 0, in a batch and in the one-sequence loop
+    (``max_batch=1``: ``speculate="auto"`` tries the sizes there too): deterministic candidates and draws verified
     exactly whatever their size (level as above; the power of this check is the rotated-rows control's, the same
     counts and test)."""
-    p_values = row_law_p_values(kind, n_runs, pace=Rotate)  # run r starts at arm r % 5
+    p_values = row_law_p_values(kind, n_runs, pace=Rotate, max_batch=max_batch)  # run r starts at arm r % 5
     print("resized trees' p-values", p_values)
     assert min(p_values) > ALPHA / 9
     model = tiny_llama(vocab_size=LAW_VOCAB, hidden_size=16, num_layers=2, seed=3, logit_scale=1.5)
     gen = decoder(kind, model, HFTarget(model, max_len=64, weights="packed"))
     stop = StopCondition(max_new_tokens=12, eos_token_ids=())
-    results = gen.generate_batch(LAW_PROMPTS, LAW_SAMPLING, stop, speculate=Rotate())
+    results = gen.generate_batch(LAW_PROMPTS, LAW_SAMPLING, stop, speculate=Rotate(), max_batch=max_batch)
     assert {2, 3} <= {n for r in results for n in r.metrics.tree_sizes}  # the resized trees ran
 
 

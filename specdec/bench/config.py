@@ -53,9 +53,10 @@ class BenchConfig(BaseModel):
         batch_sizes: measure the prompts decoded several at a time instead, at each of these batch sizes
             (:mod:`specdec.bench.batched`: throughput against batched vanilla and HF ``generate``; tree sweeps and
             the deferred/dynamic rows do not apply). Default: none (one prompt at a time).
-        speculate: ``"always"`` (default): every cycle of a speculative method speculates; ``"auto"``: each method
-            keeps one :class:`~specdec.pace.Pace` across the run's prompts (each cycle speculation or a plain step,
-            whichever has emitted more tokens per second so far).
+        speculate: ``"always"``: every cycle of a speculative method speculates; ``"auto"``: each method keeps one
+            :class:`~specdec.pace.Pace` across the run's prompts (each cycle speculation or a plain step, whichever
+            has emitted more tokens per second so far); None (default): what ``generate`` does by default, a pace
+            where the target's forwards are steep, else always (:func:`~specdec.pace.call_pace`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -82,7 +83,7 @@ class BenchConfig(BaseModel):
     top_k: int = Field(0, ge=0)
     max_len: int | None = Field(None, ge=2)
     batch_sizes: tuple[int, ...] = ()
-    speculate: Literal["always", "auto"] = "always"
+    speculate: Literal["always", "auto"] | None = None
 
     @field_validator("batch_sizes")
     @classmethod

@@ -299,8 +299,9 @@ class _Run:
     top_k: int
     bar: Any = None
     reference: dict[str, list[int]] = field(default_factory=dict)  # vanilla's greedy tokens per prompt id
-    speculate: str = "always"
-    paces: dict[str, Pace] = field(default_factory=dict)  # speculate="auto": one per row kept across prompts
+    speculate: str | None = None
+    # a paced method: one pace per method and sampling setting, kept across the prompts (rates differ by setting)
+    paces: dict[tuple, Pace] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reference = {  # vanilla greedy references already measured (resume)
@@ -385,8 +386,12 @@ class _Run:
         self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
         graphs = compiled_graphs()
         try:
-            paced = self.speculate == "auto" and isinstance(gen, SpeculativeGenerator)
-            extra = {"speculate": self.paces.setdefault(v.name, Pace())} if paced else {}
+            extra = {}
+            if isinstance(gen, SpeculativeGenerator) and self.speculate != "always":
+                setting = (v.name, sampling.temperature, sampling.top_p, sampling.top_k)
+                if setting not in self.paces:
+                    self.paces[setting] = gen.auto_pace() if self.speculate == "auto" else gen.default_pace()
+                extra = {"speculate": self.paces[setting]}
             result = gen.generate(ids, sampling, stop, **extra)
         except MEASURED_FAILURES as e:  # a failing method must not lose the others' measurements
             self.results.append(
