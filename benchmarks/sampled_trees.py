@@ -14,11 +14,11 @@ top-k candidates), or a shape of your own as ``NAME=PATHS`` with rank paths sepa
 (``MethodOptions.sampled_level_gate``), and after everything ``~auto`` runs that tree under the generator's pace of
 ``speculate="auto"`` kept across the prompts (``SpeculativeGenerator.auto_pace``), ``~step`` under a pace that
 speculates or steps, whichever has paid more, ``~sizes`` under one that also tries depth-1 trees of 2-4 nodes
-(``pace.BATCH_SIZES``; these two with ``--pace-decay``). ``--static-shapes aot`` runs the target
-from its ahead-of-time package (built or loaded from the cache). For every MT-bench prompt (chat template, no EOS
-stop, the same seed for every tree) the generators run back to back, the order alternating; printed are tokens/s and
-the ratio to vanilla, and tokens per target forward (tau). The target's cost curve is printed too (the one every tree
-is priced by).
+(``pace.BATCH_SIZES``; these two with ``--pace-decay``), ``~steponly`` plain steps of the speculative loop alone.
+``--static-shapes aot`` runs the target from its ahead-of-time package (built or loaded from the cache). For every
+MT-bench prompt (chat template, no EOS stop, the same seed for every tree) the generators run back to back, the order
+alternating; printed are tokens/s and the ratio to vanilla, and tokens per target forward (tau). The target's cost
+curve is printed too (the one every tree is priced by).
 """
 
 from __future__ import annotations
@@ -37,10 +37,14 @@ from specdec.backends.cpu import cpu_name
 from specdec.budget import forward_cost_curve
 from specdec.methods import SAMPLED_SHAPES, MethodOptions
 from specdec.models import load_smollm2
-from specdec.pace import BATCH_SIZES, Pace
+from specdec.pace import BATCH_SIZES, STEP, Fixed, Pace
 
 #: ``~SUFFIX`` of a ``--trees`` entry: how its cycles are paced (``auto``: the generator's own ``speculate="auto"``).
-PACES = {"step": lambda decay: Pace(decay=decay), "sizes": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES)}
+PACES = {
+    "step": lambda decay: Pace(decay=decay),
+    "sizes": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES),
+    "steponly": lambda decay: Fixed(STEP),
+}
 
 
 def tree_options(entry: str) -> tuple[str, MethodOptions]:
