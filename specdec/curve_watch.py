@@ -15,6 +15,12 @@ compares them with the curve:
 * a curve read back from the cache that disagrees is marked ``stale`` in its file, with one warning naming the
   bucket, and :func:`specdec.budget.forward_cost_curve` measures it again at its next use (the policies of the
   running call keep the curve they hold: their trees change at the next build, never inside a call);
+* a forward whose committed context is more than :data:`CONTEXT_BAND` times the probe's (``meta["context"]``) is
+  not judged: a step's cost grows with its context (on an ahead-of-time package with the cache's capacity, which
+  the runner sizes to the prompt), so a long prompt's forwards are no evidence against a curve measured at 256
+  tokens, and measuring it again at 256 would not change it (Spec-Bench's summaries and RAG prompts, ~1,000 tokens,
+  flagged the package's curve stale at 1.25-1.35x in every run: ``docs/results/2026-12-01-pace-amd-f25m17``);
+  their trees are still priced at the probe's context;
 * a curve measured in this process that disagrees is not measured again (the probe and the loop then differ for a
   reason of their own, e.g. a much longer context, or a noisy machine): the watch keeps its ``verdict``, the cache
   is left alone, and nothing is printed.
@@ -36,12 +42,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from specdec.budget import CostCurve
 
-__all__ = ["CHECK_EVERY", "MIN_SAMPLES", "TOLERANCE", "WARMUP", "WINDOW", "CurveWatch", "watch_curve", "watch_of"]
+__all__ = [
+    "CHECK_EVERY",
+    "CONTEXT_BAND",
+    "MIN_SAMPLES",
+    "TOLERANCE",
+    "WARMUP",
+    "WINDOW",
+    "CurveWatch",
+    "watch_curve",
+    "watch_of",
+]
 
 #: A bucket's median ratio of loop time to the curve's cost beyond ``1 +- TOLERANCE`` (in log scale) disagrees.
 TOLERANCE = 0.15
 #: Ratios a bucket needs before it is judged, the latest ones kept, and how often the buckets are judged.
 MIN_SAMPLES, WINDOW, CHECK_EVERY = 12, 64, 16
+#: Forwards at a committed context beyond this multiple of the probe's are not judged (see the module docstring).
+CONTEXT_BAND = 2.0
 #: Forwards not counted at first: a process's first method ran ~10 % slower over its first cycles (Zen 3, measured
 #: by ``benchmarks/curve_check.py``: the same curve at 1.11-1.15x run first, 1.02-1.08x run second).
 WARMUP = 8
@@ -61,10 +79,14 @@ class CurveWatch:
         self.count = self.seen = 0  # forwards judged, forwards reported
         self.verdict: str | None = None  # the disagreement, once found (then recording stops)
 
-    def record(self, tokens: int, seconds: float) -> None:
-        """One tree forward of ``tokens`` tokens that took ``seconds`` (wall clock, synchronous device)."""
+    def record(self, tokens: int, seconds: float, context: int | None = None) -> None:
+        """One tree forward of ``tokens`` tokens that took ``seconds`` (wall clock, synchronous device) after
+        ``context`` committed tokens (None: not known, judged)."""
         self.seen += 1
         if self.verdict is not None or self.seen <= WARMUP or not (seconds > 0 and math.isfinite(seconds)):
+            return
+        probed = self.curve.meta.get("context")
+        if context is not None and isinstance(probed, int) and context > CONTEXT_BAND * max(probed, 1):
             return
         sizes = self.curve.sizes
         bucket = min(bisect.bisect_left(sizes, tokens), len(sizes) - 1)

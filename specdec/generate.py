@@ -442,7 +442,7 @@ class SpeculativeGenerator(_Loop):
         step = self.target.forward_tree(drafted.tree)
         t3 = time.perf_counter()
         if row.watch is not None:  # a synchronous device: t3 - t2 is the forward's work
-            row.watch.record(drafted.tree.num_nodes, t3 - t2)
+            row.watch.record(drafted.tree.num_nodes, t3 - t2, self.target.length)
         values = judge_(row, drafted, step).tolist()  # the cycle's one host sync
         t4 = time.perf_counter()
         cycle = settle_(row, drafted, step, values)

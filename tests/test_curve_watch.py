@@ -10,7 +10,7 @@ import torch
 
 from specdec import cost_probe, curve_watch
 from specdec.budget import CostCurve, curve_path, curves_in, forward_cost_curve
-from specdec.curve_watch import CHECK_EVERY, MIN_SAMPLES, WARMUP, CurveWatch, watch_of
+from specdec.curve_watch import CHECK_EVERY, CONTEXT_BAND, MIN_SAMPLES, WARMUP, CurveWatch, watch_of
 from specdec.generate import SpeculativeGenerator, StopCondition
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
@@ -54,6 +54,24 @@ def test_a_bucket_the_loop_pays_more_for_is_a_disagreement(tmp_path):
     assert not path.exists()  # a curve measured in this process is only kept in the watch
 
 
+def test_forwards_at_contexts_far_past_the_probes_are_not_judged(tmp_path):
+    """A curve probed at 256 tokens of context: trees paid at 1.35x after 1,000 committed tokens (a long prompt) are
+    not judged; the same forwards within twice the probe's context are (the control), as are forwards whose context
+    is not given or a curve that does not say its probe's."""
+    probed = CostCurve(CURVE.sizes, CURVE.seconds, {"device": "cpu", "context": 256})
+    path = tmp_path / "curve.json"
+
+    def after(context, curve=probed):
+        watch = CurveWatch(curve, path, fresh=True)
+        for _ in range(WARMUP + 2 * CHECK_EVERY):
+            watch.record(6, curve.cost(6) * 1.35, context)
+        return watch
+
+    assert after(1000).verdict is None and after(1000).count == 0
+    assert after(CONTEXT_BAND * 256).verdict is not None  # within the band: caught
+    assert after(None).verdict is not None and after(1000, CURVE).verdict is not None
+
+
 def test_a_stale_cached_curve_is_marked_and_measured_again(tiny, monkeypatch):
     """A curve read back from the cache whose prices the decoding loop contradicts (planted 100x too cheap) is
     marked stale in its file with a warning, during a real greedy generation; the next use measures it again. The
@@ -71,7 +89,7 @@ def test_a_stale_cached_curve_is_marked_and_measured_again(tiny, monkeypatch):
     assert watch is not None and watch.curve is curve and not watch.fresh
     seen = []
     record = watch.record
-    monkeypatch.setattr(watch, "record", lambda tokens, seconds: seen.append(tokens) or record(tokens, seconds))
+    monkeypatch.setattr(watch, "record", lambda tokens, secs, ctx: seen.append(tokens) or record(tokens, secs, ctx))
     gen = SpeculativeGenerator(target, make_drafter("eagle1", tiny, 256), policy, GreedyVerifier())
     prompt = torch.tensor([1, 5, 9, 2, 7])
     with pytest.warns(UserWarning, match="the cached forward-cost curve is stale: tree forwards of"):
