@@ -36,7 +36,6 @@ from specdec.generate import StopCondition
 from specdec.methods import MethodOptions, build_method
 from specdec.methods import method as method_record
 from specdec.models import load_smollm2
-from specdec.pace import Pace
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.warm import warm_up
@@ -84,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             gen.generate(ids[0], sampling, StopCondition(max_new_tokens=32))
             execution = getattr(getattr(gen, "drafter", None), "execution", None)  # a composite has none
             print(f"  warm-up {method} {execution.label if execution else ''}: {time.perf_counter() - start:.1f} s")
-        paces = {name: Pace() if args.speculate == "auto" else "always" for name in gens}  # one per generator
+        # one pace per generator, as speculate="auto" builds it (HF generate has none)
+        auto = args.speculate == "auto"
+        paces = {n: getattr(g, "auto_pace", lambda: "always")() if auto else "always" for n, g in gens.items()}
         seconds = dict.fromkeys(gens, 0.0)
         tokens = dict.fromkeys(gens, 0)
         forwards = dict.fromkeys(gens, 0)

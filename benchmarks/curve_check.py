@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for x in ids:
-                gen.generate(x, sampling, StopCondition(max_new_tokens=args.new_tokens))
+                gen.generate(x, sampling, StopCondition(max_new_tokens=args.new_tokens), speculate="always")
         print(f"\n{method} ({sum(map(len, watch.ratios.values()))} tree forwards)\n{table(watch)}")
     return 0
 

@@ -39,12 +39,13 @@ def phase_split(gen, ids: list[torch.Tensor], sampling: SamplingParams, new_toke
     Returns each phase's share of the summed cycle time, its milliseconds per cycle, the cycle count and the
     cycle-weighted τ (tokens emitted per target forward, bonus included).
     """
-    gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8))  # warm-up (and the budget's cost curve)
+    # warm-up (and the budget's cost curve); every cycle speculates: the method's own cycle is what is split
+    gen.generate(ids[0], sampling, StopCondition(max_new_tokens=8), speculate="always")
     seconds = dict.fromkeys(PHASES, 0.0)
     cycles, emitted, nodes = 0, 0.0, 0
     g = torch.Generator().manual_seed(0)
     for x in ids:
-        m = gen.generate(x, sampling, StopCondition(max_new_tokens=new_tokens), generator=g).metrics
+        m = gen.generate(x, sampling, StopCondition(max_new_tokens=new_tokens), g, speculate="always").metrics
         for phase in PHASES:
             seconds[phase] += getattr(m, f"time_{phase}")
         cycles += m.cycles

@@ -27,11 +27,11 @@ from specdec.target import HFTarget
 
 def syncs_per_cycle(gen, ids: torch.Tensor, sampling: SamplingParams, short: int = 16, long: int = 48) -> float:
     """Extra host reads per extra cycle between a ``short`` and a ``long`` generation (after a warm-up)."""
-    gen.generate(ids, sampling, StopCondition(max_new_tokens=8))
+    gen.generate(ids, sampling, StopCondition(max_new_tokens=8), speculate="always")
     counts = []
     for n in (short, long):
         with HostSyncCounter() as syncs:
-            result = gen.generate(ids, sampling, StopCondition(max_new_tokens=n))
+            result = gen.generate(ids, sampling, StopCondition(max_new_tokens=n), speculate="always")
         counts.append((syncs.count, result.metrics.cycles))
     (a, ca), (b, cb) = counts
     return (b - a) / (cb - ca)

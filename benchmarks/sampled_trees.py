@@ -1,7 +1,7 @@
 """Sampled trees at T > 0, each tree its own generator, interleaved per prompt in one process against vanilla.
 
     python benchmarks/sampled_trees.py [--trees r3d menu] [--method eagle3] [--weights auto|stock|packed]
-                                       [--static-shapes off|aot] [--prompts 8] [--new-tokens 128]
+                                       [--static-shapes auto|off|aot] [--prompts 8] [--new-tokens 128]
                                        [--temperature 1.0] [--top-p 1.0] [--threads 2] [--out results.json]
 
 One SmolLM2-135M-Instruct target (float32) on ``--weights``: ``auto`` is the fast path; ``stock`` keeps the stock
@@ -14,10 +14,12 @@ top-k candidates), or a shape of your own as ``NAME=PATHS`` with rank paths sepa
 (``MethodOptions.sampled_level_gate``), and after everything ``~auto`` runs that tree under the generator's pace of
 ``speculate="auto"`` kept across the prompts (``SpeculativeGenerator.auto_pace``), ``~step`` under a pace that
 speculates or steps, whichever has paid more, ``~sizes`` under one that also tries depth-1 trees of 2-4 nodes
-(``pace.BATCH_SIZES``; these two with ``--pace-decay``), ``~steponly`` plain steps of the speculative loop alone.
-``--static-shapes aot`` runs the target from its ahead-of-time package (built or loaded from the cache). For every
-MT-bench prompt (chat template, no EOS stop, the same seed for every tree) the generators run back to back, the order
-alternating; printed are tokens/s and the ratio to vanilla, and tokens per target forward (tau). The target's cost
+(``pace.BATCH_SIZES``; these two with ``--pace-decay``), ``~steponly`` plain steps of the speculative loop alone,
+``~explore24`` the sizes' pace exploring every 24th cycle instead of every 12th.
+``--static-shapes aot`` runs the target from its ahead-of-time package (built or loaded from the cache), ``off`` on the
+eager fast path; ``auto`` (default) takes a cached package, as ``HFTarget`` does. For every MT-bench (or ``--dataset
+spec-bench``) prompt (chat template, no EOS stop, the same seed for every tree) the generators run back to back, the
+order alternating; printed are tokens/s and the ratio to vanilla, and tokens per target forward (tau). The target's cost
 curve is printed too (the one every tree is priced by).
 """
 
@@ -32,7 +34,7 @@ from pathlib import Path
 import torch
 
 from specdec import HFTarget, SamplingParams, StopCondition, build_method, chat_ids
-from specdec.assets import mtbench_prompts
+from specdec.assets import load_prompts, select_prompts
 from specdec.backends.cpu import cpu_name
 from specdec.budget import forward_cost_curve
 from specdec.methods import SAMPLED_SHAPES, MethodOptions
@@ -44,6 +46,7 @@ PACES = {
     "step": lambda decay: Pace(decay=decay),
     "sizes": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES),
     "steponly": lambda decay: Fixed(STEP),
+    "explore24": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES, explore_every=24),
 }
 
 
@@ -71,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trees", nargs="+", default=["r3d", "menu"])
     parser.add_argument("--method", default="eagle3")
     parser.add_argument("--weights", default="auto", choices=("auto", "stock", "packed"))
-    parser.add_argument("--static-shapes", default="off", choices=("off", "aot"))
+    parser.add_argument("--static-shapes", default="auto", choices=("auto", "off", "aot"))
     parser.add_argument("--pace-decay", type=float, default=0.8, help="Pace.decay of the ~step and ~sizes entries")
+    parser.add_argument("--dataset", default="mtbench", help="mtbench, or spec-bench (--prompts per family)")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--skip", type=int, default=0, help="start at this MT-bench question")
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -83,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    static = {"off": False, "aot": "aot"}[args.static_shapes]
-    target = HFTarget(model, max_len=1024, weights=args.weights, static_shapes=static, in_place=True)
+    static = {"auto": "auto", "off": False, "aot": "aot"}[args.static_shapes]
+    max_len = 2048 if args.dataset == "spec-bench" else 1024  # Spec-Bench's summaries run ~1,000 prompt tokens
+    target = HFTarget(model, max_len=max_len, weights=args.weights, static_shapes=static, in_place=True)
     curve = forward_cost_curve(target)
     print(
         f"cpu={cpu_name()} threads={args.threads} T={args.temperature} top_p={args.top_p}: "
@@ -98,12 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         label, options = tree_options(entry)
         gens[label] = build_method(args.method, target, options)
         pace = entry.partition("~")[2]
+        if pace and pace != "auto" and pace not in PACES:
+            parser.error(f"unknown pace ~{pace} in {entry!r}: choose auto, {', '.join(PACES)}")
         if pace == "auto":
             paces[label] = gens[label].auto_pace()
         else:
             paces[label] = PACES[pace](args.pace_decay) if pace else "always"
     stop = StopCondition(max_new_tokens=args.new_tokens, eos_token_ids=())
-    prompts = mtbench_prompts()[args.skip : args.skip + args.prompts]
+    if args.dataset == "spec-bench":  # the first --prompts of each family, interleaved
+        prompts = select_prompts(load_prompts(args.dataset), args.prompts)
+    else:
+        prompts = load_prompts(args.dataset)[args.skip : args.skip + args.prompts]
     warm = chat_ids(tokenizer, prompts[0])
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     for gen in gens.values():  # first-call costs outside the timed runs

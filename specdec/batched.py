@@ -31,6 +31,7 @@ Contracts:
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -41,11 +42,21 @@ import torch
 from specdec.calls import GenerationMetrics, GenerationResult, StopCondition, call_settings, make_generator
 from specdec.cycle import Drafted, Row, phases
 from specdec.errors import SpecdecError
+from specdec.kvcache import CacheFullError
 from specdec.pace import STEP, Pace
 from specdec.rows import BatchRows
 from specdec.sampling import SamplingParams, check_finite, sample, warp
 
-__all__ = ["ROW_FAILURES", "BatchRowError", "RowEvent", "collect", "new_row", "row_settings", "run_rows"]
+__all__ = [
+    "ROW_FAILURES",
+    "BatchRowError",
+    "RowEvent",
+    "collect",
+    "new_row",
+    "prepare_rows",
+    "row_settings",
+    "run_rows",
+]
 
 
 class BatchRowError(SpecdecError, RuntimeError):
@@ -277,6 +288,29 @@ def run_rows(target, prepared: list[Prepared], pace: Pace | None, max_batch: int
     while batch.live:
         yield from batch.cycle()
         yield from batch.admit()
+
+
+def prepare_rows(loop, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]], int]:
+    """Each prompt of a batched call of ``loop`` (a decoding loop of :mod:`specdec.generate`) prepared as its
+    ``stream`` prepares one, with its row and the fork of its parts (or the :class:`CacheFullError` that keeps it out);
+    its ids; the largest tree room of any row."""
+    samplings, stops = row_settings(prompts, sampling, stop, max_batch)
+    n = len(prompts)
+    prepared: list[Prepared] = []
+    ids: list[list[int]] = []
+    room, rows = 1, min(n, max_batch or n)
+    for prompt, s, st in zip(prompts, samplings, stops, strict=True):
+        try:
+            input_ids, s, st, row_room, parts = loop._prepared(prompt, s, st, tokenizer)
+        except CacheFullError as error:  # this row alone cannot run (the others do)
+            prepared.append(error)
+            ids.append([])
+            continue
+        fork = functools.partial(loop._row_parts, parts, rows) if loop._speculative else None
+        prepared.append((input_ids, new_row(s, st, loop.target), fork))
+        ids.append(input_ids.tolist())
+        room = max(room, row_room)
+    return prepared, ids, room
 
 
 def new_row(sampling: SamplingParams, stop: StopCondition, target) -> Row:

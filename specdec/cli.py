@@ -315,7 +315,7 @@ def _add_bench(sub: Any) -> None:
         default=None,
         help="auto: each speculative method keeps a pace across the prompts, each cycle speculating or taking a "
         "plain step, whichever has emitted more tokens per second so far (exact); always: every cycle speculates; "
-        "default: auto where the target's forwards are steep (8 tokens >= 1.5 steps by the cost curve, as on an "
+        "default: auto where the method's tree policy holds a steep cost curve (8 tokens >= 1.5 steps, as on an "
         "ahead-of-time package), else always",
     )
     b.add_argument(

@@ -181,7 +181,8 @@ def add_generate(sub: Any) -> None:
         default=None,
         help="auto: each cycle speculates or takes a plain step, whichever has emitted more tokens per second so far "
         "(exact; sampled tokens then depend on timings); always: every cycle speculates. Default: for one prompt auto "
-        "where the target's forwards are steep (8 tokens >= 1.5 steps, as on an ahead-of-time package), else always; "
+        "where the method's tree policy holds a steep cost curve (8 tokens >= 1.5 steps, as on an ahead-of-time "
+        "package), else always; "
         "auto for a --prompts-file batch",
     )
     add_sampled_tree_option(g)

@@ -15,12 +15,12 @@ compares them with the curve:
 * a curve read back from the cache that disagrees is marked ``stale`` in its file, with one warning naming the
   bucket, and :func:`specdec.budget.forward_cost_curve` measures it again at its next use (the policies of the
   running call keep the curve they hold: their trees change at the next build, never inside a call);
-* a forward whose committed context is more than :data:`CONTEXT_BAND` times the probe's (``meta["context"]``) is
-  not judged: a step's cost grows with its context (on an ahead-of-time package with the cache's capacity, which
-  the runner sizes to the prompt), so a long prompt's forwards are no evidence against a curve measured at 256
-  tokens, and measuring it again at 256 would not change it (Spec-Bench's summaries and RAG prompts, ~1,000 tokens,
-  flagged the package's curve stale at 1.25-1.35x in every run: ``docs/results/2026-12-01-pace-amd-f25m17``);
-  their trees are still priced at the probe's context;
+* a forward whose committed context is more than :data:`CONTEXT_BAND` times the probe's (``meta["context"]``) is not
+  judged: a step's cost grows with its context (on an ahead-of-time package with the cache's capacity, which the
+  runner sizes to each prompt plus 256 slots and doubles as it fills, ``ModelRunner._fit``), so a long prompt's
+  forwards are no evidence against a curve measured at 256 tokens, and measuring it again at 256 would not change it
+  (Spec-Bench's summaries and RAG prompts, ~1,000 tokens, flagged the package's curve stale at 1.25-1.35x in every
+  run: ``docs/results/2026-12-01-pace-amd-f25m17``); their trees are still priced at the probe's context;
 * a curve measured in this process that disagrees is not measured again (the probe and the loop then differ for a
   reason of their own, e.g. a much longer context, or a noisy machine): the watch keeps its ``verdict``, the cache
   is left alone, and nothing is printed.

@@ -210,7 +210,9 @@ def settle(row: Row, drafted: Drafted, step: TargetStep, values: list) -> Cycle:
     return Cycle(synced.tokens[1:count] + [synced.bonus], drafted.bonus, synced.path[:count])
 
 
-def first_token(target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator):
+def first_token(
+    target: Target, input_ids: torch.Tensor, sampling: SamplingParams, g: torch.Generator
+) -> tuple[TargetStep, torch.Tensor]:
     """A loop's start: the prompt's prefill ``step`` and its first token, drawn from ``warp`` of its last logits."""
     step = target.prefill(input_ids)
     check_finite(step.logits, "target logits at the end of the prompt")

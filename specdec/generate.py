@@ -15,7 +15,6 @@ and then the bonus token, which becomes the next root. τ counts the bonus token
 
 from __future__ import annotations
 
-import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec import tree_checks
-from specdec.batched import ROW_FAILURES, BatchRowError, Prepared, RowEvent, collect, new_row, row_settings, run_rows
+from specdec.batched import ROW_FAILURES, BatchRowError, Prepared, RowEvent, collect, prepare_rows, run_rows
 from specdec.budget import curves_in, policy_for_rows
 from specdec.calls import (
     GenerationMetrics,
@@ -41,7 +40,7 @@ from specdec.calls import (
 from specdec.curve_watch import watch_of
 from specdec.cycle import Cycle, Row, first_token, phases
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
-from specdec.kvcache import CacheFullError, TreeTooLargeError
+from specdec.kvcache import TreeTooLargeError
 from specdec.pace import OWN, STEP, Pace, auto_pace, call_pace, steep_curve
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, logits_ok, sample, warp
 from specdec.verify import check_verifier, verifier_for
@@ -139,7 +138,7 @@ class _Loop(ABC):
         """
         input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
         metrics = metrics or GenerationMetrics()
-        return self._tokens(input_ids, sampling, stop, parts, generator, metrics, self._pace(speculate))
+        return self._tokens(input_ids, sampling, stop, parts, generator, metrics, self._pace(speculate, 1, sampling))
 
     def generate(
         self,
@@ -154,7 +153,8 @@ class _Loop(ABC):
         """Run to completion; see :meth:`stream`."""
         input_ids, sampling, stop, _, parts = self._prepared(input_ids, sampling, stop, tokenizer)
         metrics = GenerationMetrics()
-        tokens = list(self._tokens(input_ids, sampling, stop, parts, generator, metrics, self._pace(speculate)))
+        pace = self._pace(speculate, 1, sampling)
+        tokens = list(self._tokens(input_ids, sampling, stop, parts, generator, metrics, pace))
         return GenerationResult(tokens, stop.check(tokens) or "length", metrics, input_ids.tolist())
 
     def _row_parts(self, parts: tuple, rows: int) -> tuple | None:
@@ -188,40 +188,20 @@ class _Loop(ABC):
     def _steep(self) -> bool:  # whether a cost curve the policy holds is steep (speculative loop: its own)
         return False
 
-    def default_pace(self, rows: int = 1) -> Pace:  # a new pace of speculate=None (pace.call_pace), to keep
-        return call_pace(None, rows, self._steep)
-
-    def _pace(self, speculate: str | Pace | None, rows: int = 1) -> Pace | None:
-        """The call's :class:`Pace` (:func:`~specdec.pace.call_pace`); None for a vanilla loop."""
+    def _pace(self, speculate: str | Pace | None, rows: int = 1, sampling: SamplingParams | None = None) -> Pace | None:
+        """The call's :class:`Pace` (:func:`~specdec.pace.call_pace`), None for a vanilla loop; one sequence's default
+        (None) kept per sampling setting across calls (a fresh one would spend its warm-up, 15 cycles, every call)."""
         pace = call_pace(speculate, rows, self._steep)
+        if self._speculative and speculate is None and sampling is not None:
+            return self._kept_paces.setdefault((sampling.temperature, sampling.top_p, sampling.top_k), pace)
         return pace if self._speculative else None
-
-    def _batch_rows(self, prompts, sampling, stop, tokenizer, max_batch) -> tuple[list[Prepared], list[list[int]], int]:
-        """Each prompt prepared as :meth:`stream` prepares one, with its row and the fork of its parts (or the
-        :class:`CacheFullError` that keeps it out); its ids; the largest tree room of any row."""
-        samplings, stops = row_settings(prompts, sampling, stop, max_batch)
-        n = len(prompts)
-        prepared: list[Prepared] = []
-        ids: list[list[int]] = []
-        room, rows = 1, min(n, max_batch or n)
-        for prompt, s, st in zip(prompts, samplings, stops, strict=True):
-            try:
-                input_ids, s, st, row_room, parts = self._prepared(prompt, s, st, tokenizer)
-            except CacheFullError as error:  # this row alone cannot run (the others do)
-                prepared.append(error)
-                ids.append([])
-                continue
-            fork = functools.partial(self._row_parts, parts, rows) if self._speculative else None
-            prepared.append((input_ids, new_row(s, st, self.target), fork))
-            ids.append(input_ids.tolist())
-            room = max(room, row_room)
-        return prepared, ids, room
 
     def _batch_events(self, prompts, sampling, stop, tokenizer, max_batch, speculate) -> tuple:
         """A batched call's events (checked and prepared here, before any row runs), its prepared rows and ids."""
-        prepared, ids, room = self._batch_rows(prompts, sampling, stop, tokenizer, max_batch)
+        prepared, ids, room = prepare_rows(self, prompts, sampling, stop, tokenizer, max_batch)
         rows = max_batch or len(prompts)  # the pace's sizes where more than one row runs at once
-        return self._rows(prepared, self._pace(speculate, min(rows, len(prompts))), rows, room), prepared, ids
+        pace = self._pace("auto" if speculate is None else speculate, min(rows, len(prompts)))
+        return self._rows(prepared, pace, rows, room), prepared, ids
 
     def stream_batch(
         self,
@@ -357,6 +337,7 @@ class SpeculativeGenerator(_Loop):
                 f"give the target a max_len above {policy.max_nodes}"
             )
         self.target, self.drafter, self.policy, self.verifier = target, drafter, policy, verifier
+        self._kept_paces: dict[tuple, Pace] = {}  # speculate=None: one pace per sampling setting (_pace)
         target.request_hidden(drafter.hidden_request)
 
     def _steep(self) -> bool:

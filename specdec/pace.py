@@ -154,7 +154,7 @@ class Pace:
             self.arms.remove(arm)
 
 
-def auto_pace(rows: int = 1, steep: bool = True) -> Pace:
+def auto_pace(rows: int = 1, steep: bool = False) -> Pace:
     """The pace of ``speculate="auto"`` for a call of ``rows`` rows at once: speculate with the rows' own trees,
     with depth-1 trees of :data:`BATCH_SIZES` nodes, or step, whichever has emitted the most tokens per second.
     One sequence (``rows == 1``) remembers longer (:data:`ROW_DECAY`) and tries the sizes only where its target's

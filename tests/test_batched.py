@@ -122,10 +122,10 @@ def test_a_size_no_policy_takes_is_dropped_and_the_cycle_speculates():
     assert pace.arm_for(lambda m: m != 3) == OWN and pace.arms == [OWN, STEP]
     assert Fixed(2).arm_for(lambda m: True) == 2
     assert Fixed(STEP).arm_for(lambda m: False) == STEP
-    one, batch = auto_pace(1), auto_pace(4)
+    one, batch = auto_pace(1, steep=True), auto_pace(4)
     assert one.arms == batch.arms == [OWN, *BATCH_SIZES, STEP]
     assert one.decay == ROW_DECAY > batch.decay
-    assert auto_pace(1, steep=False).arms == [OWN, STEP] and auto_pace(4, steep=False).arms == batch.arms
+    assert auto_pace(1).arms == [OWN, STEP] and auto_pace(4, steep=True).arms == batch.arms
 
 
 @pytest.mark.parametrize(("eight", "sizes"), [(1.2, ()), (STEEP, BATCH_SIZES)])
@@ -140,9 +140,12 @@ def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model,
     gen = SpeculativeGenerator(target, make_drafter("eagle3", model, target.max_len), policy)
     pace = gen.auto_pace()
     assert pace.arms == [OWN, *sizes, STEP]
-    default = gen._pace(None)
+    t1 = SamplingParams(temperature=1.0)
+    default = gen._pace(None, 1, t1)
     assert isinstance(default, Always) if not sizes else (type(default) is Pace and default.arms == pace.arms)
-    assert type(gen.default_pace()) is type(default)
+    assert gen._pace(None, 1, t1.model_copy(update={"seed": 5})) is default  # kept across calls per setting
+    assert gen._pace(None, 1, SamplingParams(temperature=0.7)) is not default
+    assert gen._pace("auto", 1, t1) is not gen._pace("auto", 1, t1)  # "auto": a pace for this call alone
     with pytest.raises(ValueError, match="speculate must be"):
         gen._pace("sometimes")
     assert (

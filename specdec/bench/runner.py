@@ -187,7 +187,7 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
         return run_batched(c, model, tokenizer, target, encoded, methods, out)
     dtype = str(target.dtype).removeprefix("torch.")
     check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
-    run_info = dict(command=c.command, dataset=c.dataset_name, limit=c.limit)
+    run_info = dict(command=c.command, dataset=c.dataset_name, limit=c.limit, speculate=c.speculate)
     _record_run(
         out, target, dtype, variants, temperatures, len(prompts), max_new_tokens, c.tree_sizes, top_p, top_k, run_info
     )
@@ -300,7 +300,8 @@ class _Run:
     bar: Any = None
     reference: dict[str, list[int]] = field(default_factory=dict)  # vanilla's greedy tokens per prompt id
     speculate: str | None = None
-    # a paced method: one pace per method and sampling setting, kept across the prompts (rates differ by setting)
+    # speculate="auto": one pace per method and sampling setting, kept across the prompts (rates differ by setting);
+    # the default (None): each generator keeps its own per setting
     paces: dict[tuple, Pace] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -386,12 +387,10 @@ class _Run:
         self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
         graphs = compiled_graphs()
         try:
-            extra = {}
-            if isinstance(gen, SpeculativeGenerator) and self.speculate != "always":
+            extra = {"speculate": self.speculate} if isinstance(gen, SpeculativeGenerator) else {}
+            if self.speculate == "auto" and isinstance(gen, SpeculativeGenerator):
                 setting = (v.name, sampling.temperature, sampling.top_p, sampling.top_k)
-                if setting not in self.paces:
-                    self.paces[setting] = gen.auto_pace() if self.speculate == "auto" else gen.default_pace()
-                extra = {"speculate": self.paces[setting]}
+                extra = {"speculate": self.paces.setdefault(setting, gen.auto_pace())}
             result = gen.generate(ids, sampling, stop, **extra)
         except MEASURED_FAILURES as e:  # a failing method must not lose the others' measurements
             self.results.append(

@@ -270,6 +270,6 @@ def check_cycle_invariants(
     drafter = _CheckedDrafter(decoder.drafter, checker)
     checked = SpeculativeGenerator(target, drafter, decoder.policy, decoder.verifier)
     g = torch.Generator(device=decoder.target.device).manual_seed(seed)
-    result = checked.generate(prompt, sampling, stop, g)
+    result = checked.generate(prompt, sampling, stop, g, speculate="always")  # the policy's own cycles
     t, d, after = checker.report_counts
     return InvariantReport(result, t, d, after, checker.max_error)
