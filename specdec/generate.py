@@ -122,9 +122,10 @@ class _Loop(ABC):
                 tree, or with a depth-1 tree of 2-4 nodes where the target's forwards are steep, or takes a plain
                 step, whichever has emitted the most tokens per second in this call (:meth:`auto_pace`: exact, but
                 sampled tokens then depend on timings); a :class:`~specdec.pace.Pace` kept across calls; None
-                (default): ``"auto"`` where the forwards are steep (a cost curve the policy holds prices 8 tokens at
-                :data:`~specdec.pace.STEEP` steps or more: trees are dear, as on an ahead-of-time package), else
-                ``"always"`` (measured, :func:`~specdec.pace.call_pace`).
+                (default): ``"auto"`` where the forwards are steep (a measured cost curve the policy holds prices 8
+                tokens at :data:`~specdec.pace.STEEP` steps or more: trees are dear, as on an ahead-of-time package),
+                else ``"always"`` (measured, :func:`~specdec.pace.call_pace`); this default's pace is kept per
+                sampling setting across calls.
 
         Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned:
         ``TypeError`` for a string without a tokenizer or ids that are not integers, ``ValueError`` for a batch of
@@ -341,7 +342,7 @@ class SpeculativeGenerator(_Loop):
         target.request_hidden(drafter.hidden_request)
 
     def _steep(self) -> bool:
-        return any(steep_curve(curve.cost) for curve in curves_in(self.policy))
+        return any("device" in c.meta and steep_curve(c.cost) for c in curves_in(self.policy))  # measured ones
 
     def parts_for(self, sampling: SamplingParams) -> tuple[TreePolicy, Verifier]:
         """The policy and verifier a call at ``sampling`` runs (the pinned verifier is checked here).

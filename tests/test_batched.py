@@ -135,7 +135,7 @@ def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model,
     The default (None) paces only a steep target and always speculates on a flat one. The greedy tokens are the
     prompt's alone either way."""
     target = target_of(model)
-    curve = CostCurve((1, 8), (1e-3, eight * 1e-3))
+    curve = CostCurve((1, 8), (1e-3, eight * 1e-3), {"device": "cpu"})  # as measured (a curve made up: not read)
     policy = AdaptiveTreePolicy(topk=3, depth=3, max_total=8, curve=curve)
     gen = SpeculativeGenerator(target, make_drafter("eagle3", model, target.max_len), policy)
     pace = gen.auto_pace()
@@ -154,6 +154,11 @@ def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model,
     )
     no_curve = SpeculativeGenerator(target, make_drafter("eagle3", model, target.max_len), make_policy("dynamic"))
     assert no_curve.auto_pace().arms == [OWN, STEP]
+    made_up = AdaptiveTreePolicy(topk=3, depth=3, max_total=8, curve=CostCurve((1, 8), (1e-3, 9e-3)))
+    assert SpeculativeGenerator(target, make_drafter("eagle3", model, target.max_len), made_up).auto_pace().arms == [
+        OWN,
+        STEP,
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -212,8 +212,11 @@ def sample_sequences(
     stop = StopCondition(max_new_tokens=n_tokens)
     rows: list[list[int]] = []
     out = SampledSequences(torch.zeros(0, n_tokens, dtype=torch.long))
+    # a speculative loop runs its own cycles every time (a pace, the default on steep forwards, would interleave plain
+    # steps, whose law tests/test_batched.py proves): what is checked is its drafter, tree policy and verifier
+    own = {"speculate": "always"} if isinstance(decoder, SpeculativeGenerator) else {}
     for _ in range(n_samples):
-        result = decoder.generate(prompt, sampling, stop, g)
+        result = decoder.generate(prompt, sampling, stop, g, **own)
         if len(result.tokens) != n_tokens:
             raise AssertionError(f"a run emitted {len(result.tokens)} tokens, expected {n_tokens}: {result.tokens}")
         rows.append(result.tokens)

@@ -161,7 +161,7 @@ def _replay(
     loop = SpeculativeGenerator(target, decoder.drafter, policy, _ScriptedVerifier(verifier, script))
     g = torch.Generator(device=decoder.target.device).manual_seed(0)  # draws the forced first token only
     try:
-        loop.generate(prompt, sampling, StopCondition(max_new_tokens=budget, eos_token_ids=()), g)
+        loop.generate(prompt, sampling, StopCondition(max_new_tokens=budget, eos_token_ids=()), g, speculate="always")
     except _Frontier as frontier:
         return frontier
     raise AssertionError("the loop ended before the scripted history did: a stop condition cut it short")

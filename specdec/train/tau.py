@@ -57,7 +57,8 @@ def tree_tau_counts(
     gen = SpeculativeGenerator(target, cls(head, target_model, max_len), policy, GreedyVerifier())
     counts = []
     for ids in prompts:
-        m = gen.generate(ids.to(target.device), SamplingParams(), StopCondition(max_new_tokens=max_new_tokens)).metrics
+        stop = StopCondition(max_new_tokens=max_new_tokens)
+        m = gen.generate(ids.to(target.device), SamplingParams(), stop, speculate="always").metrics  # the head's own τ
         counts.append((sum(a + 1 for a in m.accept_lengths), m.cycles))
     return counts
 
