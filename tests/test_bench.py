@@ -355,12 +355,15 @@ def test_near_tie_is_two_ulps_of_bfloat16_logits_and_fixed_for_float32() -> None
 
 
 def test_resume_refuses_another_target_backend_or_dtype(tiny, tmp_path):
-    """Rows of a float32 packed target and of a bfloat16 (or stock) one must not pool in one report."""
+    """Rows of a float32 packed target and of a bfloat16 (or stock) one must not pool in one report, nor rows of
+    loops paced otherwise (``--speculate``)."""
     bench(tiny, tmp_path, methods=("ngram",), limit=1, weights="packed")
     with pytest.raises(ResumeMismatchError, match="backend 'packed'.*backend 'stock'.*--fresh"):
         bench(tiny, tmp_path, methods=("ngram",), limit=2, weights="stock")
     bench(tiny, tmp_path, methods=("ngram",), limit=2, weights="packed")  # the same target resumes
     bench(tiny, tmp_path, methods=("ngram",), limit=1, weights="stock", resume=False)  # --fresh starts over
+    with pytest.raises(ResumeMismatchError, match="--speculate default.*would use auto"):  # a paced loop is another
+        bench(tiny, tmp_path, methods=("ngram",), limit=2, weights="stock", speculate="auto")
 
 
 def test_row_labels_say_the_level_gate():

@@ -48,9 +48,10 @@ def check_resumed_trees(rows: list[dict], variants: Sequence[Variant], out: Path
             )
 
 
-def check_resumed_target(out: Path, has_rows: bool, backend: str, dtype: str) -> None:
-    """Refuse to resume ``out`` where its last run measured another target backend or dtype (``runs.jsonl``; runs that
-    predate the fields are not checked): the report would pool rows of two different targets."""
+def check_resumed_target(out: Path, has_rows: bool, backend: str, dtype: str, speculate: str | None = None) -> None:
+    """Refuse to resume ``out`` where its last run measured another target backend or dtype, or paced its methods
+    otherwise (``--speculate``; ``runs.jsonl``; runs that predate the fields are not checked): the report would pool
+    rows of two different targets or loops."""
     runs = out / "runs.jsonl"
     if not has_rows or not runs.is_file():
         return
@@ -62,4 +63,9 @@ def check_resumed_target(out: Path, has_rows: bool, backend: str, dtype: str) ->
             f"{out} holds rows measured on a {theirs[1]} target with backend {theirs[0]!r}, and this run's target is "
             f"{dtype} with backend {backend!r}; pass the same --dtype/--weights/--invariant/--static-shapes, --fresh, "
             "or another --out"
+        )
+    if "speculate" in last and last["speculate"] != speculate:
+        raise ResumeMismatchError(
+            f"{out} holds rows measured with --speculate {last['speculate'] or 'default'}, and this run would use "
+            f"{speculate or 'default'}; pass the same --speculate, --fresh, or another --out"
         )

@@ -186,7 +186,7 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
     if c.batch_sizes:  # several prompts at a time: its own rows (specdec.bench.batched)
         return run_batched(c, model, tokenizer, target, encoded, methods, out)
     dtype = str(target.dtype).removeprefix("torch.")
-    check_resumed_target(out, bool(results.rows()), target.execution.label, dtype)
+    check_resumed_target(out, bool(results.rows()), target.execution.label, dtype, c.speculate)
     run_info = dict(command=c.command, dataset=c.dataset_name, limit=c.limit, speculate=c.speculate)
     _record_run(
         out, target, dtype, variants, temperatures, len(prompts), max_new_tokens, c.tree_sizes, top_p, top_k, run_info
@@ -239,7 +239,7 @@ def _record_run(
     info: dict,
 ) -> None:
     """Append this invocation's line to ``out/runs.jsonl``: the command, hardware, backend and settings (``info``:
-    command, dataset, limit)."""
+    command, dataset, limit, speculate)."""
     meta = {
         "command": info["command"],
         "hardware": hardware_info(target.device),
@@ -255,6 +255,7 @@ def _record_run(
         "tree_sizes": list(tree_sizes),
         "top_p": float(top_p),
         "top_k": int(top_k),
+        "speculate": info.get("speculate"),
     }
     with (out / "runs.jsonl").open("a") as f:
         f.write(json.dumps(meta) + "\n")
