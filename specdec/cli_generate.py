@@ -182,8 +182,7 @@ def add_generate(sub: Any) -> None:
         help="auto: each cycle speculates or takes a plain step, whichever has emitted more tokens per second so far "
         "(exact; sampled tokens then depend on timings); always: every cycle speculates. Default: for one prompt auto "
         "where the method's tree policy holds a steep cost curve (8 tokens >= 1.5 steps, as on an ahead-of-time "
-        "package), else always; "
-        "auto for a --prompts-file batch",
+        "package), else always; auto for a --prompts-file batch",
     )
     add_sampled_tree_option(g)
     add_corpus_option(g)

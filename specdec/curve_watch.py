@@ -86,7 +86,7 @@ class CurveWatch:
         if self.verdict is not None or self.seen <= WARMUP or not (seconds > 0 and math.isfinite(seconds)):
             return
         probed = self.curve.meta.get("context")
-        if context is not None and isinstance(probed, int) and context > CONTEXT_BAND * max(probed, 1):
+        if context is not None and isinstance(probed, int) and context > CONTEXT_BAND * probed:
             return
         sizes = self.curve.sizes
         bucket = min(bisect.bisect_left(sizes, tokens), len(sizes) - 1)

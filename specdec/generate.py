@@ -192,10 +192,13 @@ class _Loop(ABC):
     def _pace(self, speculate: str | Pace | None, rows: int = 1, sampling: SamplingParams | None = None) -> Pace | None:
         """The call's :class:`Pace` (:func:`~specdec.pace.call_pace`), None for a vanilla loop; one sequence's default
         (None) kept per sampling setting across calls (a fresh one would spend its warm-up, 15 cycles, every call)."""
-        pace = call_pace(speculate, rows, self._steep)
-        if self._speculative and speculate is None and sampling is not None:
-            return self._kept_paces.setdefault((sampling.temperature, sampling.top_p, sampling.top_k), pace)
-        return pace if self._speculative else None
+        if not (self._speculative and speculate is None and sampling is not None):
+            pace = call_pace(speculate, rows, self._steep)  # checks the value, vanilla loops included
+            return pace if self._speculative else None
+        key = (sampling.temperature, sampling.top_p, sampling.top_k)
+        if key not in self._kept_paces:  # built once: a new pace and the policy's curves walked only here
+            self._kept_paces[key] = call_pace(None, rows, self._steep)
+        return self._kept_paces[key]
 
     def _batch_events(self, prompts, sampling, stop, tokenizer, max_batch, speculate) -> tuple:
         """A batched call's events (checked and prepared here, before any row runs), its prepared rows and ids."""

@@ -382,16 +382,23 @@ class _Run:
             for r in waiting:  # only if vanilla failed: keep the rows without the comparison
                 self.results.append(r)
 
+    def _speculate(self, gen: SpeculativeGenerator, v: Variant, sampling: SamplingParams) -> str | Pace | None:
+        """The ``speculate`` of a speculative method's generation: ``"auto"`` one pace per method and sampling
+        setting, built at its first generation and kept across the prompts; otherwise the run's value."""
+        if self.speculate != "auto":
+            return self.speculate
+        setting = (v.name, sampling.temperature, sampling.top_p, sampling.top_k)
+        if setting not in self.paces:
+            self.paces[setting] = gen.auto_pace()
+        return self.paces[setting]
+
     def _generate(self, gen, v: Variant, prompt: Prompt, ids: torch.Tensor, sampling: SamplingParams, stop) -> dict:
         """One timed generation's row, or None after recording its error (a failing method must not lose the
         others' measurements)."""
         self.bar.set_postfix_str(f"{v.name} T={sampling.temperature:g} {prompt.id}")
         graphs = compiled_graphs()
         try:
-            extra = {"speculate": self.speculate} if isinstance(gen, SpeculativeGenerator) else {}
-            if self.speculate == "auto" and isinstance(gen, SpeculativeGenerator):
-                setting = (v.name, sampling.temperature, sampling.top_p, sampling.top_k)
-                extra = {"speculate": self.paces.setdefault(setting, gen.auto_pace())}
+            extra = {"speculate": self._speculate(gen, v, sampling)} if isinstance(gen, SpeculativeGenerator) else {}
             result = gen.generate(ids, sampling, stop, **extra)
         except MEASURED_FAILURES as e:  # a failing method must not lose the others' measurements
             self.results.append(
