@@ -15,7 +15,8 @@ top-k candidates), or a shape of your own as ``NAME=PATHS`` with rank paths sepa
 ``speculate="auto"`` kept across the prompts (``SpeculativeGenerator.auto_pace``), ``~step`` under a pace that
 speculates or steps, whichever has paid more, ``~sizes`` under one that also tries depth-1 trees of 2-4 nodes
 (``pace.BATCH_SIZES``; these two with ``--pace-decay``), ``~steponly`` plain steps of the speculative loop alone,
-``~explore24`` the sizes' pace exploring every 24th cycle instead of every 12th.
+``~explore24`` the sizes' pace exploring every 24th cycle instead of every 12th, ``~size2`` every cycle a depth-1
+tree of 2 nodes.
 ``--static-shapes aot`` runs the target from its ahead-of-time package (built or loaded from the cache), ``off`` on the
 eager fast path; ``auto`` (default) takes a cached package, as ``HFTarget`` does. For every MT-bench (or ``--dataset
 spec-bench``) prompt (chat template, no EOS stop, the same seed for every tree) the generators run back to back, the
@@ -39,7 +40,7 @@ from specdec.backends.cpu import cpu_name
 from specdec.budget import forward_cost_curve
 from specdec.methods import SAMPLED_SHAPES, MethodOptions
 from specdec.models import load_smollm2
-from specdec.pace import BATCH_SIZES, STEP, Fixed, Pace
+from specdec.pace import BATCH_SIZES, OWN, STEP, Fixed, Pace
 
 #: ``~SUFFIX`` of a ``--trees`` entry: how its cycles are paced (``auto``: the generator's own ``speculate="auto"``).
 PACES = {
@@ -47,6 +48,7 @@ PACES = {
     "sizes": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES),
     "steponly": lambda decay: Fixed(STEP),
     "explore24": lambda decay: Pace(decay=decay, sizes=BATCH_SIZES, explore_every=24),
+    "size2": lambda decay: Fixed(2),
 }
 
 
@@ -141,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             f"   {name:10s} {rate[name]:6.2f} tok/s  {rate[name] / rate['vanilla']:.3f}x vanilla  "
             f"{tokens[name] / forwards[name]:.2f} tokens per target forward" + _sizes(sizes[name])
         )
+    for name, pace in paces.items():
+        if isinstance(pace, Pace):
+            print(f"   {name}: " + _arms(pace))
     if args.out:
         report = {
             "cpu": cpu_name(),
@@ -155,6 +160,16 @@ def main(argv: list[str] | None = None) -> int:
         }
         args.out.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def _arms(pace: Pace) -> str:
+    """Each arm's share of the pace's cycles and its undecayed tokens per second over them."""
+    cycles = sum(c for c, _, _ in pace.totals.values()) or 1
+    names = {STEP: "step", OWN: "own"}
+    return ", ".join(
+        f"{names.get(arm, arm)} {c / cycles:.0%} of cycles {t / s if s else 0:.1f} tok/s"
+        for arm, (c, t, s) in pace.totals.items()
+    )
 
 
 def _sizes(sizes: list[int]) -> str:

@@ -76,6 +76,10 @@ class Pace:
         warm: cycles of each arm run before choosing (speculation first, then the sizes, then steps).
         decay: weight of the past in each arm's tokens and seconds (per cycle of that arm).
         sizes: tree sizes (>= 2) to try beside :data:`OWN` and :data:`STEP` (default none: speculate or step).
+
+    Attributes:
+        totals: per arm, undecayed ``[cycles, tokens, seconds]`` over every recorded cycle (for reports: which arms
+            ran and what each paid; the choice reads the decayed sums).
     """
 
     #: An arm whose rate is at least this share of the best one's is explored at every exploring cycle.
@@ -98,6 +102,7 @@ class Pace:
         self.last = dict.fromkeys(self.arms, 0)  # the cycle each arm last ran in
         self.cycle = 0
         self.explorations = 0  # exploring cycles so far
+        self.totals: dict[int, list[float]] = {a: [0, 0, 0.0] for a in self.arms}  # undecayed cycles, tokens, seconds
 
     def rate(self, arm: int) -> float:
         """Tokens per second the arm has given (decayed); 0 before it ran."""
@@ -136,6 +141,10 @@ class Pace:
         self.seconds[arm] = d * self.seconds[arm] + seconds
         self.runs[arm] += 1
         self.last[arm] = self.cycle
+        total = self.totals[arm]
+        total[0] += 1
+        total[1] += tokens
+        total[2] += seconds
 
     def arm_for(self, fits: Callable[[int], bool]) -> int:
         """:meth:`next_arm`, where a tree size is chosen that ``fits`` refuses (no tree policy of the call can be

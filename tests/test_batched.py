@@ -86,6 +86,8 @@ def test_pace_warms_both_modes_then_runs_the_faster_and_explores():
         pace.record(arm, tokens=2 if arm == OWN else 4, seconds=1.0)  # steps faster
     assert pace.rate(STEP) > pace.rate(OWN)
     assert pace.choose() == STEP  # cycle 13: not an exploring one, so the faster mode
+    runs = {a: pace.runs[a] for a in (OWN, STEP)}  # the totals are undecayed: every cycle's tokens and seconds
+    assert pace.totals == {OWN: [runs[OWN], 2 * runs[OWN], runs[OWN]], STEP: [runs[STEP], 4 * runs[STEP], runs[STEP]]}
     with pytest.raises(ValueError, match="explore_every"):
         Pace(explore_every=1)
 

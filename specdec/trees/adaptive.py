@@ -29,8 +29,9 @@ the drafting time measured on CUDA (it waits for the drafter's kernels). With ``
 sync of its own: it hands the values to the decoding loop (:meth:`sync_payload`), which carries them in the cycle's
 one sync and returns them through :meth:`observe`, and each cycle's size is chosen from the previous cycle's pool (a
 one-cycle lag, like the depth choice). The first cycle, or a cycle after a :meth:`grow` without :meth:`observe`,
-transfers its own values as before. Deferred timings on CUDA measure kernel launches only: pass ``draft_seconds``
-there.
+transfers its own values as before. Deferred grows make no sync of their own, so on CUDA one in
+:data:`~specdec.trees.draft_clock.TIMED_EVERY` is timed with the device waited for at both ends
+(:class:`~specdec.trees.draft_clock.GrowTimer`): timing them all would read kernel launches only.
 
 Determinism: the candidates are a deterministic function of the context and the policy's state, never of the
 sampling generator, so the deterministic-candidate verifiers stay lossless (state carried across cycles depends
@@ -54,6 +55,7 @@ from specdec.budget import Budget, CostCurve, best_budget, budgets_by_depth, cho
 from specdec.interfaces import Drafter, TreePolicy
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree, PartialTree
+from specdec.trees.draft_clock import GrowTimer
 from specdec.trees.dynamic import DynamicTreePolicy
 
 __all__ = ["AdaptiveTreePolicy"]
@@ -118,6 +120,7 @@ class AdaptiveTreePolicy(TreePolicy):
         self.last_budget: Budget | None = None
         self.last_levels = 0
         self._step_seconds = draft_seconds  # per expansion level; moving average when measured
+        self._timer = GrowTimer()  # times the one-shot grows, right where the device runs ahead of the host
         # Level by level: moving averages of the root step's and a later step's seconds, the child profile, and this
         # cycle's state while it grows (level times, the children's log q of non-root steps, the budget at a stop).
         self._root_seconds: float | None = None
@@ -162,7 +165,7 @@ class AdaptiveTreePolicy(TreePolicy):
         if self._by_level:
             return self._grow_by_level(drafter, root)
         depth = self.current_depth
-        t0 = time.perf_counter()
+        t0 = self._timer.start(root.device)  # None: left untimed (a device that runs ahead, GrowTimer)
         pool = self._policy(depth, self.max_total).expand_pool(drafter, root)
         size = pool.size
         pool_values = torch.stack([pool.logq[1:size], pool.depth[1:size].float()])  # [2, size - 1]
@@ -173,8 +176,9 @@ class AdaptiveTreePolicy(TreePolicy):
             host = _unpack(np.asarray(pool_values.cpu()))
             self._payload = None
             self._host = host if self.deferred else None  # deferred: also sizes the next cycle
-        step = (time.perf_counter() - t0) / depth
-        if self.draft_seconds is None:
+        seconds = self._timer.stop(t0)
+        if self.draft_seconds is None and seconds is not None:
+            step = seconds / depth
             self._step_seconds = step if self._step_seconds is None else 0.8 * self._step_seconds + 0.2 * step
         step_seconds = self._step_seconds or 0.0
         values, depths = host

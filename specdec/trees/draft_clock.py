@@ -9,15 +9,61 @@ drew the root alone where its trees paid; and leaving every grow after a root-on
 the policy's exploring grows then all came after root-only cycles (the 2026-11-30 ranked-trees results entry). In
 the batched loop the rows' root steps run together before the grows (one head forward), so there a grow times its
 later levels only and the average is low by up to one level in ``levels``.
+
+On a device that runs ahead of the host (CUDA) the host's clock around a grow reads its kernel launches, not its
+work, unless the grow reads a value back. :class:`GrowTimer` times such grows right at a small price: one grow in
+:data:`TIMED_EVERY` is timed with the device waited for at its start and its end (two host syncs), and the others are
+not timed. On a CPU every grow is timed, with no wait.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
+
+import torch
 
 from specdec.interfaces import Drafter
 
-__all__ = ["DraftClock"]
+__all__ = ["TIMED_EVERY", "DraftClock", "GrowTimer", "device_sync"]
+
+#: On a device that runs ahead of the host, one grow in this many is timed (:class:`GrowTimer`).
+TIMED_EVERY = 16
+
+
+def device_sync(device: torch.device) -> Callable[[], None] | None:
+    """A call that waits for the work queued on ``device``, or None where the host never runs ahead (a CPU)."""
+    if device.type == "cuda":
+        return functools.partial(torch.cuda.synchronize, device)
+    return None
+
+
+class GrowTimer:
+    """Wall seconds of a grow, right on any device (module docstring): :meth:`start` returns the start time, or None
+    for a grow left untimed (on CUDA all but one in :data:`TIMED_EVERY`); :meth:`stop` the seconds, or None."""
+
+    def __init__(self) -> None:
+        self.grows = 0
+        self._sync: Callable[[], None] | None = None  # the timed grow's device wait
+
+    def start(self, device: torch.device | None = None) -> float | None:
+        """A grow on ``device`` (None: the host's) starts: the device waited for where it runs ahead."""
+        self.grows += 1
+        self._sync = None if device is None else device_sync(device)
+        if self._sync is not None:
+            if (self.grows - 1) % TIMED_EVERY:
+                return None
+            self._sync()
+        return time.perf_counter()
+
+    def stop(self, started: float | None) -> float | None:
+        """The seconds since ``started`` (the device's work included), or None for an untimed grow."""
+        if started is None:
+            return None
+        if self._sync is not None:
+            self._sync()
+        return time.perf_counter() - started
 
 
 class DraftClock:
@@ -35,24 +81,28 @@ class DraftClock:
         self.seconds: float | None = None
         self._generation: tuple[int, int] | None = None  # (drafter object, its generation) of the last grow
         self._after_skip = False  # root-only cycles since the last grow: its root step runs the skipped tokens
+        self._timer = GrowTimer()
 
-    def start(self) -> float:
-        """The time a grow starts (pass it to :meth:`record`)."""
-        return time.perf_counter()
+    def start(self, device: torch.device | None = None) -> float | None:
+        """The time a grow on ``device`` starts, None where it goes untimed (pass it to :meth:`record`;
+        :class:`GrowTimer`)."""
+        return self._timer.start(device)
 
     def skipped(self) -> None:
         """A root-only cycle: the next grow's root step also runs its token."""
         self._after_skip = True
 
-    def record(self, drafter: Drafter, started: float, levels: int) -> None:
+    def record(self, drafter: Drafter, started: float | None, levels: int) -> None:
         """Fold a grow of ``levels`` levels that began at ``started`` into the average: not the first of ``drafter``'s
-        generation; right after root-only cycles (:meth:`skipped`), only where it is faster than the average."""
+        generation; right after root-only cycles (:meth:`skipped`), only where it is faster than the average; not
+        an untimed one (``started`` None)."""
         generation = (id(drafter), drafter.generation)
         first = generation != self._generation
         after_skip, self._generation, self._after_skip = self._after_skip, generation, False
-        if first or levels < 1:
+        seconds = self._timer.stop(started)
+        if first or levels < 1 or seconds is None:
             return
-        per_level = (time.perf_counter() - started) / levels
+        per_level = seconds / levels
         previous = self.seconds
         if after_skip and (previous is None or per_level >= previous):
             return

@@ -26,12 +26,14 @@ cycle (proof in :class:`~specdec.verify.StochasticMultiRoundVerifier`'s rounds, 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from specdec.budget import CostCurve
 from specdec.tree import PartialTree
+from specdec.trees.draft_clock import device_sync
 
 __all__ = ["LevelGate"]
 
@@ -64,6 +66,7 @@ class LevelGate:
         self.last_levels = 0
         self._explore = True
         self._mark = 0.0
+        self._sync: Callable[[], None] | None = None  # this cycle's device wait (None: a host that never runs ahead)
         self._levels = 0
         self._expanded: list[tuple[int, list[int]]] = []  # (bucket, child ids) of each gated frontier node
         self._pi = np.zeros(0)  # the path probabilities of the frontier :meth:`draws` last decided about
@@ -73,8 +76,11 @@ class LevelGate:
         b = _buckets(pi)
         return float((self.hits[b] / self.held[b]).sum())
 
-    def start(self) -> None:
-        """A new cycle's tree begins (its root level is always drawn)."""
+    def start(self, device: torch.device | None = None) -> None:
+        """A new cycle's tree begins on ``device`` (its root level is always drawn); where the device runs ahead of
+        the host (CUDA), :meth:`level_done` waits for each level's work before reading the clock (the gate reads
+        each frontier's values back anyway, :meth:`draws`)."""
+        self._sync = None if device is None else device_sync(device)
         self._explore = self.cycle < self.WARM_UP or self.cycle % self.EXPLORE_EVERY == 0
         self.cycle += 1
         self._expanded = []
@@ -83,6 +89,8 @@ class LevelGate:
 
     def level_done(self, first: bool) -> None:
         """A level was drawn: fold its time into the moving average (the root's level also runs catch-up work)."""
+        if self._sync is not None:
+            self._sync()
         now = time.perf_counter()
         self._levels += 1
         self.last_levels = self._levels

@@ -165,7 +165,7 @@ class SampledMenuPolicy(TreePolicy):
         if tree is None:
             self.clock.skipped()
             return DraftTree.single(root, drafter.vocab_size)
-        started = self.clock.start()
+        started = self.clock.start(root.device)
         out = tree.grow(drafter, root, sampling, generator, avoid=avoid)
         self.clock.record(drafter, started, tree.max_depth)
         return out

@@ -182,7 +182,7 @@ class RankedSampledPolicy(TreePolicy):
             return DraftTree.single(root, drafter.vocab_size)
         tree = self._tree(paths)
         self.last_paths = tree.shape.paths
-        started = self.clock.start()
+        started = self.clock.start(root.device)
         out = tree.grow(drafter, root, sampling, generator, avoid=avoid)
         self.clock.record(drafter, started, tree.max_depth)
         return out

@@ -146,7 +146,7 @@ class StochasticTreePolicy(TreePolicy):
         q_cond = torch.ones(n, dtype=torch.float32, device=root.device)
         gate = self.gate
         if gate is not None:
-            gate.start()
+            gate.start(root.device)
         for i, level in enumerate(levels):
             if i and gate is not None and not gate.draws(tree, level.frontier, level.child_row.shape[0]):
                 break  # this level, and every deeper one, does not pay (its frontier's draws decide)
