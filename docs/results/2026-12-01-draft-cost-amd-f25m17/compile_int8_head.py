@@ -68,15 +68,13 @@ def bench(f, flush):
     return statistics.median(ts) * 1e3
 
 
-for flush in (False, True):
-    print(
-        "flush",
-        flush,
-        "eager ms",
-        round(bench(eager, flush), 3),
-        "compiled ms",
-        round(bench(lambda: comp(*args, rows, cache), flush), 3) if comp is not None else "-",
-    )
+def report(runs: dict) -> None:
+    """Each callable's median ms per call, without and with a cache flush before each call."""
+    for flush in (False, True):
+        print("flush", flush, "  ".join(f"{name} ms {bench(f, flush):.3f}" for name, f in runs.items()))
+
+
+report({"eager": eager} | ({"compiled": lambda: comp(*args, rows, cache)} if comp is not None else {}))
 
 
 head8 = copy.deepcopy(d.head)
@@ -121,15 +119,5 @@ def w8e():
 
 with torch.no_grad():
     print("w8 compiled vs int8 eager logits max diff", (w8c() - out_e[1]).abs().max().item())
-for flush in (False, True):
-    print(
-        "flush",
-        flush,
-        "int8 eager",
-        round(bench(eager, flush), 3),
-        "w8 eager",
-        round(bench(w8e, flush), 3),
-        "w8 compiled head + int8 scorer",
-        round(bench(w8c, flush), 3),
-    )
+report({"int8 eager": eager, "w8 eager": w8e, "w8 compiled head + int8 scorer": w8c})
 print(torch._dynamo.utils.counters["graph_break"])
