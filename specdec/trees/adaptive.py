@@ -30,7 +30,7 @@ sync of its own: it hands the values to the decoding loop (:meth:`sync_payload`)
 one sync and returns them through :meth:`observe`, and each cycle's size is chosen from the previous cycle's pool (a
 one-cycle lag, like the depth choice). The first cycle, or a cycle after a :meth:`grow` without :meth:`observe`,
 transfers its own values as before. Deferred grows make no sync of their own, so on CUDA one in
-:data:`~specdec.trees.draft_clock.TIMED_EVERY` is timed with the device waited for at both ends
+:data:`~specdec.trees.draft_clock.TIMED_EVERY` of them is timed with the device waited for at both ends
 (:class:`~specdec.trees.draft_clock.GrowTimer`): timing them all would read kernel launches only.
 
 Determinism: the candidates are a deterministic function of the context and the policy's state, never of the
@@ -165,11 +165,14 @@ class AdaptiveTreePolicy(TreePolicy):
         if self._by_level:
             return self._grow_by_level(drafter, root)
         depth = self.current_depth
-        t0 = self._timer.start(root.device)  # None: left untimed (a device that runs ahead, GrowTimer)
+        rides = self.deferred and self._host is not None  # sized by the last pool; this one rides the loop's sync
+        # the level time, where measured: a grow that reads its values back is timed as it is; one that rides the
+        # loop's sync only when due where the device runs ahead (GrowTimer; None: untimed)
+        t0 = None if self.draft_seconds is not None else self._timer.start(root.device, synced=not rides)
         pool = self._policy(depth, self.max_total).expand_pool(drafter, root)
         size = pool.size
         pool_values = torch.stack([pool.logq[1:size], pool.depth[1:size].float()])  # [2, size - 1]
-        if self.deferred and self._host is not None:  # sized by the last pool; this one rides the loop's sync
+        if rides:
             host, self._host = self._host, None
             self._payload = pool_values.reshape(-1)
         else:  # the extra host sync: node values and depths of this cycle's pool (root excluded)
@@ -177,7 +180,8 @@ class AdaptiveTreePolicy(TreePolicy):
             self._payload = None
             self._host = host if self.deferred else None  # deferred: also sizes the next cycle
         seconds = self._timer.stop(t0)
-        if self.draft_seconds is None and seconds is not None:
+        if seconds is not None:
+            self._timer.used()
             step = seconds / depth
             self._step_seconds = step if self._step_seconds is None else 0.8 * self._step_seconds + 0.2 * step
         step_seconds = self._step_seconds or 0.0

@@ -11,9 +11,11 @@ the batched loop the rows' root steps run together before the grows (one head fo
 later levels only and the average is low by up to one level in ``levels``.
 
 On a device that runs ahead of the host (CUDA) the host's clock around a grow reads its kernel launches, not its
-work, unless the grow reads a value back. :class:`GrowTimer` times such grows right at a small price: one grow in
-:data:`TIMED_EVERY` is timed with the device waited for at its start and its end (two host syncs), and the others are
-not timed. On a CPU every grow is timed, with no wait.
+work, unless the grow reads a value back. :class:`GrowTimer` times such grows right at a small price: a grow is timed
+with the device waited for at its start and its end (two host syncs) when a reading is due, and the next is due
+:data:`TIMED_EVERY` grows after a reading was used (a reading its user leaves out, such as a generation's first grow,
+leaves the next grow due); the others are not timed. The first grow of a timer is never timed there (it also runs
+the prompt). On a CPU, and for a grow that reads a value back at its end, every grow is timed, with no wait.
 """
 
 from __future__ import annotations
@@ -41,20 +43,26 @@ def device_sync(device: torch.device) -> Callable[[], None] | None:
 
 class GrowTimer:
     """Wall seconds of a grow, right on any device (module docstring): :meth:`start` returns the start time, or None
-    for a grow left untimed (on CUDA all but one in :data:`TIMED_EVERY`); :meth:`stop` the seconds, or None."""
+    for a grow left untimed (on CUDA, all but the due ones); :meth:`stop` the seconds, or None; :meth:`used` says a
+    reading was folded in."""
 
     def __init__(self) -> None:
         self.grows = 0
+        self._due = 2  # the grow count at which a reading is next due on a device that runs ahead
         self._sync: Callable[[], None] | None = None  # the timed grow's device wait
 
-    def start(self, device: torch.device | None = None) -> float | None:
-        """A grow on ``device`` (None: the host's) starts: the device waited for where it runs ahead."""
+    def start(self, device: torch.device | None = None, synced: bool = False) -> float | None:
+        """A grow on ``device`` (None: the host's) starts; ``synced``: it reads a value back at its end, so its clock
+        is right without a wait. Where the device runs ahead, a due grow waits for it here."""
         self.grows += 1
-        self._sync = None if device is None else device_sync(device)
-        if self._sync is not None:
-            if (self.grows - 1) % TIMED_EVERY:
-                return None
-            self._sync()
+        sync = None if device is None or synced else device_sync(device)
+        self._sync = None
+        if sync is None:
+            return time.perf_counter()
+        if self.grows < self._due:
+            return None
+        self._sync = sync
+        sync()
         return time.perf_counter()
 
     def stop(self, started: float | None) -> float | None:
@@ -64,6 +72,10 @@ class GrowTimer:
         if self._sync is not None:
             self._sync()
         return time.perf_counter() - started
+
+    def used(self) -> None:
+        """The latest reading was folded in: where the device runs ahead, the next is due :data:`TIMED_EVERY` on."""
+        self._due = self.grows + TIMED_EVERY
 
 
 class DraftClock:
@@ -107,3 +119,4 @@ class DraftClock:
         if after_skip and (previous is None or per_level >= previous):
             return
         self.seconds = per_level if previous is None else previous + self.smoothing * (per_level - previous)
+        self._timer.used()
