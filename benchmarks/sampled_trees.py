@@ -157,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
             "tok_s": rate,
             "tau": {k: tokens[k] / forwards[k] for k in gens},
             "tree_sizes": {k: dict(sorted(Counter(v).items())) for k, v in sizes.items() if v},
+            "arms": {  # a paced entry's arms: undecayed [cycles, tokens, seconds] (Pace.totals)
+                k: {str(arm): total for arm, total in pace.totals.items()}
+                for k, pace in paces.items()
+                if isinstance(pace, Pace)
+            },
         }
         args.out.write_text(json.dumps(report, indent=2))
     return 0

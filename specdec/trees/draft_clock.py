@@ -30,7 +30,7 @@ from specdec.interfaces import Drafter
 
 __all__ = ["TIMED_EVERY", "DraftClock", "GrowTimer", "device_sync"]
 
-#: On a device that runs ahead of the host, one grow in this many is timed (:class:`GrowTimer`).
+#: On a device that runs ahead of the host, grows between a used reading and the next due one (:class:`GrowTimer`).
 TIMED_EVERY = 16
 
 
