@@ -3,15 +3,16 @@
     python benchmarks/kernel_choice_ab.py [--sides rule:SPECDEC_KERNELS=rule measured:SPECDEC_KERNELS=measure]
                                           [--per-family 5] [--new-tokens 96] [--temperature 0]
                                           [--methods vanilla eagle3 composite] [--total-tokens N]
+                                          [--dtype float32|bfloat16]
 
 Issue 45: a CPU whose results row was measured under the vendor rule (``kernel_times.RULE_KEPT``) keeps the rule
 until its row is measured again; this is the measurement that decides. Each side is ``NAME:VAR=VALUE[,VAR=VALUE]``:
 its variables are set while its target is prepared and around each of its generations (``SPECDEC_KERNELS``,
 ``SPECDEC_SKINNY``, and so on), so a side's kernels, measured tables and draft head's kernels are its own. Every side
-gets its own SmolLM2-135M-Instruct target (float32, eager shapes) and methods; the generators run per prompt back to
-back, the order alternating, the same seed for every generator of a prompt. Printed: tokens/s, the ratio to the side's
-own vanilla and to the first side's vanilla, tau, and at T = 0 whether each output equals its side's vanilla
-(greedy speculation must emit plain decoding's tokens).
+gets its own SmolLM2-135M-Instruct target (``--dtype``, float32 by default; eager shapes) and methods; the generators
+run per prompt back to back, the order alternating, the same seed for every generator of a prompt. Printed: tokens/s,
+the ratio to the side's own vanilla and to the first side's vanilla, tau, and at T = 0 whether each output equals its
+side's vanilla (greedy speculation must emit plain decoding's tokens).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3", "composite"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument(
         "--total-tokens",
         type=int,
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = select_prompts(spec_bench_prompts(), args.per_family)
     gens, env_of = {}, {}
     for side, env in sides.items():
-        model, tok = load_smollm2()
+        model, tok = load_smollm2(dtype=getattr(torch, args.dtype))
         longest = max(len(chat_ids(tok, p)) for p in prompts)
         with environment(env):
             target = HFTarget(model, max_len=longest + args.new_tokens + 72, static_shapes=False)
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   {prompt.id}: done", flush=True)
     rate = {k: tokens[k] / seconds[k] for k in gens}
     first = next(iter(sides))
-    print(f"prompts={len(prompts)} new_tokens={args.new_tokens} T={args.temperature} threads={args.threads}")
+    head = f"prompts={len(prompts)} new_tokens={args.new_tokens} T={args.temperature} threads={args.threads}"
+    print(f"{head} dtype={args.dtype}")
     for key in gens:
         side = key.split("/")[0]
         greedy = f"  same as its vanilla {int(same[key])}/{len(prompts)}" if args.temperature == 0 else ""

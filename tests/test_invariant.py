@@ -7,6 +7,7 @@ exact comparisons catch: without the invariant numerics a bfloat16 SmolLM2 tree 
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
@@ -332,8 +333,9 @@ def test_no_forward_reads_a_cache_slot_it_did_not_write(monkeypatch, invariant) 
 
 def _fake_gemm(monkeypatch, variant) -> None:
     """Replace the packed GEMM by one that sums a row's products in reversed order where ``variant(rows)`` says so
-    (another grouping of the same sums, as a kernel chosen by the number of rows would have)."""
-    real = PackedLinear.gemm
+    (another grouping of the same sums, as a kernel chosen by the number of rows would have). A second call replaces
+    the first fake, it does not wrap it."""
+    real = getattr(PackedLinear.gemm, "real", PackedLinear.gemm)
 
     def gemm(self, x):
         if not variant(x.reshape(-1, x.shape[-1]).shape[0]):
@@ -341,24 +343,48 @@ def _fake_gemm(monkeypatch, variant) -> None:
         w = self.weight.float()
         return (x.float().flip(-1) @ w.flip(-1).T).to(x.dtype)
 
+    gemm.real = real
     monkeypatch.setattr(PackedLinear, "gemm", gemm)
     monkeypatch.setattr(row_probe, "_PROBED", {})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_probe_finds_a_single_row_kernel_and_a_row_variant_one(monkeypatch, dtype) -> None:
-    """single_row_padding's negative controls: a GEMM that groups one row's sums otherwise is padded, one whose
-    grouping changes with the number of rows is refused; the order-sensitive values show a grouping that normal
-    random values hide behind bfloat16 rounding."""
+    """row_invariance's negative controls: a GEMM that groups one row's sums otherwise is padded, one that groups
+    them otherwise above 32 (or 16) rows runs in blocks of 32 (16), one whose grouping changes with the number of rows
+    within every block is refused; the order-sensitive values show a grouping that normal random values hide behind
+    bfloat16 rounding."""
     skip_unless_packs(dtype)
     torch.manual_seed(0)
     linear = PackedLinear(nn.Linear(1536, 96, bias=False).to(dtype))
-    assert row_probe.single_row_padding(linear) in (False, True)  # whatever this CPU's kernel does: no error
-    _fake_gemm(monkeypatch, lambda rows: rows == 1)
-    assert row_probe.single_row_padding(linear) is True
+    pad, block = row_probe.row_invariance(linear)  # whatever this CPU's kernel does: no error
+    assert pad in (False, True) and block in (None, *row_probe.ROW_BLOCKS)  # (False, None) on AMD Zen 4
+    _fake_gemm(monkeypatch, lambda rows: rows == 1)  # the fakes add to what the real kernel does
+    assert row_probe.row_invariance(linear) == (True, block) and row_probe.single_row_padding(linear) is True
+    for above in (32, 16):  # as oneDNN's bfloat16 GEMM above 32 rows on an Intel Xeon with AMX
+        _fake_gemm(monkeypatch, lambda rows, above=above: rows > above)
+        assert row_probe.row_invariance(linear) == (pad, min(above, block or above))
+        assert row_probe.row_block(linear) == min(above, block or above)
     _fake_gemm(monkeypatch, lambda rows: rows % 2 == 1)
-    with pytest.raises(row_probe.RowVariantKernelError, match="other bits for 3 rows"):
-        row_probe.single_row_padding(linear)
+    with pytest.raises(row_probe.RowVariantKernelError, match="in blocks of 16 rows, for 3$"):
+        row_probe.row_invariance(linear)
+
+
+def test_a_blocked_linear_gives_every_row_the_bits_of_its_block(monkeypatch) -> None:
+    """``row_block``: a GEMM of more rows runs block by block, so a row of a 40-row forward gets the bits it gets
+    among 8 (the fake kernel groups sums otherwise above 32 rows); unblocked it does not (the control)."""
+    torch.manual_seed(0)
+    packed = PackedLinear(nn.Linear(1536, 96, bias=False))
+    x = row_probe._order_sensitive(torch.Generator().manual_seed(1), 40, 96, 1536)[0]
+    _fake_gemm(monkeypatch, lambda rows: rows > 32)
+    with torch.no_grad():
+        assert not torch.equal(packed(x)[:8], packed(x[:8]))  # the control: one 40-row GEMM
+        row_probe.set_row_padding(packed, True)
+        assert packed.row_block == 32  # and single rows padded where this CPU's kernel needs it
+        assert torch.equal(packed(x.reshape(2, 20, -1)).reshape(40, -1)[32:], packed(x[32:]))
+        assert torch.equal(packed(x)[:8], packed(x[:8])) and torch.equal(copy.deepcopy(packed)(x), packed(x))
+        row_probe.set_row_padding(packed, False)
+        assert packed.row_block is None
 
 
 def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, native_bf16) -> None:
@@ -367,7 +393,7 @@ def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, 
     def refuse(linear):
         raise row_probe.RowVariantKernelError("the packed probe GEMM gives other bits for 3 rows than for more")
 
-    monkeypatch.setattr(row_probe, "single_row_padding", refuse)
+    monkeypatch.setattr(row_probe, "row_invariance", refuse)
     with pytest.raises(BackendError, match="cannot be served on this CPU"):  # every CPU: float32, asked for
         HFTarget(tiny(), max_len=32, weights="packed", invariant=True)
     skip_unless_packs(torch.bfloat16)

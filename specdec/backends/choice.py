@@ -274,9 +274,10 @@ def apply(
     (:func:`~specdec.backends.kernels.own_memory`); off for a copy whose tensors are the caller's.
 
     ``invariant``: row-invariant numerics, so that a row's logits are bitwise the same whether the row runs alone
-    (a 1-token step) or inside a tree forward: single rows padded to two in the packed linears whose kernel on this CPU
-    needs it (:func:`~specdec.backends.row_probe.single_row_padding` probes each shape; a kernel that is not
-    row-invariant at all turns the numerics off with a warning, or raises ``BackendError`` for ``invariant=True``)
+    (a 1-token step) or inside a tree forward: single rows padded to two, and GEMMs of many rows run in blocks, in the
+    packed linears whose kernel on this CPU needs it (:func:`~specdec.backends.row_probe.row_invariance` probes each
+    shape; a kernel that is not row-invariant at all turns the numerics off with a warning, or raises
+    ``BackendError`` for ``invariant=True``)
     and the invariant attention of :mod:`specdec.backends.gqa`
     (SDPA in float64 on a float64 KV cache, :attr:`Execution.cache_dtype`, rounded to the model's dtype). Greedy
     speculative output then equals vanilla greedy output token for token. ``"auto"`` (default) turns them on for a
@@ -308,7 +309,7 @@ def apply(
     elif reason:  # auto could not serve a low-precision model with them: say so once, not only in execution.reason
         _warn(warn, "row-invariant numerics off", reason)
     try:
-        padded = set_row_padding(model, on)  # probes this CPU's kernels (row_probe.single_row_padding)
+        padded = set_row_padding(model, on)  # probes this CPU's kernels (row_probe.row_invariance)
     except RowVariantKernelError as error:
         if invariant is True:
             raise BackendError(f"row-invariant numerics cannot be served on this CPU: {error}") from error

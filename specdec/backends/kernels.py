@@ -74,7 +74,9 @@ class PackedLinear(nn.Module):
     runs one row through a GEMV kernel whose float32 sums are grouped differently from its GEMM kernel for 2 or more
     rows, so a row's output can differ in the last bit between a 1-token step and a tree forward (in bfloat16 that is a
     whole bfloat16 ulp, often enough to change a greedy token). Padded to two rows, a single row runs the GEMM kernel
-    too. Which shapes need it is probed on the running CPU (:func:`~specdec.backends.row_probe.single_row_padding`).
+    too. Where GEMMs of many rows take another kernel (``row_block``: bfloat16 above 32 rows on an Intel Xeon with
+    AMX), they run in blocks of that many rows. Which shapes need either is probed on the running CPU
+    (:func:`~specdec.backends.row_probe.row_invariance`).
 
     Args:
         linear: the ``nn.Linear`` to replace.
@@ -102,6 +104,9 @@ class PackedLinear(nn.Module):
         #: Fewer rows than this run padded with zero rows to this many (measured faster on the CPU at hand:
         #: :mod:`specdec.backends.row_padding`); 1: every row count runs as it comes.
         self.pad_rows = 1
+        #: GEMMs of more rows than this run block by block (row-invariant numerics, where the kernel groups sums
+        #: otherwise above it: :func:`~specdec.backends.row_probe.row_invariance`); None: one GEMM, any size.
+        self.row_block: int | None = None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -125,6 +130,9 @@ class PackedLinear(nn.Module):
             flat = x.reshape(rows, self.in_features)
             y = self.gemm(torch.cat((flat, flat.new_zeros(self.pad_rows - rows, self.in_features))))
             return y[:rows].reshape(*x.shape[:-1], self.out_features)
+        if self.row_block is not None and rows > self.row_block:  # the kernel of many rows groups sums otherwise
+            y = self.blocked_gemm(x.reshape(rows, self.in_features), self.row_block)
+            return y.reshape(*x.shape[:-1], self.out_features)
         return self.gemm(x)
 
     def single_rows(self, kernel: str | None) -> int:
@@ -158,6 +166,14 @@ class PackedLinear(nn.Module):
         # one op: the kernel flattens [..., in_features] to rows and gives the output back in x's leading shape
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
+    def blocked_gemm(self, x: torch.Tensor, block: int | None) -> torch.Tensor:
+        """The packed GEMM on ``x [rows, in_features]`` in blocks of at most ``block`` rows (None: one GEMM), as
+        even as they divide (17 rows in blocks of 16 run as 9 and 8): no block is a single row, which some kernels
+        run otherwise (oneDNN's GEMV)."""
+        if block is None or x.shape[0] <= block:
+            return self.gemm(x)
+        return torch.cat([self.gemm(part) for part in x.tensor_split(-(-x.shape[0] // block))])
+
     def to_linear(self) -> nn.Linear:
         """An ``nn.Linear`` with the same weight and bias (the kept parameter itself when there is one)."""
         lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.dtype)
@@ -173,7 +189,7 @@ class PackedLinear(nn.Module):
         clone = PackedLinear(linear, keep_weight=self._weight is not None)
         clone.pad_single_row = self.pad_single_row
         clone.single_rows(self.single_row_kernel)
-        clone.pad_rows = self.pad_rows
+        clone.pad_rows, clone.row_block = self.pad_rows, self.row_block
         for attr in _HOOK_DICTS:
             setattr(clone, attr, copy.deepcopy(getattr(self, attr), memo))
         clone.train(self.training)
