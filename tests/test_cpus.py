@@ -228,6 +228,9 @@ def test_measuring_switched_off_applies_the_rule(measuring, monkeypatch) -> None
     monkeypatch.setattr(kernel_times, "cpu_info", lambda: {**zen4, "model": "1"})  # Zen 3: no row before this one
     monkeypatch.setenv("SPECDEC_KERNELS", "auto")
     assert measured.rule_kept() is None and measured.measuring()
+    xeon = {**zen4, "vendor_id": "GenuineIntel", "cpu family": "6", "model": "207"}  # its row re-run measured
+    monkeypatch.setattr(kernel_times, "cpu_info", lambda: xeon)
+    assert measured.rule_kept() is None and measured.measuring()
     monkeypatch.setenv("SPECDEC_KERNELS", "maybe")
     with pytest.raises(ValueError, match="SPECDEC_KERNELS"):
         HFTarget(model_fp32(), max_len=32)

@@ -19,7 +19,8 @@ model's shapes takes a few seconds, once.
 
 Switches: ``SPECDEC_KERNELS=rule`` (or a forced ``SPECDEC_CPU_GEMM`` profile) skips measuring and applies the rule;
 ``SPECDEC_KERNELS=measure`` measures on every CPU; unset, it measures except on the CPUs whose results rows were
-measured under the rule (:data:`RULE_KEPT`: Zen 4, Zen 5, the Xeon), which keep it until their rows are re-run. A
+measured under the rule (:data:`RULE_KEPT`: Zen 4, Zen 5), which keep it until their rows are re-run (the Xeon of family
+6 model 207 re-ran its row on 2026-12-01: the measured choice won in both dtypes, so it measures). A
 measurement that fails or looks broken (a kernel raising, a time of zero, passes spread over more than :data:`NOISY`
 of their median) falls back to the rule for that shape with one :class:`~specdec.backends.kernels.FastPathWarning`
 naming it.
@@ -113,7 +114,6 @@ Shape = tuple[int, int, bool]  # (in_features, out_features, bias)
 RULE_KEPT: dict[tuple[str, str, str | None], str] = {
     ("AuthenticAMD", "25", "17"): "AMD Zen 4 (docs/results/2026-11-27-amd-f25m17)",
     ("AuthenticAMD", "26", None): "AMD Zen 5 (docs/results/2026-11-25-cpu-selfdistilled)",
-    ("GenuineIntel", "6", "207"): "Intel Xeon (docs/results/2026-11-26-eagle3-continued)",
 }
 
 
