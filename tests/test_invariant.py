@@ -373,6 +373,7 @@ def test_the_probe_finds_a_single_row_kernel_and_a_row_variant_one(monkeypatch, 
 def test_a_blocked_linear_gives_every_row_the_bits_of_its_block(monkeypatch) -> None:
     """``row_block``: a GEMM of more rows runs block by block, so a row of a 40-row forward gets the bits it gets
     among 8 (the fake kernel groups sums otherwise above 32 rows); unblocked it does not (the control)."""
+    skip_unless_packs(torch.float32)
     torch.manual_seed(0)
     packed = PackedLinear(nn.Linear(1536, 96, bias=False))
     x = row_probe._order_sensitive(torch.Generator().manual_seed(1), 40, 96, 1536)[0]
@@ -383,8 +384,42 @@ def test_a_blocked_linear_gives_every_row_the_bits_of_its_block(monkeypatch) -> 
         assert packed.row_block == 32  # and single rows padded where this CPU's kernel needs it
         assert torch.equal(packed(x.reshape(2, 20, -1)).reshape(40, -1)[32:], packed(x[32:]))
         assert torch.equal(packed(x)[:8], packed(x[:8])) and torch.equal(copy.deepcopy(packed)(x), packed(x))
+        assert torch.equal(packed(x[:33])[17:], packed(x[17:33]))  # 33 rows run as 17 and 16
         row_probe.set_row_padding(packed, False)
         assert packed.row_block is None
+
+
+@torch.no_grad()
+def test_a_tree_of_40_nodes_gets_its_paths_bits_where_the_kernel_regroups_above_32_rows(monkeypatch) -> None:
+    """A target's tree forward of 40 rows under invariant numerics, where the (fake) kernel groups sums otherwise above
+    32 rows (as oneDNN's bfloat16 GEMM does on an Intel Xeon with AMX): every node's row equals its path's 1-token
+    steps bit for bit, the stacked groups' GEMMs blocked too; with the blocks taken off, rows differ (the control)."""
+    skip_unless_packs(torch.float32)
+    _fake_gemm(monkeypatch, lambda rows: rows > 32)
+    target = HFTarget(tiny(), max_len=64, weights="packed", invariant=True)
+    packed = [kernels.packed_linear(m) for m in target.model.modules() if kernels.runs_packed(m)]
+    assert any(type(m).__name__ == "StackedSlice" for m in target.model.modules())
+    assert packed and all(lin.row_block == 32 for lin in packed)
+    g = torch.Generator().manual_seed(3)
+    prompt, tokens = torch.randint(0, 64, (8,), generator=g), torch.randint(0, 64, (40,), generator=g)
+    tree = DraftTree.from_parents(tokens, torch.tensor([-1] + [0] * 39), 1)  # a root and 39 children
+
+    def rows_equal_steps() -> list[bool]:
+        target.prefill(prompt)
+        rows = target.forward_tree(tree).logits.clone()
+        same = []
+        for i in range(40):
+            target.length = 8
+            path = [int(tokens[0])] + ([int(tokens[i])] if i else [])
+            for token in path:
+                logits = target.decode_one(torch.tensor(token)).logits
+            same.append(torch.equal(logits[0], rows[i]))
+        return same
+
+    assert all(rows_equal_steps())
+    for lin in packed:
+        lin.row_block = None
+    assert not all(rows_equal_steps())
 
 
 def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, native_bf16) -> None:

@@ -12,7 +12,15 @@ from torch import nn
 
 from specdec.backends.kernels import PackedLinear, packed_linear, return_freed_memory, runs_packed
 
-__all__ = ["PROBE_ROWS", "ROW_BLOCKS", "RowVariantKernelError", "row_block", "set_row_padding", "single_row_padding"]
+__all__ = [
+    "PROBE_ROWS",
+    "ROW_BLOCKS",
+    "RowVariantKernelError",
+    "row_block",
+    "row_invariance",
+    "set_row_padding",
+    "single_row_padding",
+]
 
 
 class RowVariantKernelError(RuntimeError):
@@ -20,9 +28,9 @@ class RowVariantKernelError(RuntimeError):
     row-invariant numerics cannot be served by this CPU's kernel for that shape."""
 
 
-#: Row counts the probe of :func:`single_row_padding` runs (trees run 2 to a few dozen rows; 17 puts a row in a tail
-#: block after a full block of 16). Each count leaves oneDNN buffers behind, ~25 MB for SmolLM2's five shapes (AMD
-#: Zen 4), as trees of those sizes would.
+#: Row counts the probe of :func:`row_invariance` runs (trees run 2 to a few dozen rows; 17 puts a row in oneDNN's
+#: tail block after a full block of 16, and in blocks of 16 runs as 9 and 8). Each count leaves oneDNN buffers
+#: behind, ~25 MB for SmolLM2's five shapes (AMD Zen 4), as trees of those sizes would.
 PROBE_ROWS = (2, 3, 8, 17, 64)
 #: Block sizes tried, largest first, where GEMMs of more rows group their sums otherwise than GEMMs of fewer: a GEMM
 #: of more rows than the block then runs block by block (:attr:`PackedLinear.row_block`). 32: oneDNN's bfloat16 GEMM

@@ -152,11 +152,11 @@ def stacked_linear(parts: Sequence[nn.Module]) -> nn.Linear:
 
 
 def _stackable(parts: list[nn.Module]) -> bool:
-    """Packed members over one input (:func:`_same_input`) that pad single rows alike."""
+    """Packed members over one input (:func:`_same_input`) that pad single rows and block rows alike."""
     return (
         all(type(p) is PackedLinear for p in parts)
         and _same_input(parts)
-        and len({p.pad_single_row for p in parts}) == 1
+        and len({(p.pad_single_row, p.row_block) for p in parts}) == 1
     )
 
 
@@ -203,7 +203,7 @@ def stack_projections(model: nn.Module) -> int:
             if any(p is None for p in parts) or not _stackable(parts):
                 continue
             linear = PackedLinear(stacked_linear(parts))
-            linear.pad_single_row = parts[0].pad_single_row
+            linear.pad_single_row, linear.row_block = parts[0].pad_single_row, parts[0].row_block
             stack = _Stack(linear, len(parts))
             stack.hook = module.register_forward_hook(stack.clear)
             start = 0
