@@ -41,7 +41,7 @@ from specdec.curve_watch import watch_of
 from specdec.cycle import Cycle, Row, first_token, phases
 from specdec.interfaces import Drafter, Target, TreePolicy, Verifier, VocabMismatchError
 from specdec.kvcache import TreeTooLargeError
-from specdec.pace import OWN, STEP, Pace, auto_pace, call_pace, steep_curve
+from specdec.pace import OWN, STEEP, STEP, Pace, auto_pace, call_pace, steep_curve
 from specdec.sampling import NonFiniteLogitsError, SamplingParams, logits_ok, sample, warp
 from specdec.verify import check_verifier, verifier_for
 
@@ -123,9 +123,9 @@ class _Loop(ABC):
                 step, whichever has emitted the most tokens per second in this call (:meth:`auto_pace`: exact, but
                 sampled tokens then depend on timings); a :class:`~specdec.pace.Pace` kept across calls; None
                 (default): ``"auto"`` where the forwards are steep (a measured cost curve the policy holds prices 8
-                tokens at :data:`~specdec.pace.STEEP` steps or more: trees are dear, as on an ahead-of-time package),
-                else ``"always"`` (measured, :func:`~specdec.pace.call_pace`); this default's pace is kept per
-                sampling setting across calls.
+                tokens at :data:`~specdec.pace.PACED` steps or more: trees are dear, as on an ahead-of-time package;
+                its small trees from :data:`~specdec.pace.STEEP` steps), else ``"always"`` (measured,
+                :func:`~specdec.pace.call_pace`); this default's pace is kept per sampling setting across calls.
 
         Bad input, and a pinned verifier that cannot serve the call, raise here, before the iterator is returned:
         ``TypeError`` for a string without a tokenizer or ids that are not integers, ``ValueError`` for a batch of
@@ -186,8 +186,8 @@ class _Loop(ABC):
         """A new pace of ``speculate="auto"`` (:func:`~specdec.pace.auto_pace`), to keep across calls."""
         return auto_pace(rows, self._steep())
 
-    def _steep(self) -> bool:  # whether a cost curve the policy holds is steep (speculative loop: its own)
-        return False
+    def _steep(self, factor: float = STEEP) -> bool:  # whether a cost curve the policy holds is that steep
+        return False  # (the speculative loop: its own)
 
     def _pace(self, speculate: str | Pace | None, rows: int = 1, sampling: SamplingParams | None = None) -> Pace | None:
         """The call's :class:`Pace` (:func:`~specdec.pace.call_pace`), None for a vanilla loop; one sequence's default
@@ -344,8 +344,8 @@ class SpeculativeGenerator(_Loop):
         self._kept_paces: dict[tuple, Pace] = {}  # speculate=None: one pace per sampling setting (_pace)
         target.request_hidden(drafter.hidden_request)
 
-    def _steep(self) -> bool:
-        return any("device" in c.meta and steep_curve(c.cost) for c in curves_in(self.policy))  # measured ones
+    def _steep(self, factor: float = STEEP) -> bool:
+        return any("device" in c.meta and steep_curve(c.cost, factor) for c in curves_in(self.policy))  # measured
 
     def parts_for(self, sampling: SamplingParams) -> tuple[TreePolicy, Verifier]:
         """The policy and verifier a call at ``sampling`` runs (the pinned verifier is checked here).

@@ -38,6 +38,7 @@ __all__ = [
     "BATCH_SIZES",
     "OWN",
     "ROW_DECAY",
+    "PACED",
     "STEEP",
     "STEP",
     "Always",
@@ -66,6 +67,13 @@ ROW_DECAY = 0.95
 #: took EAGLE-3 from 1.00x to 1.10x and the composite from 0.98x to 1.02x vanilla, against the pace without them; on
 #: the eager fast path (1.13-1.18x) they gave EAGLE-3 +0.8 % but cost the composite 7 %.
 STEEP = 1.5
+#: One sequence's default (``speculate=None``, :func:`call_pace`) is paced where a target forward of 8 tokens costs at
+#: least this many 1-token forwards, else it speculates every cycle. Measured in one process per temperature: on the
+#: Intel Xeon of family 6 model 207's ahead-of-time package (8 tokens 1.43-1.46 steps; Spec-Bench 30 x 96, the
+#: composite) the pace ran 1.004x the package's vanilla against always speculating's 0.920x at T = 1, and 1.299x
+#: against 1.286x at T = 0; on the AMD Zen 4's eager fast path (1.13-1.18 steps) it cost 1.3-2.3 %. Every eager
+#: path measured so far lies under it (1.06-1.21 steps on AMD Zen 3 and 4 and that Xeon).
+PACED = 1.35
 
 
 class Pace:
@@ -172,10 +180,11 @@ def auto_pace(rows: int = 1, steep: bool = False) -> Pace:
     return Pace(decay=ROW_DECAY if rows == 1 else 0.8, sizes=sizes)
 
 
-def call_pace(speculate: str | Pace | None, rows: int, steep: Callable[[], bool]) -> Pace:
+def call_pace(speculate: str | Pace | None, rows: int, steep: Callable[[float], bool]) -> Pace:
     """A speculative call's pace: ``"always"`` :class:`Always`, ``"auto"`` :func:`auto_pace`, a :class:`Pace`
-    itself; None (one sequence's default) the measured choice: ``"auto"`` where ``steep()`` (the target's forwards
-    are steep, :func:`steep_curve`), else ``"always"``. Measured at T = 0 and T = 1 on AMD Zen 4 (16 MT-bench prompts,
+    itself; None (one sequence's default) the measured choice: ``"auto"`` where ``steep(PACED)`` (the target's
+    forwards cost at least :data:`PACED` steps for 8 tokens, :func:`steep_curve`), else ``"always"``; the pace tries
+    the small trees where ``steep(STEEP)``. Measured at T = 0 and T = 1 on AMD Zen 4 (16 MT-bench prompts,
     EAGLE-3 and the composite, one process each): on the eager fast path (8 tokens 1.13-1.18 steps) the pace cost
     1.3-2.3 % against always speculating; on the ahead-of-time package (2.70 steps) it ran 1.00x / 1.02x at T = 0 and
     1.30x / 1.35x at T = 1, where always speculating lost to plain decoding (0.84x / 0.76x)."""
@@ -185,14 +194,15 @@ def call_pace(speculate: str | Pace | None, rows: int, steep: Callable[[], bool]
         raise ValueError(f"speculate must be 'auto', 'always' or None, got {speculate!r}")
     if speculate == "always":
         return Always()
-    is_steep = steep()
-    return Always() if speculate is None and not is_steep else auto_pace(rows, is_steep)
+    if speculate is None and not steep(PACED):
+        return Always()
+    return auto_pace(rows, steep(STEEP))
 
 
-def steep_curve(cost: Callable[[int], float]) -> bool:
-    """Whether a forward of 8 tokens costs at least :data:`STEEP` one-token forwards (``cost``: seconds per forward
-    of ``m`` tokens, a :class:`~specdec.budget.CostCurve`'s ``cost``)."""
-    return cost(8) >= STEEP * cost(1)
+def steep_curve(cost: Callable[[int], float], factor: float = STEEP) -> bool:
+    """Whether a forward of 8 tokens costs at least ``factor`` one-token forwards (``cost``: seconds per forward of
+    ``m`` tokens, a :class:`~specdec.budget.CostCurve`'s ``cost``)."""
+    return cost(8) >= factor * cost(1)
 
 
 class Always(Pace):

@@ -32,7 +32,7 @@ from specdec.budget import CostCurve
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.interfaces import DraftTree
 from specdec.models import tiny_llama
-from specdec.pace import BATCH_SIZES, OWN, ROW_DECAY, STEEP, STEP, Always, Fixed, Pace, auto_pace
+from specdec.pace import BATCH_SIZES, OWN, PACED, ROW_DECAY, STEEP, STEP, Always, Fixed, Pace, auto_pace
 from specdec.rows import BatchRows, BatchUnsupportedError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
@@ -130,12 +130,13 @@ def test_a_size_no_policy_takes_is_dropped_and_the_cycle_speculates():
     assert auto_pace(1).arms == [OWN, STEP] and auto_pace(4, steep=True).arms == batch.arms
 
 
-@pytest.mark.parametrize(("eight", "sizes"), [(1.2, ()), (STEEP, BATCH_SIZES)])
-def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model, eight, sizes):
+@pytest.mark.parametrize(("eight", "sizes", "paced"), [(1.2, (), False), (1.4, (), True), (STEEP, BATCH_SIZES, True)])
+def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model, eight, sizes, paced):
     """``speculate="auto"`` for one sequence: the depth-1 sizes are arms only where the cost curve its policy holds
     prices 8 tokens at :data:`STEEP` steps or more (a flat curve: speculate or step); a policy with no curve: none.
-    The default (None) paces only a steep target and always speculates on a flat one. The greedy tokens are the
-    prompt's alone either way."""
+    The default (None) paces a target from :data:`PACED` steps (1.4: paced without the sizes) and always speculates
+    on a flatter one. The greedy tokens are the prompt's alone either way."""
+    assert 1.2 < PACED < 1.4 < STEEP  # the three cases: flat, paced without the sizes, steep
     target = target_of(model)
     curve = CostCurve((1, 8), (1e-3, eight * 1e-3), {"device": "cpu"})  # as measured (a curve made up: not read)
     policy = AdaptiveTreePolicy(topk=3, depth=3, max_total=8, curve=curve)
@@ -144,7 +145,7 @@ def test_one_sequence_tries_small_trees_only_where_its_forwards_are_steep(model,
     assert pace.arms == [OWN, *sizes, STEP]
     t1 = SamplingParams(temperature=1.0)
     default = gen._pace(None, 1, t1)
-    assert isinstance(default, Always) if not sizes else (type(default) is Pace and default.arms == pace.arms)
+    assert isinstance(default, Always) if not paced else (type(default) is Pace and default.arms == pace.arms)
     assert gen._pace(None, 1, t1.model_copy(update={"seed": 5})) is default  # kept across calls per setting
     assert gen._pace(None, 1, SamplingParams(temperature=0.7)) is not default
     assert gen._pace("auto", 1, t1) is not gen._pace("auto", 1, t1)  # "auto": a pace for this call alone
