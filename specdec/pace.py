@@ -37,8 +37,8 @@ from collections.abc import Callable
 __all__ = [
     "BATCH_SIZES",
     "OWN",
-    "ROW_DECAY",
     "PACED",
+    "ROW_DECAY",
     "STEEP",
     "STEP",
     "Always",

@@ -134,9 +134,15 @@ def tree_and_paths(vocab: int, seed: int) -> tuple[DraftTree, list[list[int]]]:
 
 @torch.no_grad()
 def rows_match_steps(
-    model: nn.Module, invariant, seed: int = 0, context: int = 40, target: HFTarget | None = None
+    model: nn.Module | None,
+    invariant,
+    seed: int = 0,
+    context: int = 40,
+    target: HFTarget | None = None,
+    tree_paths: tuple[DraftTree, list[list[int]]] | None = None,
 ) -> list[bool]:
-    """For every node of a branching tree: is its tree-forward logits row bitwise its path's 1-token-step logits?
+    """For every node of a tree (``tree_paths``: the tree and each node's token path; default a branching tree of 9
+    nodes, :func:`tree_and_paths`): is its tree-forward logits row bitwise its path's 1-token-step logits?
 
     One target serves both sides (``target``, or one built here): the tree forward over the prompt, then each path's
     1-token steps from the prompt again (a step writes where the tree's rows were and sees only the prompt and its own
@@ -145,7 +151,7 @@ def rows_match_steps(
     target = target or HFTarget(model, max_len=context + 16, weights="packed", invariant=invariant)
     assert target.execution.invariant == invariant
     prompt = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
-    tree, paths = tree_and_paths(target.vocab_size, seed)
+    tree, paths = tree_paths or tree_and_paths(target.vocab_size, seed)
     target.prefill(prompt)
     rows = target.forward_tree(tree).logits.clone()
     same = []
@@ -364,7 +370,6 @@ def test_the_probe_finds_a_single_row_kernel_and_a_row_variant_one(monkeypatch, 
     for above in (32, 16):  # as oneDNN's bfloat16 GEMM above 32 rows on an Intel Xeon with AMX
         _fake_gemm(monkeypatch, lambda rows, above=above: rows > above)
         assert row_probe.row_invariance(linear) == (pad, min(above, block or above))
-        assert row_probe.row_block(linear) == min(above, block or above)
     _fake_gemm(monkeypatch, lambda rows: rows % 2 == 1)
     with pytest.raises(row_probe.RowVariantKernelError, match="in blocks of 16 rows, for 3$"):
         row_probe.row_invariance(linear)
@@ -389,7 +394,6 @@ def test_a_blocked_linear_gives_every_row_the_bits_of_its_block(monkeypatch) -> 
         assert packed.row_block is None
 
 
-@torch.no_grad()
 def test_a_tree_of_40_nodes_gets_its_paths_bits_where_the_kernel_regroups_above_32_rows(monkeypatch) -> None:
     """A target's tree forward of 40 rows under invariant numerics, where the (fake) kernel groups sums otherwise above
     32 rows (as oneDNN's bfloat16 GEMM does on an Intel Xeon with AMX): every node's row equals its path's 1-token
@@ -400,26 +404,13 @@ def test_a_tree_of_40_nodes_gets_its_paths_bits_where_the_kernel_regroups_above_
     packed = [kernels.packed_linear(m) for m in target.model.modules() if kernels.runs_packed(m)]
     assert any(type(m).__name__ == "StackedSlice" for m in target.model.modules())
     assert packed and all(lin.row_block == 32 for lin in packed)
-    g = torch.Generator().manual_seed(3)
-    prompt, tokens = torch.randint(0, 64, (8,), generator=g), torch.randint(0, 64, (40,), generator=g)
+    tokens = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(3))
     tree = DraftTree.from_parents(tokens, torch.tensor([-1] + [0] * 39), 1)  # a root and 39 children
-
-    def rows_equal_steps() -> list[bool]:
-        target.prefill(prompt)
-        rows = target.forward_tree(tree).logits.clone()
-        same = []
-        for i in range(40):
-            target.length = 8
-            path = [int(tokens[0])] + ([int(tokens[i])] if i else [])
-            for token in path:
-                logits = target.decode_one(torch.tensor(token)).logits
-            same.append(torch.equal(logits[0], rows[i]))
-        return same
-
-    assert all(rows_equal_steps())
+    paths = [[int(tokens[0])]] + [[int(tokens[0]), int(t)] for t in tokens[1:]]
+    assert all(rows_match_steps(None, True, context=8, target=target, tree_paths=(tree, paths)))
     for lin in packed:
         lin.row_block = None
-    assert not all(rows_equal_steps())
+    assert not all(rows_match_steps(None, True, context=8, target=target, tree_paths=(tree, paths)))
 
 
 def test_a_kernel_that_is_not_row_invariant_turns_the_numerics_off(monkeypatch, native_bf16) -> None:

@@ -16,7 +16,6 @@ __all__ = [
     "PROBE_ROWS",
     "ROW_BLOCKS",
     "RowVariantKernelError",
-    "row_block",
     "row_invariance",
     "set_row_padding",
     "single_row_padding",
@@ -59,12 +58,6 @@ def single_row_padding(linear: PackedLinear) -> bool:
     """Whether a single row must be padded to two for ``linear`` to give it the bits it gets among more rows
     (:func:`row_invariance`, probed once per shape)."""
     return row_invariance(linear)[0]
-
-
-def row_block(linear: PackedLinear) -> int | None:
-    """The most rows one GEMM of ``linear`` may run for its rows to keep their bits (None: any number;
-    :func:`row_invariance`, probed once per shape)."""
-    return row_invariance(linear)[1]
 
 
 @torch.no_grad()
