@@ -91,6 +91,29 @@ def test_invariant_refuses_what_it_cannot_serve(native_bf16) -> None:
     assert not stock.invariant and "greedy output may differ" in stock.reason
 
 
+@pytest.mark.parametrize("measured", ["stock", None])
+def test_invariant_true_packs_every_linear_whatever_auto_measured(monkeypatch, tmp_path, measured) -> None:
+    """``invariant=True`` with ``weights="auto"`` packs every linear even where the measured table chose stock, or
+    could not decide (too noisy) and the rule keeps stock (MKL's on an Intel CPU): the numerics were asked for, and a
+    noisy measurement must not turn them into an error (a CI run on the Xeon f6m207 failed so). Control: the same
+    table and rule leave linears stock under ``invariant="auto"``, so the patches do reach the choice."""
+    from specdec.backends import choice
+    from specdec.backends.kernel_times import KernelTable
+
+    skip_unless_packs(torch.float32)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_SKINNY", "off")
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
+    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)  # a forced profile would mean the rule, not measuring
+    monkeypatch.setattr(choice, "cpu_gemm_profile", lambda: "mkl")  # the rule where the table is undecided: stock
+    monkeypatch.setattr(KernelTable, "choice", lambda self, shape: measured)
+    control = HFTarget(tiny(), max_len=48, static_shapes=False).execution
+    assert control.weights != "packed" and not control.invariant  # stacked groups may win their own measurement
+    target = HFTarget(tiny(), max_len=64, static_shapes=False, invariant=True)
+    assert target.execution.invariant and target.execution.weights == "packed"
+    assert all(rows_match_steps(target.model, True, target=target))
+
+
 def test_bfloat16_packing_needs_native_instructions(monkeypatch) -> None:
     monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx2"}))
     with pytest.warns(kernels.FastPathWarning, match="without native instructions"):  # one warning: the slow dtype's

@@ -49,7 +49,7 @@ from specdec.backends.kernels import (
     shared_copy,
     unpack_linears,
 )
-from specdec.backends.measured import auto_packs, dtype_cost, measuring, single_rows
+from specdec.backends.measured import auto_packs, dtype_cost, single_rows
 from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
 from specdec.backends.row_padding import padding_rows, set_pad_rows
@@ -295,11 +295,10 @@ def apply(
         static_shapes = False
     if invariant is True:  # refuse before changing the model where the choices alone tell
         resolved, static, _ = resolve(model, weights, static_shapes)
-        if static or resolved != "packed" or (weights == "auto" and cpu_gemm_profile() == "mkl" and not measuring()):
+        if static or resolved != "packed":
             what = "static shapes" if static else f"weights {weights!r}, which resolve to {resolved!r} on this CPU"
             raise BackendError(f"{INVARIANT_NEEDS}; this model would run {what} ({INVARIANT_FIX})")
-    skinny_ok = invariant is not True or few_row_serves(model)  # invariant float32: skinny linears, few-row attention
-    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors, skinny_ok=skinny_ok)
+    execution = _apply_weights(model, weights, static_shapes, warn, own_tensors, every=invariant is True)
     on, reason = invariant_on(invariant, execution, model)
     slow = _slow_dtype(model)
     if slow:  # the dtype is the caller's choice: kept, with one warning that also says what else it costs
@@ -346,9 +345,12 @@ _BF16_AUTO = (
 
 
 def _apply_weights(
-    model: nn.Module, weights: str, static_shapes: StaticShapes, warn: bool, own_tensors: bool, skinny_ok: bool = True
+    model: nn.Module, weights: str, static_shapes: StaticShapes, warn: bool, own_tensors: bool, every: bool = False
 ) -> Execution:
-    """:func:`apply` without the numerics choice (``skinny_ok``: they leave linears to the skinny kernel)."""
+    """:func:`apply` without the numerics choice. ``every``: ``invariant=True`` asked for them, so ``auto`` packs every
+    linear the skinny kernel does not take (that kernel only where the few-row attention serves the model), whatever
+    the table or the rule says: stock GEMMs are not row-invariant, and noise must not turn the ask into an error."""
+    skinny_ok = not every or few_row_serves(model)  # invariant float32: skinny linears, few-row attention
     resolved, static, reason = resolve(model, weights, static_shapes)
     dtype, slow = _params(model)[1], _slow_dtype(model)
     aot = static and _aot(model, static_shapes)
@@ -369,8 +371,8 @@ def _apply_weights(
     try:
         already = execution_label(model) != "stock"
         profile = cpu_gemm_profile() if weights == "auto" else "onednn"
-        pays, measured = lambda lin: packing_pays(lin, profile), ""
-        if weights == "auto":  # measured on this CPU unless switched off (then the rule above)
+        pays, measured = (lambda lin: every or packing_pays(lin, profile)), ""
+        if weights == "auto" and not every:  # measured on this CPU unless switched off (then the rule above)
             pays, measured = auto_packs(model, pays)
         skinny, chose = eager_kernels(model) if weights == "auto" and skinny_ok else (0, "")  # before the rest packs
         packed, skipped = pack_linears(model, only=pays)
