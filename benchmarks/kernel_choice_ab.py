@@ -3,7 +3,7 @@
     python benchmarks/kernel_choice_ab.py [--sides rule:SPECDEC_KERNELS=rule measured:SPECDEC_KERNELS=measure]
                                           [--per-family 5] [--new-tokens 96] [--temperature 0]
                                           [--methods vanilla eagle3 composite] [--total-tokens N]
-                                          [--dtype float32|bfloat16]
+                                          [--dtype float32|bfloat16] [--static-shapes off|aot]
 
 Issue 45: a CPU whose results row was measured under the vendor rule (``kernel_times.RULE_KEPT``) keeps the rule
 until its row is measured again; this is the measurement that decides. Each side is ``NAME:VAR=VALUE[,VAR=VALUE]``:
@@ -12,7 +12,10 @@ its variables are set while its target is prepared and around each of its genera
 gets its own SmolLM2-135M-Instruct target (``--dtype``, float32 by default; eager shapes) and methods; the generators
 run per prompt back to back, the order alternating, the same seed for every generator of a prompt. Printed: tokens/s,
 the ratio to the side's own vanilla and to the first side's vanilla, tau, and at T = 0 whether each output equals its
-side's vanilla (greedy speculation must emit plain decoding's tokens).
+side's vanilla (greedy speculation must emit plain decoding's tokens). ``--static-shapes aot``: each side's target
+is served by its ahead-of-time package (built under the side's variables on its first forward, outside the timing).
+Also the A/B of any other switch, e.g. ``--sides off:SPECDEC_CODES=off coded:SPECDEC_CODES=auto`` (a GGUF target's
+exact block codes).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", default=["vanilla", "eagle3", "composite"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--static-shapes", choices=["off", "aot"], default="off")
     parser.add_argument(
         "--total-tokens",
         type=int,
@@ -81,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         model, tok = load_smollm2(dtype=getattr(torch, args.dtype))
         longest = max(len(chat_ids(tok, p)) for p in prompts)
         with environment(env):
-            target = HFTarget(model, max_len=longest + args.new_tokens + 72, static_shapes=False)
+            static = "aot" if args.static_shapes == "aot" else False
+            target = HFTarget(model, max_len=longest + args.new_tokens + 72, static_shapes=static)
             print(f"cpu={cpu_name()} {side} ({env}): {target.execution.describe()}", flush=True)
             for name in args.methods:
                 fixed = {"total_tokens": args.total_tokens} if args.total_tokens and name != "vanilla" else {}
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     rate = {k: tokens[k] / seconds[k] for k in gens}
     first = next(iter(sides))
     head = f"prompts={len(prompts)} new_tokens={args.new_tokens} T={args.temperature} threads={args.threads}"
-    print(f"{head} dtype={args.dtype}")
+    print(f"{head} dtype={args.dtype} static_shapes={args.static_shapes}")
     for key in gens:
         side = key.split("/")[0]
         greedy = f"  same as its vanilla {int(same[key])}/{len(prompts)}" if args.temperature == 0 else ""

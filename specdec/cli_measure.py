@@ -129,28 +129,24 @@ def _print_skinny_tables(model, refresh: bool) -> None:
     and in an ahead-of-time package."""
     import torch
 
-    from specdec.backends.kernel_times import (
-        EAGER_KERNELS,
-        EAGER_ROWS,
-        PACKAGE_KERNELS,
-        kernel_table,
-        table_path,
-    )
+    from specdec.backends.kernel_times import EAGER_ROWS, kernel_table, table_path
     from specdec.backends.measured import model_shapes
     from specdec.backends.skinny import unavailable
-    from specdec.backends.skinny_choice import skinny_measures
+    from specdec.backends.skinny_choice import skinny_measures, table_kernels
 
     why = "the rule: stock (not measured on this CPU)" if not skinny_measures() else unavailable()
     if why:
         print(f"  the skinny kernel (eager linears, single rows, the ahead-of-time package's linears): {why}")
         return
     linears, _, shapes = model_shapes(model)
-    eager = kernel_table(shapes, torch.float32, refresh=refresh, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
-    path = table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS)
+    eager_kernels, package_kernels, about = table_kernels(linears)
+    print(f"  {about} (the skinny kernel's coded form streams them: SPECDEC_CODES=off leaves it out)")
+    eager = kernel_table(shapes, torch.float32, refresh=refresh, kernels=eager_kernels, rows=EAGER_ROWS)
+    path = table_path(torch.float32, eager_kernels, EAGER_ROWS)
     print(f"  eager shapes with the skinny kernel (a linear on it, or a packed linear's single row) ({path}):")
     print("\n".join("  " + line for line in eager.rows()))
-    table = kernel_table(shapes[: len(linears)], torch.float32, refresh=refresh, kernels=PACKAGE_KERNELS)
-    path = table_path(torch.float32, PACKAGE_KERNELS)
+    table = kernel_table(shapes[: len(linears)], torch.float32, refresh=refresh, kernels=package_kernels)
+    path = table_path(torch.float32, package_kernels)
     print(f"  its ahead-of-time package (static_shapes='aot'), ms per call, weights cold ({path}):")
     print("\n".join("  " + line for line in table.rows()))
 

@@ -54,7 +54,7 @@ from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
 from specdec.backends.row_padding import padding_rows, set_pad_rows
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
-from specdec.backends.skinny import unavailable, uses_skinny
+from specdec.backends.skinny import unavailable, uses_codes, uses_skinny
 from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels, skinny_measures
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import BackendError
@@ -240,8 +240,8 @@ def execution_label(model: nn.Module) -> str:
     """What a model currently runs, read from its modules: ``"stock+static"`` if prepared for static shapes
     (``"stock+aot"`` served by its package), ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its
     vocabulary projections are, ``"packed-some"`` if some other subset is (as measured), else ``"stock"``; then
-    ``"+skinny"`` where linears run on :mod:`specdec.backends.skinny`."""
-    static, skinny = getattr(model, STATIC_MARK, False), "+skinny" if uses_skinny(model) else ""
+    ``"+skinny"`` where linears run on :mod:`specdec.backends.skinny` (``"+coded"`` where on exact block codes)."""
+    static, skinny = getattr(model, STATIC_MARK, False), "+skinny" * uses_skinny(model) + "+coded" * uses_codes(model)
     if static:
         return ("stock+aot" if static == "aot" else "stock+static") + skinny
     modules = list(model.modules())

@@ -44,6 +44,7 @@ from torch import nn
 from specdec.backends.cpu import cpu_flags, cpu_info, cpu_key, packing_error
 from specdec.backends.kernels import FastPathWarning, Int8Linear, PackedLinear
 from specdec.backends.skinny import SkinnyLinear, W8Linear
+from specdec.backends.skinny_codes import QBLOCK, Codes
 
 __all__ = [
     "ATTEMPTS",
@@ -74,6 +75,11 @@ PACKAGE_KERNELS = ("stock", "skinny")
 #: (:func:`~specdec.backends.skinny_choice.eager_kernels`), timed at :data:`EAGER_ROWS`, and for a packed linear's
 #: single row (:meth:`KernelTable.single_row_kernel`).
 EAGER_KERNELS = ("stock", "packed", "skinny")
+#: :data:`EAGER_KERNELS` and the skinny kernel on a weight's exact block codes (``coded``: 1.25 bytes a weight, the
+#: same output bits; :mod:`specdec.backends.skinny_codes`), timed where a model has such weights (a GGUF file's).
+CODED_KERNELS = (*EAGER_KERNELS, "coded")
+#: :data:`PACKAGE_KERNELS` and the coded form, for a package of a model with such weights.
+PACKAGE_CODED = (*PACKAGE_KERNELS, "coded")
 #: Row counts of the eager table: a 1-token step and trees of 8 and 16 rows. The skinny kernel runs 8 rows in about
 #: one row's time but 16 in about twice that, where oneDNN's packed GEMM stays flat on some CPUs (AMD Zen 4, float32,
 #: SmolLM2's linears per forward: packed 31.0 / 27.3 / 34.2 ms for 1 / 8 / 16 rows, skinny 23.6 / 30.1 / 58.4): timed
@@ -82,7 +88,7 @@ EAGER_KERNELS = ("stock", "packed", "skinny")
 EAGER_ROWS = (1, 8, 16)
 #: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`): their copies must
 #: exceed :data:`COLD_BYTES` in int8.
-INT8_BYTES = {"int8": 1, "w8": 1}
+INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1}
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -136,7 +142,7 @@ def measuring() -> bool:
 
 #: Candidates that run the library's own kernels (:mod:`specdec.backends.skinny`): a table timing any of them is keyed
 #: by the library's build too (its source, torch version and flags), so a changed kernel is timed again.
-LIBRARY_KERNELS = frozenset({"skinny", "w8", "skinny-attention"})
+LIBRARY_KERNELS = frozenset({"skinny", "w8", "coded", "skinny-attention"})
 
 
 def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS, rows: tuple[int, ...] = ROWS) -> dict:
@@ -198,6 +204,8 @@ def sides(
         mods["skinny"] = [SkinnyLinear(lin) for lin in plain]
     if "w8" in kernels:
         mods["w8"] = [W8Linear(lin, keep_weight=False) for lin in plain]
+    if "coded" in kernels and n_in % QBLOCK == 0:  # codes of random values: the kernel's speed does not depend on them
+        mods["coded"] = [SkinnyLinear(lin, Codes.synthetic(n_out, n_in, generator)) for lin in plain]
     return mods
 
 

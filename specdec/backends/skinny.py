@@ -35,10 +35,12 @@ from torch import nn
 
 from specdec.backends.cpu import cpu_flags
 from specdec.backends.kernels import each_child, plain_linear, swap_module
+from specdec.backends.skinny_codes import Codes
 from specdec.models import cache_dir
 
 __all__ = [
     "C_SHIM",
+    "C_SHIM_Q",
     "built",
     "INVARIANT_ROWS",
     "SOURCE",
@@ -52,16 +54,19 @@ __all__ = [
     "skinny_linears",
     "skinny_names",
     "unavailable",
+    "uses_codes",
     "uses_skinny",
 ]
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
-#: Every source of the kernel library: the GEMM, its int8-weight twin (:class:`W8Linear`), the few-row attention
+#: Every source of the kernel library: the GEMM, its int8-weight twin (:class:`W8Linear`), its exact block-code twin
+#: (:class:`SkinnyLinear` with codes, :mod:`specdec.backends.skinny_codes`), the few-row attention
 #: (:mod:`specdec.backends.attention_choice`), and the small per-cycle steps of sampling
 #: (:mod:`specdec.backends.native`: the sampled trees' verification plan, inverse-CDF draws, top-p's cut).
 SOURCES = (
     SOURCE,
     Path(__file__).with_name("skinny_w8.cpp"),
+    Path(__file__).with_name("skinny_q.cpp"),
     Path(__file__).with_name("skinny_attention.cpp"),
     Path(__file__).with_name("skinny_attention_impl.h"),
     Path(__file__).with_name("multiround.cpp"),
@@ -148,10 +153,23 @@ C_SHIM = (
 )
 
 
+#: The block-code twin's C shim (:class:`SkinnyLinear` with codes).
+C_SHIM_Q = (
+    "AOTITorchError aoti_torch_cpu_skinny_linear_q(AtenTensorHandle x, AtenTensorHandle q, AtenTensorHandle d, "
+    "AtenTensorHandle m, AtenTensorHandle* b, int64_t isa, AtenTensorHandle* ret0)"
+)
+
+
 def package_options() -> dict:
-    """Inductor options that make an ahead-of-time package call the op's C shim (:data:`C_SHIM`)."""
+    """Inductor options that make an ahead-of-time package call the ops' C shims (:data:`C_SHIM`, :data:`C_SHIM_Q`)."""
     load()
-    return {"aot_inductor.custom_ops_to_c_shims": {torch.ops.specdec.skinny_linear.default: [C_SHIM]}}
+    ops = torch.ops.specdec
+    return {
+        "aot_inductor.custom_ops_to_c_shims": {
+            ops.skinny_linear.default: [C_SHIM],
+            ops.skinny_linear_q.default: [C_SHIM_Q],
+        }
+    }
 
 
 def _register_fake() -> None:
@@ -162,6 +180,10 @@ def _register_fake() -> None:
     @torch.library.register_fake("specdec::skinny_linear_w8")
     def _(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, b: torch.Tensor | None = None, isa: int = 0):
         return x.new_empty(*x.shape[:-1], w.shape[0])
+
+    @torch.library.register_fake("specdec::skinny_linear_q")
+    def _(x, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, b: torch.Tensor | None = None, isa: int = 0):
+        return x.new_empty(*x.shape[:-1], q.shape[0])
 
     @torch.library.register_fake("specdec::skinny_attention")
     def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float, isa: int = 0):
@@ -180,13 +202,16 @@ def unavailable() -> str | None:
 
 class SkinnyLinear(nn.Module):
     """An ``nn.Linear`` run by ``specdec::skinny_linear``: the same weight and bias tensors (shared, not copied),
-    float32 on the CPU.
+    float32 on the CPU; with ``codes``, by ``specdec::skinny_linear_q`` on them instead (bitwise the same outputs:
+    the codes decode to the weight's exact bits, and that kernel sums in this one's order).
 
     Args:
         linear: the float32 CPU ``nn.Linear`` to run; its parameters are shared with this module.
+        codes: the weight's exact block codes (:func:`~specdec.backends.skinny_codes.exact_codes`), or synthetic ones
+            for timing; None: the float32 weight is streamed.
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, codes: Codes | None = None) -> None:
         super().__init__()
         if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
             raise ValueError(
@@ -197,13 +222,24 @@ class SkinnyLinear(nn.Module):
         self.weight = linear.weight
         self.bias = linear.bias
         self.plain = (linear,)  # the module it replaced, for skinny_linears' undo (a tuple: not a submodule)
+        self.scheme = None if codes is None else codes.scheme
+        for part in ("q", "d", "m"):  # buffers: a package's constants and its name's digest (specdec.backends.aot)
+            self.register_buffer(f"codes_{part}", None if codes is None else getattr(codes, part))
+
+    @property
+    def codes(self) -> Codes | None:
+        """The weight's block codes this module streams instead of the weight, or None."""
+        return None if self.scheme is None else Codes(self.codes_q, self.codes_d, self.codes_m, self.scheme)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., in_features]`` -> ``[..., out_features]``."""
+        if self.scheme is not None:
+            return torch.ops.specdec.skinny_linear_q(x, self.codes_q, self.codes_d, self.codes_m, self.bias)
         return torch.ops.specdec.skinny_linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        coded = f", {self.scheme} codes" if self.scheme is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{coded}"
 
 
 class W8Linear(nn.Module):
@@ -258,14 +294,23 @@ def uses_skinny(model: nn.Module) -> bool:
     return any(isinstance(m, SkinnyLinear) for m in model.modules())
 
 
+def uses_codes(model: nn.Module) -> bool:
+    """Whether any linear of ``model`` runs on its weight's exact block codes (a cost curve's label)."""
+    return any(isinstance(m, SkinnyLinear) and m.scheme is not None for m in model.modules())
+
+
 def skinny_names(model: nn.Module) -> list[str]:
     """The names of ``model``'s modules that run on the kernel (which linears a package's name must tell)."""
     return [name for name, m in model.named_modules() if isinstance(m, SkinnyLinear)]
 
 
-def skinny_linears(model: nn.Module, only: Callable[[nn.Linear], bool] | None = None) -> int:
+def skinny_linears(
+    model: nn.Module,
+    only: Callable[[nn.Linear], bool] | None = None,
+    codes: Callable[[nn.Linear], Codes | None] | None = None,
+) -> int:
     """Put :class:`SkinnyLinear` in place of every plain float32 CPU ``nn.Linear`` of ``model`` (in place) for which
-    ``only`` says so (default: every one); the number swapped.
+    ``only`` says so (default: every one), on the block codes ``codes`` gives it (default: none); the number swapped.
 
     Raises:
         SkinnyError: the kernel cannot run here (:func:`unavailable`).
@@ -274,7 +319,7 @@ def skinny_linears(model: nn.Module, only: Callable[[nn.Linear], bool] | None = 
     swapped = 0
     for parent, name, child in list(each_child(model)):
         if plain_linear(child) and child.weight.dtype == torch.float32 and (only is None or only(child)):
-            swap_module(parent, name, child, SkinnyLinear(child))
+            swap_module(parent, name, child, SkinnyLinear(child, None if codes is None else codes(child)))
             swapped += 1
     return swapped
 

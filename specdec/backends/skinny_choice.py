@@ -41,10 +41,13 @@ from torch import nn
 from specdec.backends.aot import cached_package
 from specdec.backends.cpu import cpu_info, cpu_key
 from specdec.backends.kernel_times import (
+    CODED_KERNELS,
     EAGER_KERNELS,
     EAGER_ROWS,
+    PACKAGE_CODED,
     PACKAGE_KERNELS,
     TIE,
+    KernelTable,
     kernel_table,
     linear_shape,
     measuring,
@@ -55,14 +58,17 @@ from specdec.backends.kernels import plain_linear, shared_copy
 from specdec.backends.measured import model_shapes, model_table
 from specdec.backends.package_verdict import recorded, verdict_path, verdict_text
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
+from specdec.backends.skinny_codes import Codes, exact_codes
 
 __all__ = [
     "SKINNY_RULE_KEPT",
+    "codes_off",
     "eager_kernels",
     "measured_package_cached",
     "package_kernels",
     "skinny_measures",
     "skinny_off",
+    "table_kernels",
 ]
 
 #: CPUs whose rows on the results page were measured before the skinny kernel was a candidate: they keep their choice
@@ -78,6 +84,15 @@ def skinny_off() -> bool:
     switch = os.environ.get("SPECDEC_SKINNY", "auto")
     if switch not in ("auto", "off"):
         raise ValueError(f"SPECDEC_SKINNY must be 'auto' or 'off', got {switch!r}")
+    return switch == "off"
+
+
+def codes_off() -> bool:
+    """Whether ``SPECDEC_CODES=off`` keeps weights' exact block codes out of the choice (``auto``, the default, times
+    them where a model has them: :mod:`specdec.backends.skinny_codes`)."""
+    switch = os.environ.get("SPECDEC_CODES", "auto")
+    if switch not in ("auto", "off"):
+        raise ValueError(f"SPECDEC_CODES must be 'auto' or 'off', got {switch!r}")
     return switch == "off"
 
 
@@ -110,8 +125,16 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     elif (why := unavailable()) is not None:
         return 0, f"the package's linears stay stock: {why}"
     else:
-        table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=PACKAGE_KERNELS)
-        swapped, reason = _swap(model, linears, already, lambda lin: table.choice(linear_shape(lin)) == "skinny")
+        coded = _coded(linears)
+        kernels = PACKAGE_CODED if coded else PACKAGE_KERNELS
+        table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=kernels)
+        mine = _form(table, coded)
+
+        def wins(linear: nn.Linear) -> bool:
+            cost, stock = mine(linear)[0], table.cost(linear_shape(linear), "stock")
+            return cost is not None and stock is not None and cost < (1 - TIE) * stock
+
+        swapped, reason = _swap(model, linears, already, wins, table_path(torch.float32, kernels).name, coded, mine)
     verdict = recorded(model) if swapped else None
     if verdict is not None and verdict["choice"] == "stock":  # the whole packages timed: stock ran faster
         plain_linears(model)
@@ -136,39 +159,79 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
         return already, ""
     if (why := unavailable()) is not None:
         return 0, f"no linear on the skinny kernel: {why}"
-    table = kernel_table(model_shapes(model)[2], torch.float32, kernels=EAGER_KERNELS, rows=EAGER_ROWS)
+    coded = _coded(linears)
+    kernels = CODED_KERNELS if coded else EAGER_KERNELS
+    table = kernel_table(model_shapes(model)[2], torch.float32, kernels=kernels, rows=EAGER_ROWS)
+    mine = _form(table, coded)
+
+    def rivals(linear: nn.Linear) -> list[float]:
+        return [c for c in (table.cost(linear_shape(linear), k) for k in ("stock", "packed")) if c is not None]
 
     def alone(linear: nn.Linear) -> bool:
-        shape = linear_shape(linear)
-        rivals = [c for c in (table.cost(shape, k) for k in ("stock", "packed")) if c is not None]
-        mine = table.cost(shape, "skinny")
-        return mine is not None and bool(rivals) and mine < (1 - TIE) * min(rivals)
+        cost, others = mine(linear)[0], rivals(linear)
+        return cost is not None and bool(others) and cost < (1 - TIE) * min(others)
 
     own = frozenset(id(m) for m in linears if alone(m))  # each linear's own verdict, before the groups'
 
     def best(linear: nn.Linear) -> float | None:
-        kernels = ("skinny",) if id(linear) in own else ("stock", "packed")
-        return min((c for c in (table.cost(linear_shape(linear), k) for k in kernels) if c is not None), default=None)
+        return mine(linear)[0] if id(linear) in own else min(rivals(linear), default=None)
 
     on = set(own)
     for group, stacks in model_table(model)[1]:  # a group that packs stacked, its one GEMM no dearer: all off
         members, together = [best(m) for m in group], table.cost(stacked_shape(group), "packed")
         if stacks and together is not None and None not in members and not sum(members) < (1 - TIE) * together:
             on -= {id(m) for m in group}
-    source = table_path(torch.float32, EAGER_KERNELS, EAGER_ROWS).name
-    return _swap(model, linears, already, lambda linear: id(linear) in on, source)
+    source = table_path(torch.float32, kernels, EAGER_ROWS).name
+    return _swap(model, linears, already, lambda linear: id(linear) in on, source, coded, mine)
+
+
+def _coded(linears: list[nn.Linear]) -> dict[int, Codes]:
+    """The exact block codes of each of ``linears`` that has them, by ``id`` (none with ``SPECDEC_CODES=off``)."""
+    return {} if codes_off() else {id(m): c for m in linears if (c := exact_codes(m.weight)) is not None}
+
+
+def table_kernels(linears: list[nn.Linear]) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """``(eager, package, about)``: the candidates of the two tables ``auto`` consults for ``linears`` (with the coded
+    form where some have exact block codes) and a line saying how many have them (``specdec doctor``)."""
+    coded = _coded(linears)
+    if not coded:
+        return EAGER_KERNELS, PACKAGE_KERNELS, "no linear's weight is exact block codes"
+    schemes = sorted({c.scheme for c in coded.values()})
+    about = f"{len(coded)} of {len(linears)} linears' weights are exact block codes ({', '.join(schemes)})"
+    return CODED_KERNELS, PACKAGE_CODED, about
+
+
+def _form(table: KernelTable, coded: dict[int, Codes]) -> Callable[[nn.Linear], tuple[float | None, str]]:
+    """A linear's ``(cost, form)`` on the skinny kernel in ``table``: on its exact codes (``"coded"``) where it has
+    them and they time faster, else on its float32 weight (``"skinny"``); the cost None where not measured."""
+
+    def mine(linear: nn.Linear) -> tuple[float | None, str]:
+        forms = ("skinny", "coded") if id(linear) in coded else ("skinny",)
+        costs = [(c, form) for form in forms if (c := table.cost(linear_shape(linear), form)) is not None]
+        return min(costs, default=(None, "skinny"))
+
+    return mine
 
 
 def _swap(
-    model: nn.Module, linears: list[nn.Linear], already: int, wins: Callable[[nn.Linear], bool], table: str = ""
+    model: nn.Module,
+    linears: list[nn.Linear],
+    already: int,
+    wins: Callable[[nn.Linear], bool],
+    table: str,
+    coded: dict[int, Codes],
+    mine: Callable[[nn.Linear], tuple[float | None, str]],
 ) -> tuple[int, str]:
-    """Put the ``linears`` of ``model`` that ``wins`` on the kernel; ``(on the kernel, reason)``, counting the
-    ``already`` there from a previous preparation (idempotent); ``table``: the deciding table's file name (default:
-    the package's)."""
-    swapped = already + skinny_linears(model, only=wins)
-    source = f"{table or table_path(torch.float32, PACKAGE_KERNELS).name}; `specdec doctor` shows it"
+    """Put the ``linears`` of ``model`` that ``wins`` on the kernel, on their exact block codes (``coded``, by ``id``)
+    where ``mine`` says they time faster so; ``(on the kernel, reason)``, counting the ``already`` there from a
+    previous preparation (idempotent); ``table``: the deciding table's file name."""
+    codes = {id(m): coded[id(m)] for m in linears if id(m) in coded and wins(m) and mine(m)[1] == "coded"}
+    swapped = already + skinny_linears(model, only=wins, codes=lambda linear: codes.get(id(linear)))
+    source = f"{table}; `specdec doctor` shows it"
     total = already + len(linears)
-    return swapped, f"{swapped} of {total} linears measured faster on the skinny kernel here ({source})"
+    schemes = sorted({c.scheme for c in codes.values()})
+    coded = f", {len(codes)} on their weights' exact block codes ({', '.join(schemes)})" if codes else ""
+    return swapped, f"{swapped} of {total} linears measured faster on the skinny kernel here{coded} ({source})"
 
 
 def _candidates(model: nn.Module) -> list[nn.Linear]:
