@@ -67,6 +67,20 @@ def test_weights_that_are_not_codes_get_none() -> None:
     assert exact_codes(w[:, :40]) is None  # 40 inputs: not a whole number of blocks of 32
 
 
+def test_the_check_in_row_chunks_sees_every_chunk(monkeypatch) -> None:
+    """Rows are checked a chunk at a time (bounded temporaries): the codes are the same as in one piece, and one ulp
+    off in the last chunk still refuses the weight."""
+    from specdec.backends import skinny_codes
+
+    w = gguf_like("q4_1", 18, 64)
+    whole = exact_codes(w)
+    monkeypatch.setattr(skinny_codes, "CHUNK_ROWS", 4)
+    chunked = exact_codes(w)
+    assert all(torch.equal(getattr(whole, f), getattr(chunked, f)) for f in ("q", "d", "m"))
+    w[17, 63] = torch.nextafter(w[17, 63], torch.tensor(-1.0))
+    assert exact_codes(w) is None
+
+
 @pytest.mark.slow
 def test_smollm2_gguf_weights_are_exact_codes() -> None:
     """The default target: every linear of SmolLM2-135M-Instruct's GGUF file (Q4_1 layers, the Q8_0 embedding

@@ -20,6 +20,12 @@ weights (:mod:`specdec.backends.kernel_times`; a tie within ``TIE`` keeps the ot
   copies kept. On AMD Zen 4, where oneDNN's packed GEMM holds 16 rows near one row's time, the kernel takes a packed
   linear's single row instead (:func:`~specdec.backends.measured.single_rows`).
 
+Where a linear's float32 weight is exact block codes (a GGUF file's, :mod:`specdec.backends.skinny_codes`), the
+kernel's coded form (the same output bits, a third of the bytes) is timed too (``coded``, in the tables of
+:data:`~specdec.backends.kernel_times.CODED_KERNELS` and ``PACKAGE_CODED``) and the linear takes whichever of its two
+forms timed faster; ``SPECDEC_CODES=off`` leaves it out. On the Intel Xeon of family 6 model 207 SmolLM2's package
+ran a 1-token step in 0.57x the time without codes (docs/results/2026-12-01-codes-intel-f6m207).
+
 Exactness: every kernel computes each output exactly up to the grouping of its sums; the skinny kernel's grouping is
 the same for every row count of a tree (its contract), so greedy speculation emits plain decoding's tokens on it too.
 Row-invariant numerics asked for (``invariant=True``) keep every linear packed.
@@ -54,7 +60,7 @@ from specdec.backends.kernel_times import (
     stacked_shape,
     table_path,
 )
-from specdec.backends.kernels import plain_linear, shared_copy
+from specdec.backends.kernels import plain_linear, return_freed_memory, shared_copy
 from specdec.backends.measured import model_shapes, model_table
 from specdec.backends.package_verdict import recorded, verdict_path, verdict_text
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
@@ -186,8 +192,13 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
 
 
 def _coded(linears: list[nn.Linear]) -> dict[int, Codes]:
-    """The exact block codes of each of ``linears`` that has them, by ``id`` (none with ``SPECDEC_CODES=off``)."""
-    return {} if codes_off() else {id(m): c for m in linears if (c := exact_codes(m.weight)) is not None}
+    """The exact block codes of each of ``linears`` that has them, by ``id`` (none with ``SPECDEC_CODES=off``); the
+    check's freed temporaries are given back to the system."""
+    if codes_off():
+        return {}
+    coded = {id(m): c for m in linears if (c := exact_codes(m.weight)) is not None}
+    return_freed_memory()
+    return coded
 
 
 def table_kernels(linears: list[nn.Linear]) -> tuple[tuple[str, ...], tuple[str, ...], str]:

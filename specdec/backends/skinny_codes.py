@@ -28,6 +28,9 @@ QBLOCK = 32
 #: ``d = v / levels`` with ``v`` the value of largest magnitude (``Q4_0``, ``Q5_0``: ``levels`` -8 and -16, ``q``
 #: from ``levels`` to ``-levels - 1``) or its magnitude (``Q8_0``: ``q`` in ``-127..127``). Each candidate is only a
 #: guess: :func:`exact_codes` keeps the first whose decoding is bitwise the weight.
+#: Weight rows checked at a time (bounds the check's float32 temporaries: a 49152-row vocabulary projection's would
+#: be several copies of its 113 MB at once).
+CHUNK_ROWS = 4096
 SCHEMES = (("q4_1", True, 15), ("q5_1", True, 31), ("q8_0", False, 127), ("q4_0", False, -8), ("q5_0", False, -16))
 
 
@@ -91,9 +94,18 @@ def exact_codes(weight: torch.Tensor) -> Codes | None:
     blocks = weight.detach().reshape(n, k // QBLOCK, QBLOCK)
     if not bool(torch.isfinite(blocks).all()):
         return None
-    bits = blocks.view(torch.int32)
     for name, affine, levels in SCHEMES:
-        q, d, m = _scheme(blocks, affine, levels)
-        if torch.equal((q * d + m).view(torch.int32), bits):
-            return Codes(q.to(torch.int8).reshape(n, k), d[..., 0].contiguous(), m[..., 0].contiguous(), name)
+        parts = [_exact(blocks[i : i + CHUNK_ROWS], affine, levels) for i in range(0, n, CHUNK_ROWS)]
+        if all(p is not None for p in parts):
+            q, d, m = (torch.cat(t) for t in zip(*parts, strict=True))
+            return Codes(q.reshape(n, k), d, m, name)
     return None
+
+
+def _exact(blocks: torch.Tensor, affine: bool, levels: int) -> tuple[torch.Tensor, ...] | None:
+    """``(q int8, d, m)`` of ``blocks [rows, B, QBLOCK]`` by one scheme, or None where one element decodes to other
+    bits (the check: the decoded and the given values compared as integers)."""
+    q, d, m = _scheme(blocks, affine, levels)
+    if not torch.equal((q * d + m).view(torch.int32), blocks.view(torch.int32)):
+        return None
+    return q.to(torch.int8), d[..., 0].contiguous(), m[..., 0].contiguous()
