@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.backends.cpu import cpu_flags
 from specdec.backends.skinny_codes import QBLOCK, SCHEMES, Codes, exact_codes
+from tests.test_skinny import ISAS, kernel  # noqa: F401 -- the fixture that skips where the kernel cannot run
 
 
 def gguf_like(scheme: str, n: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -98,25 +98,6 @@ def test_smollm2_gguf_weights_are_exact_codes() -> None:
 
 
 # The kernel (built on first use: heavy, as tests/test_skinny.py).
-
-
-@pytest.fixture
-def kernel() -> None:
-    from specdec.backends import skinny
-
-    reason = skinny.unavailable() if cpu_flags() else "no /proc/cpuinfo: the CPU's flags are unknown"
-    if reason is not None:
-        pytest.skip(f"skinny kernel unavailable: {reason}")
-
-
-ISAS = [
-    pytest.param(1, id="avx2"),
-    pytest.param(
-        2, id="avx512", marks=pytest.mark.skipif("avx512f" not in cpu_flags(), reason="this CPU has no AVX-512")
-    ),
-]
-
-
 @pytest.mark.heavy
 @pytest.mark.usefixtures("kernel")
 @pytest.mark.parametrize("isa", ISAS)
@@ -196,7 +177,7 @@ def test_auto_takes_the_codes_where_they_time_faster(monkeypatch, tmp_path, code
     monkeypatch.setenv("SPECDEC_KERNELS", "measure")
     monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
     ms = {"stock": 1.0, "packed": 0.9, "skinny": 0.5, "coded": coded_ms}
-    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, kernel: ms[kernel])
+    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, name: ms[name])
     model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)
     with torch.no_grad():
         for i, linear in enumerate(m for m in model.modules() if isinstance(m, nn.Linear)):

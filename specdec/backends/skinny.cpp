@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
+#include "skinny_isa.h"
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -77,12 +78,6 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, const float*
   rows_avx512_r<M, (M <= 4 ? 4 : M <= 8 ? 2 : 1)>(x, w, b, y, K, N, n0, n1);
 }
 
-__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 template <int M>
 __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, const float* w, const float* b, float* y,
                                                    int64_t K, int64_t N, int64_t n0, int64_t n1) {
@@ -97,7 +92,7 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, const float* 
     }
     const float bias = b ? b[n] : 0.0f;
     for (int m = 0; m < M; ++m) {
-      float s = hsum256(acc[m]);
+      float s = specdec_isa::hsum256(acc[m]);
       for (int64_t k = kv; k < K; ++k) s += x[m * K + k] * wr[k];
       y[m * N + n] = s + bias;
     }
@@ -111,14 +106,8 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, const float* 
 const Kernel AVX512[MAX_ROWS] = SPECDEC_TABLE(rows_avx512);
 const Kernel AVX2[MAX_ROWS] = SPECDEC_TABLE(rows_avx2);
 
-// The variant to run: 0 = the widest this CPU has, 1 = AVX2 (every AVX-512 CPU has it too: how the AVX2 variant is
-// tested on any machine), 2 = AVX-512. nullptr where the CPU lacks what is asked for.
-const Kernel* kernels(int64_t isa) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (isa == 2 || (isa == 0 && avx512)) return avx512 ? AVX512 : nullptr;
-  return avx2 ? AVX2 : nullptr;
-}
+// The variant to run, by isa (specdec_isa::pick says how).
+const Kernel* kernels(int64_t isa) { return specdec_isa::pick<Kernel>(isa, AVX512, AVX2); }
 
 at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t isa) {
   TORCH_CHECK(isa >= 0 && isa <= 2, "specdec::skinny_linear: isa is 0 (best), 1 (AVX2) or 2 (AVX-512), got ", isa);

@@ -60,13 +60,15 @@ __all__ = [
 
 SOURCE = Path(__file__).with_name("skinny.cpp")
 #: Every source of the kernel library: the GEMM, its int8-weight twin (:class:`W8Linear`), its exact block-code twin
-#: (:class:`SkinnyLinear` with codes, :mod:`specdec.backends.skinny_codes`), the few-row attention
+#: (:class:`SkinnyLinear` with codes, :mod:`specdec.backends.skinny_codes`), what the three share (``skinny_isa.h``),
+#: the few-row attention
 #: (:mod:`specdec.backends.attention_choice`), and the small per-cycle steps of sampling
 #: (:mod:`specdec.backends.native`: the sampled trees' verification plan, inverse-CDF draws, top-p's cut).
 SOURCES = (
     SOURCE,
     Path(__file__).with_name("skinny_w8.cpp"),
     Path(__file__).with_name("skinny_q.cpp"),
+    Path(__file__).with_name("skinny_isa.h"),
     Path(__file__).with_name("skinny_attention.cpp"),
     Path(__file__).with_name("skinny_attention_impl.h"),
     Path(__file__).with_name("multiround.cpp"),

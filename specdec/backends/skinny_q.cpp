@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
+#include "skinny_isa.h"
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -74,12 +75,6 @@ __attribute__((target("avx512f"))) void q_avx512(const float* x, const int8_t* q
   q_avx512_r<M, (M <= 2 ? 8 : M <= 4 ? 4 : M <= 8 ? 2 : 1)>(x, q, d, mo, b, y, K, N, n0, n1);
 }
 
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {  // skinny.cpp's hsum256
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 template <int M>
 __attribute__((target("avx2,fma"))) void q_avx2(const float* x, const int8_t* q, const float* d, const float* mo,
                                                const float* b, float* y, int64_t K, int64_t N, int64_t n0,
@@ -96,7 +91,7 @@ __attribute__((target("avx2,fma"))) void q_avx2(const float* x, const int8_t* q,
       for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k), acc[m]);
     }
     const float bias = b ? b[n] : 0.0f;
-    for (int m = 0; m < M; ++m) y[m * N + n] = hsum8(acc[m]) + bias;
+    for (int m = 0; m < M; ++m) y[m * N + n] = specdec_isa::hsum256(acc[m]) + bias;
   }
 }
 
@@ -107,13 +102,8 @@ __attribute__((target("avx2,fma"))) void q_avx2(const float* x, const int8_t* q,
 const Kernel AVX512[MAX_ROWS] = SPECDEC_Q_TABLE(q_avx512);
 const Kernel AVX2[MAX_ROWS] = SPECDEC_Q_TABLE(q_avx2);
 
-// 0 = the widest this CPU has, 1 = AVX2, 2 = AVX-512 (as skinny_linear's isa); nullptr where the CPU lacks it.
-const Kernel* q_kernels(int64_t isa) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (isa == 2 || (isa == 0 && avx512)) return avx512 ? AVX512 : nullptr;
-  return avx2 ? AVX2 : nullptr;
-}
+// The variant to run, by isa (as skinny_linear's; specdec_isa::pick says how).
+const Kernel* q_kernels(int64_t isa) { return specdec_isa::pick<Kernel>(isa, AVX512, AVX2); }
 
 at::Tensor skinny_linear_q(const at::Tensor& x, const at::Tensor& q, const at::Tensor& d, const at::Tensor& m,
                            const std::optional<at::Tensor>& b, int64_t isa) {

@@ -14,6 +14,7 @@
 // prompt's prefill through the head: the weights are widened once and torch's own GEMM runs it.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include "skinny_isa.h"
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -76,12 +77,6 @@ __attribute__((target("avx512f"))) void w8_avx512(const float* x, const int8_t* 
   w8_avx512_r<M, (M <= 2 ? 8 : M <= 4 ? 4 : 2)>(x, w, s, b, y, K, N, n0, n1);
 }
 
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 // AVX2 has 16 vector registers: two weight rows per pass for up to 4 input rows (8 accumulators), one above.
 template <int M, int R>
 __attribute__((target("avx2,fma"))) void w8_avx2_r(const float* x, const int8_t* w, const float* s, const float* b,
@@ -117,7 +112,7 @@ __attribute__((target("avx2,fma"))) void w8_avx2_r(const float* x, const int8_t*
     }
     for (int r = 0; r < R; ++r) {
       const float bias = b ? b[n + r] : 0.0f;
-      for (int m = 0; m < M; ++m) y[m * N + n + r] = hsum8(acc[r][m]) * s[n + r] + bias;
+      for (int m = 0; m < M; ++m) y[m * N + n + r] = specdec_isa::hsum256(acc[r][m]) * s[n + r] + bias;
     }
   }
   if (n < n1 && R > 1) w8_avx2_r<M, 1>(x, w, s, b, y, K, N, n, n1);
@@ -134,13 +129,8 @@ const Kernel AVX512[TILE] = {w8_avx512<1>, w8_avx512<2>, w8_avx512<3>, w8_avx512
 const Kernel AVX2[TILE] = {w8_avx2<1>, w8_avx2<2>, w8_avx2<3>, w8_avx2<4>,
                            w8_avx2<5>, w8_avx2<6>, w8_avx2<7>, w8_avx2<8>};
 
-// 0 = the widest this CPU has, 1 = AVX2, 2 = AVX-512 (as skinny_linear's isa); nullptr where the CPU lacks it.
-const Kernel* w8_kernels(int64_t isa) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (isa == 2 || (isa == 0 && avx512)) return avx512 ? AVX512 : nullptr;
-  return avx2 ? AVX2 : nullptr;
-}
+// The variant to run, by isa (as skinny_linear's; specdec_isa::pick says how).
+const Kernel* w8_kernels(int64_t isa) { return specdec_isa::pick<Kernel>(isa, AVX512, AVX2); }
 
 at::Tensor skinny_linear_w8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale,
                             const std::optional<at::Tensor>& b, int64_t isa) {
