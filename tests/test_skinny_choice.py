@@ -220,3 +220,35 @@ def test_a_packed_linears_single_row_runs_on_the_kernel_where_it_measured_faster
     monkeypatch.setenv("SPECDEC_SKINNY", "off")
     off = HFTarget(m, max_len=32, static_shapes=False).execution
     assert off.single_skinny == 0 and off.single_stock == 0 and off.weights == "packed"
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("kernel")
+def test_aot_builds_the_coded_package_and_auto_finds_it(monkeypatch) -> None:
+    """A model whose weights are exact block codes: ``aot`` builds its package on the codes where the coded form
+    timed faster (costs patched), and ``static_shapes="auto"`` finds that package: it reads the table with the coded
+    form, not the float32 one (a review found it looked for the other table's file, so it never found the package).
+    Greedy tokens are the stock model's."""
+    from tests.test_skinny_codes import gguf_like
+
+    m = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)
+    with torch.no_grad():
+        for i, linear in enumerate(x for x in m.modules() if plain_linear(x)):
+            linear.weight.copy_(gguf_like("q4_1", *linear.weight.shape, seed=i))
+    n = len([x for x in m.modules() if plain_linear(x)])
+    want = greedy_tokens(HFTarget(m, 64, weights="stock", static_shapes=False))
+    ms = {"stock": 1.0, "skinny": 0.5, "coded": 0.3}
+    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, name: ms.get(name))
+    fast = {"skinny": {"1": 1.0, "8": 1.0}, "stock": {"1": 2.0, "8": 2.0}}
+    monkeypatch.setattr(package_timing, "_time", lambda models: (fast, []))
+    built = HFTarget(m, max_len=64, static_shapes="aot")
+    assert built.execution.coded == built.execution.skinny == n and built.execution.label == "stock+aot+skinny+coded"
+    assert greedy_tokens(built) == want
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a package was built again")
+
+    monkeypatch.setattr(aot_module, "build_package", no_build)
+    auto = HFTarget(m, max_len=64)  # static_shapes="auto": the coded package is cached
+    assert auto.execution.aot and auto.execution.coded == n
+    assert greedy_tokens(auto) == want

@@ -196,3 +196,28 @@ def test_auto_takes_the_codes_where_they_time_faster(monkeypatch, tmp_path, code
     monkeypatch.setenv("SPECDEC_CODES", "off")
     off = HFTarget(model, max_len=64, static_shapes=False)
     assert not any(getattr(m, "scheme", None) for m in off.model.modules())
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("kernel")
+def test_codes_name_their_own_package_and_cost_curve_but_are_not_saved() -> None:
+    """A package on codes is another compiled graph with other constants: its name differs from the float32 skinny
+    package's and the stock one's, and an ahead-of-time execution's label (the cost curve's file) says ``+coded``.
+    The codes are derived from the weight, so a prepared model's ``state_dict`` does not carry them."""
+    from specdec.backends import skinny
+    from specdec.backends.aot import package_path
+    from specdec.backends.choice import Execution
+
+    model = nn.Sequential(nn.Linear(64, 32)).eval()
+    with torch.no_grad():
+        model[0].weight.copy_(gguf_like("q4_1", 32, 64))
+    names = [package_path(model).name]
+    skinny.skinny_linears(model)
+    names.append(package_path(model).name)
+    skinny.plain_linears(model)
+    skinny.skinny_linears(model, codes=lambda linear: exact_codes(linear.weight))
+    names.append(package_path(model).name)
+    assert len(set(names)) == 3 and skinny.coded_names(model) == ["0"]
+    assert set(model.state_dict()) == {"0.weight", "0.bias"}
+    assert Execution("stock", True, aot=True, skinny=1, coded=1).label == "stock+aot+skinny+coded"
+    assert Execution("stock", True, aot=True, skinny=1).label == "stock+aot+skinny"

@@ -20,7 +20,8 @@ and writes the cache in place:
 
 Contract (exactness: a package is never run for another model): the file name holds a digest of everything that
 decides the compiled code and its constants: the model's weights (every tensor's bytes), its config, dtype and
-attention implementation, which linears run on the skinny kernel (:mod:`specdec.backends.skinny`), the machine (CPU
+attention implementation, which linears run on the skinny kernel (:mod:`specdec.backends.skinny`) and which on their
+exact block codes, the machine (CPU
 model and flags, torch version, thread count: :func:`~specdec.backends.kernel_times.machine_key`), transformers'
 version and :data:`FORMAT`. A package that fails to build or load raises :class:`PackageError`; the runner then warns
 once and runs the same static forward eagerly (:func:`~specdec.backends.compiled.run_compiled`).
@@ -44,7 +45,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from specdec.backends.compiled import PackageError, cpu_options
 from specdec.backends.kernels import plain_linear
 from specdec.backends.measured import machine_key
-from specdec.backends.skinny import package_options, skinny_names, uses_skinny
+from specdec.backends.skinny import coded_names, package_options, skinny_names, uses_skinny
 from specdec.kvcache import PositionCache
 
 __all__ = [
@@ -112,6 +113,8 @@ def _model_digest(model: nn.Module) -> str:
         digest.update(b"specdec::skinny_linear")
         if any(plain_linear(m) for m in model.modules()):  # some linears, not all (a measured choice): which ones
             digest.update(",".join(skinny).encode())
+    if coded := coded_names(model):  # on their exact codes (derived from the weights hashed below): which ones
+        digest.update(b"specdec::skinny_linear_q:" + ",".join(coded).encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
         digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
@@ -133,7 +136,10 @@ def package_path(model: nn.Module) -> Path:
     dtype = next(model.parameters()).dtype
     state = model.state_dict()
     seen = tuple((t.data_ptr(), t._version) for t in state.values())  # an in-place change bumps a tensor's version
-    seen += (tuple(skinny_names(model)),)  # linears swapped onto the skinny kernel keep their tensors: another package
+    seen += (
+        tuple(skinny_names(model)),
+        tuple(coded_names(model)),
+    )  # swapped linears keep their tensors: other packages
     memo = getattr(model, "_specdec_aot_name", None)
     if memo is None or memo[0] != seen:
         memo = (seen, f"{_machine_digest(dtype)}-{_model_digest(model)}.pt2")

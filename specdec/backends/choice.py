@@ -54,7 +54,7 @@ from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
 from specdec.backends.row_padding import padding_rows, set_pad_rows
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
-from specdec.backends.skinny import unavailable, uses_codes, uses_skinny
+from specdec.backends.skinny import coded_names, unavailable, uses_codes, uses_skinny
 from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels, skinny_measures
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import BackendError
@@ -89,7 +89,8 @@ class Execution:
         aot: with ``static``, served by the model's ahead-of-time package (:mod:`specdec.backends.aot`, CPU) instead
             of compiling in this process.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
-        skinny: linears on the skinny kernel (:mod:`specdec.backends.skinny_choice`).
+        skinny: linears on the skinny kernel (:mod:`specdec.backends.skinny_choice`); coded: of them, those on their
+            weights' exact block codes (:mod:`specdec.backends.skinny_codes`).
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
             in a tree forward of any size.
@@ -121,6 +122,7 @@ class Execution:
     single_skinny: int = 0
     single_bytes: int = 0
     skinny: int = 0
+    coded: int = 0
     skinny_forward: bool = False
     pad_rows: int = 1
 
@@ -139,19 +141,17 @@ class Execution:
     def label(self) -> str:
         """``"packed"``, ``"packed+pad5+attention"``, ``"stock+static"``, ``"stock+aot+skinny"``, ... (file names,
         stats)."""
-        return (
-            self.weights
-            + f"+pad{self.pad_rows}" * (self.pad_rows > 1)
-            + ("+aot" + "+skinny" * (self.skinny > 0) if self.aot else "+static" if self.static else "")
-            + ("+invariant" if self.invariant else "+attention" * (self.attention == GQA_SKINNY))
-        )
+        aot = "+aot" + "+skinny" * (self.skinny > 0) + "+coded" * (self.coded > 0)
+        shapes = aot if self.aot else "+static" * self.static
+        numerics = "+invariant" if self.invariant else "+attention" * (self.attention == GQA_SKINNY)
+        return self.weights + f"+pad{self.pad_rows}" * (self.pad_rows > 1) + shapes + numerics
 
     def describe(self) -> str:
         """One line for a stats line or a log: what runs, and why where it was a fallback or a choice."""
         shapes = "static shapes (compiled)" if self.static else "eager shapes"
         shapes = "static shapes (ahead-of-time package)" if self.aot else shapes
         counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
-        counts += ((self.skinny, "linears on the skinny kernel"),)
+        counts += ((self.skinny, "linears on the skinny kernel"), (self.coded, "of them on their exact block codes"))
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         padded = f", {self.padded} linears padding single rows" if self.padded else ""
@@ -330,6 +330,7 @@ def apply(
         skinny_forward=attention == GQA_SKINNY and skinny_forward(model),
         reason=reason,
         invariant=on,
+        coded=len(coded_names(model)),
         padded=padded,
         single_stock=single.get("stock", 0),
         single_skinny=single.get("skinny", 0),

@@ -42,6 +42,7 @@ __all__ = [
     "C_SHIM",
     "C_SHIM_Q",
     "built",
+    "coded_names",
     "INVARIANT_ROWS",
     "SOURCE",
     "SOURCES",
@@ -225,8 +226,8 @@ class SkinnyLinear(nn.Module):
         self.bias = linear.bias
         self.plain = (linear,)  # the module it replaced, for skinny_linears' undo (a tuple: not a submodule)
         self.scheme = None if codes is None else codes.scheme
-        for part in ("q", "d", "m"):  # buffers: a package's constants and its name's digest (specdec.backends.aot)
-            self.register_buffer(f"codes_{part}", None if codes is None else getattr(codes, part))
+        for part in ("q", "d", "m"):  # buffers: a package's constants; not saved (derived from the weight, which is)
+            self.register_buffer(f"codes_{part}", None if codes is None else getattr(codes, part), persistent=False)
 
     @property
     def codes(self) -> Codes | None:
@@ -296,9 +297,14 @@ def uses_skinny(model: nn.Module) -> bool:
     return any(isinstance(m, SkinnyLinear) for m in model.modules())
 
 
+def coded_names(model: nn.Module) -> list[str]:
+    """The names of ``model``'s linears that run on their weight's exact block codes (a package's name tells them)."""
+    return [name for name, m in model.named_modules() if isinstance(m, SkinnyLinear) and m.scheme is not None]
+
+
 def uses_codes(model: nn.Module) -> bool:
     """Whether any linear of ``model`` runs on its weight's exact block codes (a cost curve's label)."""
-    return any(isinstance(m, SkinnyLinear) and m.scheme is not None for m in model.modules())
+    return bool(coded_names(model))
 
 
 def skinny_names(model: nn.Module) -> list[str]:

@@ -24,7 +24,7 @@ Where a linear's float32 weight is exact block codes (a GGUF file's, :mod:`specd
 kernel's coded form (the same output bits, a third of the bytes) is timed too (``coded``, in the tables of
 :data:`~specdec.backends.kernel_times.CODED_KERNELS` and ``PACKAGE_CODED``) and the linear takes whichever of its two
 forms timed faster; ``SPECDEC_CODES=off`` leaves it out. On the Intel Xeon of family 6 model 207 SmolLM2's package
-ran a 1-token step in 0.57x the time without codes (docs/results/2026-12-01-codes-intel-f6m207).
+ran a 1-token step in 0.55x the time without codes (docs/results/2026-12-01-codes-intel-f6m207).
 
 Exactness: every kernel computes each output exactly up to the grouping of its sums; the skinny kernel's grouping is
 the same for every row count of a tree (its contract), so greedy speculation emits plain decoding's tokens on it too.
@@ -124,19 +124,21 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     stock puts every linear back.
     """
     linears, already = _candidates(model), len(skinny_names(model))
+    coded = _coded(linears) if linears and (built() or not cached_only) else {}
+    kernels = PACKAGE_CODED if coded else PACKAGE_KERNELS  # the table this model's choice reads
     if not linears:
         swapped, reason = already, ""
-    elif cached_only and not (table_path(torch.float32, PACKAGE_KERNELS).exists() and built()):
+    elif cached_only and not (table_path(torch.float32, kernels).exists() and built()):
         return 0, ""
     elif (why := unavailable()) is not None:
         return 0, f"the package's linears stay stock: {why}"
     else:
-        coded = _coded(linears)
-        kernels = PACKAGE_CODED if coded else PACKAGE_KERNELS
         table = kernel_table([linear_shape(m) for m in linears], torch.float32, kernels=kernels)
         mine = _form(table, coded)
 
-        def wins(linear: nn.Linear) -> bool:
+        def wins(linear: nn.Linear) -> bool:  # without codes, the table's own choice of two kernels
+            if not coded:
+                return table.choice(linear_shape(linear)) == "skinny"
             cost, stock = mine(linear)[0], table.cost(linear_shape(linear), "stock")
             return cost is not None and stock is not None and cost < (1 - TIE) * stock
 

@@ -89,14 +89,18 @@ def exact_codes(weight: torch.Tensor) -> Codes | None:
     if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":
         return None
     n, k = weight.shape
-    if k == 0 or k % QBLOCK:
+    if n == 0 or k == 0 or k % QBLOCK:
         return None
     blocks = weight.detach().reshape(n, k // QBLOCK, QBLOCK)
     if not bool(torch.isfinite(blocks).all()):
         return None
     for name, affine, levels in SCHEMES:
-        parts = [_exact(blocks[i : i + CHUNK_ROWS], affine, levels) for i in range(0, n, CHUNK_ROWS)]
-        if all(p is not None for p in parts):
+        parts = []
+        for i in range(0, n, CHUNK_ROWS):  # a scheme is dropped at its first chunk that decodes other bits
+            if (part := _exact(blocks[i : i + CHUNK_ROWS], affine, levels)) is None:
+                break
+            parts.append(part)
+        else:
             q, d, m = (torch.cat(t) for t in zip(*parts, strict=True))
             return Codes(q.reshape(n, k), d, m, name)
     return None
