@@ -124,15 +124,17 @@ def test_aot_builds_the_measured_package_and_auto_finds_it(monkeypatch) -> None:
     assert "linears on the skinny kernel" in built.execution.describe() and built.execution.label == "stock+aot+skinny"
     assert greedy_tokens(built) == want and built.sibling(64).execution.skinny == n  # a sibling: the same package
 
-    def no_build(*args, **kwargs):
-        raise AssertionError("a package was built again")
-
     monkeypatch.setattr(aot_module, "build_package", no_build)
     auto = HFTarget(m, max_len=64)  # static_shapes="auto": the measured package is cached
     assert auto.execution.aot and auto.execution.skinny == n
     assert greedy_tokens(auto) == want
     choose(monkeypatch, lambda shape: "stock")  # control: a stock choice is not handed the skinny package
     assert not HFTarget(m, max_len=64).static
+
+
+def no_build(*args, **kwargs):
+    """``build_package`` where a cached package must be found instead."""
+    raise AssertionError("a package was built again")
 
 
 def costs(monkeypatch, skinny_ms: float) -> None:
@@ -244,9 +246,6 @@ def test_aot_builds_the_coded_package_and_auto_finds_it(monkeypatch) -> None:
     built = HFTarget(m, max_len=64, static_shapes="aot")
     assert built.execution.coded == built.execution.skinny == n and built.execution.label == "stock+aot+skinny+coded"
     assert greedy_tokens(built) == want
-
-    def no_build(*args, **kwargs):
-        raise AssertionError("a package was built again")
 
     monkeypatch.setattr(aot_module, "build_package", no_build)
     auto = HFTarget(m, max_len=64)  # static_shapes="auto": the coded package is cached
