@@ -99,10 +99,6 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, const float* 
   }
 }
 
-#define SPECDEC_TABLE(fn)                                                                                           \
-  {fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>, fn<9>, fn<10>, fn<11>, fn<12>, fn<13>, fn<14>, fn<15>, \
-   fn<16>}
-
 const Kernel AVX512[MAX_ROWS] = SPECDEC_TABLE(rows_avx512);
 const Kernel AVX2[MAX_ROWS] = SPECDEC_TABLE(rows_avx2);
 

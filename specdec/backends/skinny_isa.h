@@ -1,10 +1,15 @@
 // What the skinny kernels (skinny.cpp, skinny_w8.cpp, skinny_q.cpp) share: the AVX2 horizontal sum, whose fixed order
-// is part of their row-invariance contracts, and the choice of a kernel table by instruction set.
+// is part of their row-invariance contracts, the choice of a kernel table by instruction set, and its 16-entry form.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
+
+// A kernel table of 16 entries, fn<1> .. fn<16>: one instantiation per number of input rows held in registers.
+#define SPECDEC_TABLE(fn)                                                                                           \
+  {fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>, fn<9>, fn<10>, fn<11>, fn<12>, fn<13>, fn<14>, fn<15>, \
+   fn<16>}
 
 namespace specdec_isa {
 

@@ -95,12 +95,8 @@ __attribute__((target("avx2,fma"))) void q_avx2(const float* x, const int8_t* q,
   }
 }
 
-#define SPECDEC_Q_TABLE(fn)                                                                                         \
-  {fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>, fn<9>, fn<10>, fn<11>, fn<12>, fn<13>, fn<14>, fn<15>, \
-   fn<16>}
-
-const Kernel AVX512[MAX_ROWS] = SPECDEC_Q_TABLE(q_avx512);
-const Kernel AVX2[MAX_ROWS] = SPECDEC_Q_TABLE(q_avx2);
+const Kernel AVX512[MAX_ROWS] = SPECDEC_TABLE(q_avx512);
+const Kernel AVX2[MAX_ROWS] = SPECDEC_TABLE(q_avx2);
 
 // The variant to run, by isa (as skinny_linear's; specdec_isa::pick says how).
 const Kernel* q_kernels(int64_t isa) { return specdec_isa::pick<Kernel>(isa, AVX512, AVX2); }
