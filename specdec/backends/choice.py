@@ -54,7 +54,7 @@ from specdec.backends.norms import fuse_norms, unfuse_norms
 from specdec.backends.numerics import INVARIANT_FIX, INVARIANT_NEEDS, Invariant, invariant_on
 from specdec.backends.row_padding import padding_rows, set_pad_rows
 from specdec.backends.row_probe import RowVariantKernelError, set_row_padding
-from specdec.backends.skinny import coded_names, unavailable, uses_codes, uses_skinny
+from specdec.backends.skinny import coded_names, kernel_label, unavailable
 from specdec.backends.skinny_choice import eager_kernels, measured_package_cached, package_kernels, skinny_measures
 from specdec.backends.stacking import stack_projections, unstack_projections
 from specdec.errors import BackendError
@@ -90,7 +90,8 @@ class Execution:
             of compiling in this process.
         packed: linears swapped; skipped: linear-like modules left stock; attention: the attention implementation.
         skinny: linears on the skinny kernel (:mod:`specdec.backends.skinny_choice`); coded: of them, those on their
-            weights' exact block codes (:mod:`specdec.backends.skinny_codes`).
+            weights' exact block codes (:mod:`specdec.backends.skinny_codes`); amx: of those, the ones on the codes'
+            AMX form (:mod:`specdec.backends.skinny_amx`).
         reason: why a requested fast path was not (fully) applied, or why ``auto`` chose as it did; ``""`` if none.
         invariant: row-invariant numerics (:func:`apply`): a row's logits are bitwise the same in a 1-token step and
             in a tree forward of any size.
@@ -123,6 +124,7 @@ class Execution:
     single_bytes: int = 0
     skinny: int = 0
     coded: int = 0
+    amx: int = 0
     skinny_forward: bool = False
     pad_rows: int = 1
 
@@ -141,7 +143,7 @@ class Execution:
     def label(self) -> str:
         """``"packed"``, ``"packed+pad5+attention"``, ``"stock+static"``, ``"stock+aot+skinny"``, ... (file names,
         stats)."""
-        aot = "+aot" + "+skinny" * (self.skinny > 0) + "+coded" * (self.coded > 0)
+        aot = "+aot" + "+skinny" * (self.skinny > 0) + "+coded" * (self.coded > 0) + "+amx" * (self.amx > 0)
         shapes = aot if self.aot else "+static" * self.static
         numerics = "+invariant" if self.invariant else "+attention" * (self.attention == GQA_SKINNY)
         return self.weights + f"+pad{self.pad_rows}" * (self.pad_rows > 1) + shapes + numerics
@@ -152,6 +154,7 @@ class Execution:
         shapes = "static shapes (ahead-of-time package)" if self.aot else shapes
         counts = ((self.packed, "linears"), (self.norms, "fused norms"), (self.stacked, "stacked projection groups"))
         counts += ((self.skinny, "linears on the skinny kernel"), (self.coded, "of them on their exact block codes"))
+        counts += ((self.amx, "of those on the AMX form"),)
         counts = [f"{n} {what}" for n, what in counts if n]
         weights = f"{self.weights} weights" + (f" ({', '.join(counts)})" if counts else "")
         padded = f", {self.padded} linears padding single rows" if self.padded else ""
@@ -240,8 +243,8 @@ def execution_label(model: nn.Module) -> str:
     """What a model currently runs, read from its modules: ``"stock+static"`` if prepared for static shapes
     (``"stock+aot"`` served by its package), ``"packed"`` if its linears are packed, ``"packed-vocab"`` if only its
     vocabulary projections are, ``"packed-some"`` if some other subset is (as measured), else ``"stock"``; then
-    ``"+skinny"`` where linears run on :mod:`specdec.backends.skinny` (``"+coded"`` where on exact block codes)."""
-    static, skinny = getattr(model, STATIC_MARK, False), "+skinny" * uses_skinny(model) + "+coded" * uses_codes(model)
+    the skinny kernels' :func:`~specdec.backends.skinny.kernel_label` (``"+skinny+coded+amx"``)."""
+    static, skinny = getattr(model, STATIC_MARK, False), kernel_label(model)
     if static:
         return ("stock+aot" if static == "aot" else "stock+static") + skinny
     modules = list(model.modules())
@@ -331,6 +334,7 @@ def apply(
         reason=reason,
         invariant=on,
         coded=len(coded_names(model)),
+        amx=sum(name.endswith("@amx") for name in coded_names(model)),
         padded=padded,
         single_stock=single.get("stock", 0),
         single_skinny=single.get("skinny", 0),

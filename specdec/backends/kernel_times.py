@@ -44,6 +44,7 @@ from torch import nn
 from specdec.backends.cpu import cpu_flags, cpu_info, cpu_key, packing_error
 from specdec.backends.kernels import FastPathWarning, Int8Linear, PackedLinear
 from specdec.backends.skinny import SkinnyLinear, W8Linear
+from specdec.backends.skinny_amx import AMX_KERNELS, amx_synthetic
 from specdec.backends.skinny_codes import QBLOCK, Codes
 
 __all__ = [
@@ -88,7 +89,7 @@ PACKAGE_CODED = (*PACKAGE_KERNELS, "coded")
 EAGER_ROWS = (1, 8, 16)
 #: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`): their copies must
 #: exceed :data:`COLD_BYTES` in int8.
-INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1}
+INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1, "amx": 1, "amx8": 1}
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -142,7 +143,7 @@ def measuring() -> bool:
 
 #: Candidates that run the library's own kernels (:mod:`specdec.backends.skinny`): a table timing any of them is keyed
 #: by the library's build too (its source, torch version and flags), so a changed kernel is timed again.
-LIBRARY_KERNELS = frozenset({"skinny", "w8", "coded", "skinny-attention"})
+LIBRARY_KERNELS = frozenset({"skinny", "w8", "coded", "amx", "amx8", "skinny-attention"})
 
 
 def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS, rows: tuple[int, ...] = ROWS) -> dict:
@@ -206,6 +207,9 @@ def sides(
         mods["w8"] = [W8Linear(lin, keep_weight=False) for lin in plain]
     if "coded" in kernels and n_in % QBLOCK == 0:  # codes of random values: the kernel's speed does not depend on them
         mods["coded"] = [SkinnyLinear(lin, Codes.synthetic(n_out, n_in, generator)) for lin in plain]
+    for form in AMX_KERNELS:  # the AMX forms: their speed depends on the codes' range (amx_synthetic), not values
+        if form in kernels and n_in % QBLOCK == 0 and n_out % 16 == 0:
+            mods[form] = [SkinnyLinear(lin, amx_synthetic(n_out, n_in, generator, form), amx=True) for lin in plain]
     return mods
 
 

@@ -40,9 +40,11 @@ from specdec.models import cache_dir
 
 __all__ = [
     "C_SHIM",
+    "C_SHIM_AMX",
     "C_SHIM_Q",
     "built",
     "coded_names",
+    "kernel_label",
     "INVARIANT_ROWS",
     "SOURCE",
     "SOURCES",
@@ -69,6 +71,7 @@ SOURCES = (
     SOURCE,
     Path(__file__).with_name("skinny_w8.cpp"),
     Path(__file__).with_name("skinny_q.cpp"),
+    Path(__file__).with_name("skinny_amx.cpp"),
     Path(__file__).with_name("skinny_isa.h"),
     Path(__file__).with_name("skinny_attention.cpp"),
     Path(__file__).with_name("skinny_attention_impl.h"),
@@ -163,6 +166,13 @@ C_SHIM_Q = (
 )
 
 
+#: The block codes' AMX form's C shim (:class:`SkinnyLinear` with ``amx``, :mod:`specdec.backends.skinny_amx`).
+C_SHIM_AMX = (
+    "AOTITorchError aoti_torch_cpu_skinny_linear_amx(AtenTensorHandle x, AtenTensorHandle q, AtenTensorHandle d, "
+    "AtenTensorHandle m, AtenTensorHandle* b, int64_t small, AtenTensorHandle* ret0)"
+)
+
+
 def package_options() -> dict:
     """Inductor options that make an ahead-of-time package call the ops' C shims (:data:`C_SHIM`, :data:`C_SHIM_Q`)."""
     load()
@@ -171,6 +181,7 @@ def package_options() -> dict:
         "aot_inductor.custom_ops_to_c_shims": {
             ops.skinny_linear.default: [C_SHIM],
             ops.skinny_linear_q.default: [C_SHIM_Q],
+            ops.skinny_linear_amx.default: [C_SHIM_AMX],
         }
     }
 
@@ -187,6 +198,10 @@ def _register_fake() -> None:
     @torch.library.register_fake("specdec::skinny_linear_q")
     def _(x, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, b: torch.Tensor | None = None, isa: int = 0):
         return x.new_empty(*x.shape[:-1], q.shape[0])
+
+    @torch.library.register_fake("specdec::skinny_linear_amx")
+    def _(x, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, b: torch.Tensor | None = None, small: int = 0):
+        return x.new_empty(*x.shape[:-1], d.shape[0] * 16)
 
     @torch.library.register_fake("specdec::skinny_attention")
     def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float, isa: int = 0):
@@ -206,42 +221,59 @@ def unavailable() -> str | None:
 class SkinnyLinear(nn.Module):
     """An ``nn.Linear`` run by ``specdec::skinny_linear``: the same weight and bias tensors (shared, not copied),
     float32 on the CPU; with ``codes``, by ``specdec::skinny_linear_q`` on them instead (bitwise the same outputs:
-    the codes decode to the weight's exact bits, and that kernel sums in this one's order).
+    the codes decode to the weight's exact bits, and that kernel sums in this one's order); with ``codes`` and
+    ``amx``, by their AMX form ``specdec::skinny_linear_amx`` (:mod:`specdec.backends.skinny_amx`: the same weights,
+    float32 sums in another grouping, row-invariant too).
 
     Args:
         linear: the float32 CPU ``nn.Linear`` to run; its parameters are shared with this module.
         codes: the weight's exact block codes (:func:`~specdec.backends.skinny_codes.exact_codes`), or synthetic ones
             for timing; None: the float32 weight is streamed.
+        amx: run the codes on the AMX form (needs ``codes``).
     """
 
-    def __init__(self, linear: nn.Linear, codes: Codes | None = None) -> None:
+    def __init__(self, linear: nn.Linear, codes: Codes | None = None, amx: bool = False) -> None:
         super().__init__()
         if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
             raise ValueError(
                 f"SkinnyLinear runs float32 on the CPU, got {linear.weight.dtype} on {linear.weight.device}"
             )
+        if amx and codes is None:
+            raise ValueError("SkinnyLinear's AMX form runs a weight's block codes: none were given")
         load()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
         self.plain = (linear,)  # the module it replaced, for skinny_linears' undo (a tuple: not a submodule)
         self.scheme = None if codes is None else codes.scheme
-        for part in ("q", "d", "m"):  # buffers: a package's constants; not saved (derived from the weight, which is)
-            self.register_buffer(f"codes_{part}", None if codes is None else getattr(codes, part), persistent=False)
+        self.form = "skinny" if codes is None else "amx" if amx else "coded"
+        self.small = 0
+        parts = None if codes is None else (codes.q, codes.d, codes.m)
+        if amx:
+            from specdec.backends.skinny_amx import amx_layout
+
+            *parts, self.small = amx_layout(codes)
+        for name, part in zip("qdm", parts or (None,) * 3, strict=True):  # buffers: a package's constants; not saved
+            self.register_buffer(f"codes_{name}", part, persistent=False)  # (derived from the weight, which is)
 
     @property
     def codes(self) -> Codes | None:
-        """The weight's block codes this module streams instead of the weight, or None."""
+        """The weight's block codes this module streams instead of the weight (in the AMX layout on that form), or
+        None."""
         return None if self.scheme is None else Codes(self.codes_q, self.codes_d, self.codes_m, self.scheme)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., in_features]`` -> ``[..., out_features]``."""
+        if self.form == "amx":
+            return torch.ops.specdec.skinny_linear_amx(
+                x, self.codes_q, self.codes_d, self.codes_m, self.bias, self.small
+            )
         if self.scheme is not None:
             return torch.ops.specdec.skinny_linear_q(x, self.codes_q, self.codes_d, self.codes_m, self.bias)
         return torch.ops.specdec.skinny_linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        coded = f", {self.scheme} codes" if self.scheme is not None else ""
+        coded = "" if self.scheme is None else f", {self.scheme} codes" + ", AMX" * (self.form == "amx")
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{coded}"
 
 
@@ -298,13 +330,26 @@ def uses_skinny(model: nn.Module) -> bool:
 
 
 def coded_names(model: nn.Module) -> list[str]:
-    """The names of ``model``'s linears that run on their weight's exact block codes (a package's name tells them)."""
-    return [name for name, m in model.named_modules() if isinstance(m, SkinnyLinear) and m.scheme is not None]
+    """The names of ``model``'s linears that run on their weight's exact block codes, ``@amx`` after those on the AMX
+    form (a package's name tells them)."""
+    return [
+        name + "@amx" * (m.form == "amx")
+        for name, m in model.named_modules()
+        if isinstance(m, SkinnyLinear) and m.scheme is not None
+    ]
 
 
 def uses_codes(model: nn.Module) -> bool:
     """Whether any linear of ``model`` runs on its weight's exact block codes (a cost curve's label)."""
     return bool(coded_names(model))
+
+
+def kernel_label(model: nn.Module) -> str:
+    """``"+skinny"`` where linears of ``model`` run on the kernel, then ``"+coded"`` where on exact block codes and
+    ``"+amx"`` where some on their AMX form (a cost curve's and an execution's label)."""
+    coded = coded_names(model)
+    amx = any(name.endswith("@amx") for name in coded)
+    return "+skinny" * uses_skinny(model) + "+coded" * bool(coded) + "+amx" * amx
 
 
 def skinny_names(model: nn.Module) -> list[str]:
@@ -316,9 +361,11 @@ def skinny_linears(
     model: nn.Module,
     only: Callable[[nn.Linear], bool] | None = None,
     codes: Callable[[nn.Linear], Codes | None] | None = None,
+    amx: Callable[[nn.Linear], bool] | None = None,
 ) -> int:
     """Put :class:`SkinnyLinear` in place of every plain float32 CPU ``nn.Linear`` of ``model`` (in place) for which
-    ``only`` says so (default: every one), on the block codes ``codes`` gives it (default: none); the number swapped.
+    ``only`` says so (default: every one), on the block codes ``codes`` gives it (default: none), on their AMX form
+    where ``amx`` says so (default: none); the number swapped.
 
     Raises:
         SkinnyError: the kernel cannot run here (:func:`unavailable`).
@@ -327,7 +374,9 @@ def skinny_linears(
     swapped = 0
     for parent, name, child in list(each_child(model)):
         if plain_linear(child) and child.weight.dtype == torch.float32 and (only is None or only(child)):
-            swap_module(parent, name, child, SkinnyLinear(child, None if codes is None else codes(child)))
+            mine = None if codes is None else codes(child)
+            on_amx = mine is not None and amx is not None and amx(child)
+            swap_module(parent, name, child, SkinnyLinear(child, mine, amx=on_amx))
             swapped += 1
     return swapped
 

@@ -64,6 +64,7 @@ from specdec.backends.kernels import plain_linear, return_freed_memory, shared_c
 from specdec.backends.measured import model_shapes, model_table
 from specdec.backends.package_verdict import recorded, verdict_path, verdict_text
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
+from specdec.backends.skinny_amx import AMX_KERNELS, amx_form, amx_off, amx_unavailable
 from specdec.backends.skinny_codes import Codes, exact_codes
 
 __all__ = [
@@ -125,7 +126,7 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     """
     linears, already = _candidates(model), len(skinny_names(model))
     coded = _coded(linears) if linears and (built() or not cached_only) else {}
-    kernels = PACKAGE_CODED if coded else PACKAGE_KERNELS  # the table this model's choice reads
+    kernels = _with_amx(PACKAGE_CODED) if coded else PACKAGE_KERNELS  # the table this model's choice reads
     if not linears:
         swapped, reason = already, ""
     elif cached_only and not (table_path(torch.float32, kernels).exists() and built()):
@@ -168,7 +169,7 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
     if (why := unavailable()) is not None:
         return 0, f"no linear on the skinny kernel: {why}"
     coded = _coded(linears)
-    kernels = CODED_KERNELS if coded else EAGER_KERNELS
+    kernels = _with_amx(CODED_KERNELS) if coded else EAGER_KERNELS
     table = kernel_table(model_shapes(model)[2], torch.float32, kernels=kernels, rows=EAGER_ROWS)
     mine = _form(table, coded)
 
@@ -211,15 +212,27 @@ def table_kernels(linears: list[nn.Linear]) -> tuple[tuple[str, ...], tuple[str,
         return EAGER_KERNELS, PACKAGE_KERNELS, "no linear's weight is exact block codes"
     schemes = sorted({c.scheme for c in coded.values()})
     about = f"{len(coded)} of {len(linears)} linears' weights are exact block codes ({', '.join(schemes)})"
-    return CODED_KERNELS, PACKAGE_CODED, about
+    if (amx := _with_amx(CODED_KERNELS)) != CODED_KERNELS:
+        about += "; their AMX forms are timed too"
+    return amx, _with_amx(PACKAGE_CODED), about
+
+
+def _with_amx(kernels: tuple[str, ...]) -> tuple[str, ...]:
+    """``kernels`` and the coded kernel's AMX forms where they run here (:mod:`specdec.backends.skinny_amx`) and
+    ``SPECDEC_AMX`` is not ``off``."""
+    return kernels if amx_off() or amx_unavailable() is not None else (*kernels, *AMX_KERNELS)
 
 
 def _form(table: KernelTable, coded: dict[int, Codes]) -> Callable[[nn.Linear], tuple[float | None, str]]:
-    """A linear's ``(cost, form)`` on the skinny kernel in ``table``: on its exact codes (``"coded"``) where it has
-    them and they time faster, else on its float32 weight (``"skinny"``); the cost None where not measured."""
+    """A linear's ``(cost, form)`` on the skinny kernel in ``table``: on its exact codes where it has them, by the
+    AVX kernel (``"coded"``) or on the tile unit (its :func:`~specdec.backends.skinny_amx.amx_form`, where the table
+    timed it), whichever times fastest, else on its float32 weight (``"skinny"``); the cost None where not measured.
+    Each form is one numerics for every row count (the AMX form's differs from the others' by float32 rounding)."""
+    timed = AMX_KERNELS[0] in table.key.get("kernels", ())
+    amx = {key: amx_form(c) for key, c in coded.items()} if timed else {}
 
     def mine(linear: nn.Linear) -> tuple[float | None, str]:
-        forms = ("skinny", "coded") if id(linear) in coded else ("skinny",)
+        forms = ("skinny",) if id(linear) not in coded else ("skinny", "coded", *amx.get(id(linear), "").split())
         costs = [(c, form) for form in forms if (c := table.cost(linear_shape(linear), form)) is not None]
         return min(costs, default=(None, "skinny"))
 
@@ -238,12 +251,17 @@ def _swap(
     """Put the ``linears`` of ``model`` that ``wins`` on the kernel, on their exact block codes (``coded``, by ``id``)
     where ``mine`` says they time faster so; ``(on the kernel, reason)``, counting the ``already`` there from a
     previous preparation (idempotent); ``table``: the deciding table's file name."""
-    codes = {id(m): coded[id(m)] for m in linears if id(m) in coded and wins(m) and mine(m)[1] == "coded"}
-    swapped = already + skinny_linears(model, only=wins, codes=lambda linear: codes.get(id(linear)))
+    forms = {id(m): mine(m)[1] for m in linears if id(m) in coded and wins(m)}
+    codes = {key: coded[key] for key, form in forms.items() if form != "skinny"}
+    on_amx = {key for key, form in forms.items() if form in AMX_KERNELS}
+    swapped = already + skinny_linears(
+        model, only=wins, codes=lambda linear: codes.get(id(linear)), amx=lambda linear: id(linear) in on_amx
+    )
     source = f"{table}; `specdec doctor` shows it"
     total = already + len(linears)
     schemes = sorted({c.scheme for c in codes.values()})
-    coded = f", {len(codes)} on their weights' exact block codes ({', '.join(schemes)})" if codes else ""
+    amx = f", {len(on_amx)} of them on the AMX form" if on_amx else ""
+    coded = f", {len(codes)} on their weights' exact block codes ({', '.join(schemes)}){amx}" if codes else ""
     return swapped, f"{swapped} of {total} linears measured faster on the skinny kernel here{coded} ({source})"
 
 

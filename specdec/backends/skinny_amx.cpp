@@ -1,0 +1,293 @@
+// specdec::skinny_linear_amx(x, q, d, m, b, small): y = x @ w^T (+ b) for a weight stored as exact block codes
+// (w = d * q + m per block of QBLOCK inputs, as skinny_q.cpp), with the products on AMX's bfloat16 tile unit.
+//
+// Why: on a CPU with AMX (Intel Xeon of family 6 model 207, docs/results/2026-12-01-amx-intel-f6m207) the AVX-512
+// kernels' cost grows with the rows of a tree (all 211 SmolLM2 linears: 12.5 ms for one row, 38 ms for 16), because
+// each weight vector is multiplied into every row by FMA. The tile unit multiplies a 16 x 32 block of inputs into
+// 16 x 32 weights in one instruction, so 16 rows cost about what 8 do and a little more than one.
+//
+// Exactness. A float32 input is the exact sum of three bfloat16 parts, x = h + m + l (its 24 significant bits in
+// three bytes; exact for |x| >= 2^-110, and an input below that contributes below float32's resolution of any
+// output). A code q has at most 8 significant bits, so it is a bfloat16 and every product h * q, m * q, l * q is
+// exact in float32. Per row, per block b of 32 inputs and 16 outputs n:
+//   S[n, b] = (S_h + S_m) + S_l, each the tile unit's float32 sum of one part's 32 exact products in the block,
+//   X[b]    = the block's inputs summed in one fixed order (two 16-lane halves added, then the lanes),
+//   y[n]   += d[n, b] * S[n, b] (one fma), then += m[n, b] * X[b] (one fma), blocks in order; then the bias.
+// This is the GGUF block's own dot product (llama.cpp's form, sum(q x) d + m sum(x)), computed in float32 on the
+// weight's exact value d * q + m; the float32 weight a loader keeps is that value rounded (within half an ulp), so
+// the output differs from x @ w by float32 rounding only, as every GEMM's grouping does. Nothing is quantized.
+//
+// Contract (row invariance): the tile unit computes each row of a product from that row alone, and every step above
+// is per row, so a row's output is bitwise the same whatever rows are beside it and however many (1 to any number:
+// rows are taken 16 at a time). It is NOT bitwise skinny_linear's or skinny_linear_q's output: a linear runs on one
+// kernel for every row count (specdec.backends.skinny_choice chooses per linear, once).
+//
+// Layout (specdec.backends.skinny_amx.amx_layout): q [N / 16 / PAIR groups][K / 32 blocks][PAIR tiles][16 k-pairs]
+// [16 n][2] int8 (the tile unit's pair-interleaved form, so a tile of weights is 512 consecutive codes); d and m
+// [N / 16][K / 32][16] float32. ``small`` (1): every code in 0..31 (Q4_1, Q5_1), converted by one table lookup.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <torch/library.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
+#define SPECDEC_AMX 1  // the compiler knows the tile instructions
+#else
+#define SPECDEC_AMX 0
+#endif
+
+namespace {
+
+constexpr int64_t QBLOCK = 32;  // inputs per scale and offset: one tile row of bfloat16
+constexpr int64_t PAIR = 2;     // output tiles (16 outputs each) per pass: two independent tile chains
+constexpr int MAX_ROWS = 16;    // input rows per pass: a tile's rows
+
+// Whether this CPU has the tile unit for bfloat16 and Linux lets this process use it (asked once).
+bool amx_ready() {
+#if SPECDEC_AMX
+  static const bool ready = [] {
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1, avx512bf16 = __builtin_cpu_supports("avx512bf16");
+    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return tile && bf16 && avx512bf16 && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+  }();
+  return ready;
+#else
+  return false;
+#endif
+}
+
+#if SPECDEC_AMX
+struct TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// x [M, K] -> its three bfloat16 parts xs [3][M][K] (h, m, l; x = h + m + l exactly) and block sums X [M][K / 32].
+__attribute__((target("avx512f,avx512bw"))) void split(const float* x, uint16_t* xs, float* X, int64_t M, int64_t K) {
+  const int64_t MK = M * K;
+  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t i = 0; i < MK; i += 16) {  // K is a multiple of 32
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512i h = _mm512_and_si512(_mm512_castps_si512(v), top);  // the top 8 significant bits
+    const __m512 r = _mm512_sub_ps(v, _mm512_castsi512_ps(h));        // exact: the other 16
+    const __m512i m = _mm512_and_si512(_mm512_castps_si512(r), top);
+    const __m512i l = _mm512_castps_si512(_mm512_sub_ps(r, _mm512_castsi512_ps(m)));  // exact: at most 8 bits
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xs + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xs + MK + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(m, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xs + 2 * MK + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(l, 16)));
+  }
+  for (int64_t j = 0; j < MK / QBLOCK; ++j)
+    X[j] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + j * QBLOCK), _mm512_loadu_ps(x + j * QBLOCK + 16)));
+}
+
+// One tile of codes (512 int8, 16 k-pairs x 16 outputs x 2) -> bfloat16 (exact: a code has at most 8 bits).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void codes_to_bf16(const int8_t* p, uint16_t* out, bool small,
+                                                                         const uint16_t* table) {
+  if (small) {  // codes 0..31: one lookup in the table of their bfloat16 bits
+    const __m512i lut = _mm512_loadu_si512(table);
+    for (int r = 0; r < 16; ++r) {
+      const __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + r * 32)));
+      _mm512_store_si512(out + r * 32, _mm512_permutexvar_epi16(c, lut));
+    }
+    return;
+  }
+  for (int r = 0; r < 16; ++r) {
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * 32))));
+    const __m512 hi =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * 32 + 16))));
+    _mm512_store_si512(out + r * 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+}
+
+// Rows [0, M) of x (as its parts xs, each part `part` elements after the last, and block sums X) times the output
+// groups [g0, g1) of PAIR tiles. Each part's products are summed on their own, S_h, S_m and S_l, and added in float32
+// as (S_h + S_m) + S_l; the tile unit computes a row of a sum from that row alone, so the tiles' arrangement is free:
+//   stacked (3M <= 16 and the parts adjacent): tile 0 holds the 3M rows of h, m and l, tiles 1-2 the pair's codes,
+//     3-4 the pair's 3M sums: one product per tile of codes, the step's and a small tree's cheap case;
+//   apart: tiles 0-2 the h, m and l rows, 3 one tile of codes, 4-6 its three sums.
+template <int M>
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16"))) void amx_rows(
+    const uint16_t* xs, int64_t part, const float* X, const int8_t* q, const float* d, const float* mo, const float* b,
+    float* y, int64_t K, int64_t N, int64_t g0, int64_t g1, bool small, const uint16_t* table) {
+  const int64_t KB = K / QBLOCK, NT = N / 16;
+  const bool stacked = 3 * M <= 16 && part == M * K;
+  TileConfig cfg{};
+  cfg.palette = 1;
+  for (int t = 0; t < 7; ++t) {
+    const bool codes_tile = stacked ? (t == 1 || t == 2) : t == 3;
+    cfg.rows[t] = codes_tile ? 16 : stacked ? 3 * M : M;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t codes[2][PAIR][16 * 32];  // double-buffered: the next pair converts while this one multiplies
+  alignas(64) float sums[PAIR][3 * MAX_ROWS * 16];  // [part][row][16 outputs]
+  alignas(64) float acc[PAIR][M][16];
+  const int64_t stride = K * 2;
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t t0 = g * PAIR, tiles = std::min(PAIR, NT - t0);
+    const int8_t* qg = q + t0 * KB * 512;
+    std::memset(acc, 0, sizeof(acc));
+    for (int j = 0; j < PAIR; ++j) codes_to_bf16(qg + std::min<int64_t>(j, tiles - 1) * 512, codes[0][j], small, table);
+    for (int64_t kb = 0; kb < KB; ++kb) {
+      const int cur = kb & 1;
+      const uint16_t* xa = xs + kb * QBLOCK;
+      if (stacked) {
+        _tile_loadd(0, xa, stride);
+        _tile_loadd(1, codes[cur][0], 64);
+        _tile_loadd(2, codes[cur][1], 64);
+      } else {
+        _tile_loadd(0, xa, stride);
+        _tile_loadd(1, xa + part, stride);
+        _tile_loadd(2, xa + 2 * part, stride);
+      }
+      if (kb + 1 < KB) {
+        const int8_t* next = qg + (kb + 1) * tiles * 512;
+        for (int j = 0; j < PAIR; ++j)
+          codes_to_bf16(next + std::min<int64_t>(j, tiles - 1) * 512, codes[cur ^ 1][j], small, table);
+        _mm_prefetch(reinterpret_cast<const char*>(next + 4096), _MM_HINT_T0);
+      }
+      if (stacked) {
+        _tile_zero(3);
+        _tile_zero(4);
+        _tile_dpbf16ps(3, 0, 1);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_stored(3, sums[0], 64);
+        _tile_stored(4, sums[1], 64);
+      } else {
+        for (int j = 0; j < tiles; ++j) {
+          _tile_loadd(3, codes[cur][j], 64);
+          _tile_zero(4);
+          _tile_zero(5);
+          _tile_zero(6);
+          _tile_dpbf16ps(4, 0, 3);
+          _tile_dpbf16ps(5, 1, 3);
+          _tile_dpbf16ps(6, 2, 3);
+          _tile_stored(4, sums[j], 64);
+          _tile_stored(5, sums[j] + M * 16, 64);
+          _tile_stored(6, sums[j] + 2 * M * 16, 64);
+        }
+      }
+      for (int j = 0; j < tiles; ++j) {
+        const int64_t s = ((t0 + j) * KB + kb) * 16;
+        const __m512 dv = _mm512_loadu_ps(d + s), mv = _mm512_loadu_ps(mo + s);
+        const float* S = sums[j];
+        for (int r = 0; r < M; ++r) {
+          const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(S + r * 16), _mm512_load_ps(S + (M + r) * 16)),
+                                           _mm512_load_ps(S + (2 * M + r) * 16));
+          const __m512 v = _mm512_fmadd_ps(dv, sum, _mm512_load_ps(acc[j][r]));
+          _mm512_store_ps(acc[j][r], _mm512_fmadd_ps(mv, _mm512_set1_ps(X[r * KB + kb]), v));
+        }
+      }
+    }
+    for (int j = 0; j < tiles; ++j)
+      for (int r = 0; r < M; ++r) {
+        __m512 v = _mm512_load_ps(acc[j][r]);
+        if (b) v = _mm512_add_ps(v, _mm512_loadu_ps(b + (t0 + j) * 16));
+        _mm512_storeu_ps(y + r * N + (t0 + j) * 16, v);
+      }
+  }
+  _tile_release();
+}
+
+using Kernel = void (*)(const uint16_t*, int64_t, const float*, const int8_t*, const float*, const float*, const float*, float*,
+                        int64_t, int64_t, int64_t, int64_t, bool, const uint16_t*);
+#define SPECDEC_AMX_TABLE(fn)                                                                                        \
+  {fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>, fn<9>, fn<10>, fn<11>, fn<12>, fn<13>, fn<14>, fn<15>, \
+   fn<16>}
+const Kernel KERNELS[MAX_ROWS] = SPECDEC_AMX_TABLE(amx_rows);
+#endif
+
+at::Tensor skinny_linear_amx(const at::Tensor& x, const at::Tensor& q, const at::Tensor& d, const at::Tensor& m,
+                             const std::optional<at::Tensor>& b, int64_t small) {
+  TORCH_CHECK(amx_ready(), "specdec::skinny_linear_amx needs AMX-BF16 and AVX512-BF16, permitted by the OS",
+              SPECDEC_AMX ? "" : " (and a compiler that knows them: this library was built without)");
+  TORCH_CHECK(x.device().is_cpu() && q.device().is_cpu() && d.device().is_cpu() && m.device().is_cpu(),
+              "specdec::skinny_linear_amx runs on the CPU");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && q.scalar_type() == at::kChar && d.scalar_type() == at::kFloat &&
+                  m.scalar_type() == at::kFloat,
+              "specdec::skinny_linear_amx takes float32 x, int8 q and float32 d and m, got ", x.scalar_type(), ", ",
+              q.scalar_type(), ", ", d.scalar_type(), " and ", m.scalar_type());
+  TORCH_CHECK(d.dim() == 3 && d.size(2) == 16 && m.sizes() == d.sizes() && d.is_contiguous() && m.is_contiguous(),
+              "specdec::skinny_linear_amx: d and m [N / 16, K / 32, 16] contiguous expected, got ", d.sizes(), " and ",
+              m.sizes());
+  const int64_t N = d.size(0) * 16, K = d.size(1) * QBLOCK;
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "specdec::skinny_linear_amx: x [..., ", K, "] expected, got ", x.sizes());
+  TORCH_CHECK(q.is_contiguous() && q.numel() == N * K, "specdec::skinny_linear_amx: q of ", N * K,
+              " contiguous codes expected, got ", q.sizes());
+  TORCH_CHECK(!b.has_value() ||
+                  (b->scalar_type() == at::kFloat && b->dim() == 1 && b->numel() == N && b->device().is_cpu()),
+              "specdec::skinny_linear_amx: bias [N] float32 expected");
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = N;
+  const at::Tensor xc = x.reshape({-1, K}).contiguous();
+  const int64_t M = xc.size(0);
+  at::Tensor y = at::empty({M, N}, xc.options());
+  if (M == 0) return y.view(out_shape);
+#if SPECDEC_AMX
+  const at::Tensor bc = b.has_value() ? b->contiguous() : at::Tensor();
+  const int64_t KB = K / QBLOCK;
+  at::Tensor scratch = at::empty({3 * M * K / 2 + M * KB}, xc.options());  // the parts (bfloat16) and block sums
+  uint16_t* xs = reinterpret_cast<uint16_t*>(scratch.data_ptr<float>());
+  float* X = scratch.data_ptr<float>() + 3 * M * K / 2;
+  split(xc.data_ptr<float>(), xs, X, M, K);
+  alignas(64) uint16_t table[32];  // bfloat16 bits of 0..31
+  for (int i = 0; i < 32; ++i) {
+    const float f = static_cast<float>(i);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    table[i] = static_cast<uint16_t>(u >> 16);
+  }
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>(), *bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  const int64_t groups = (N / 16 + PAIR - 1) / PAIR;
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t r = 0; r < M; r += MAX_ROWS) {  // 16 rows a pass: each row's output is its own (the contract)
+      const int64_t rows = std::min<int64_t>(MAX_ROWS, M - r);
+      KERNELS[rows - 1](xs + r * K, M * K, X + r * KB, qp, dp, mp, bp, yp + r * N, K, N, g0, g1, small != 0, table);
+    }
+  });
+#endif
+  return y.view(out_shape);
+}
+
+}  // namespace
+
+// The C shim an ahead-of-time package calls directly (skinny.cpp's aoti_torch_cpu_skinny_linear says why).
+extern "C" AOTI_TORCH_EXPORT AOTITorchError aoti_torch_cpu_skinny_linear_amx(AtenTensorHandle x, AtenTensorHandle q,
+                                                                             AtenTensorHandle d, AtenTensorHandle m,
+                                                                             AtenTensorHandle* b, int64_t small,
+                                                                             AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = skinny_linear_amx(*torch::aot_inductor::tensor_handle_to_tensor_pointer(x),
+                                       *torch::aot_inductor::tensor_handle_to_tensor_pointer(q),
+                                       *torch::aot_inductor::tensor_handle_to_tensor_pointer(d),
+                                       *torch::aot_inductor::tensor_handle_to_tensor_pointer(m),
+                                       torch::aot_inductor::pointer_to_optional<at::Tensor>(b), small);
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
+
+TORCH_LIBRARY_FRAGMENT(specdec, m) {
+  m.def("skinny_linear_amx(Tensor x, Tensor q, Tensor d, Tensor m, Tensor? b=None, int small=0) -> Tensor");
+  m.def("amx_ready() -> bool", [] { return amx_ready(); });
+}
+
+TORCH_LIBRARY_IMPL(specdec, CPU, m) { m.impl("skinny_linear_amx", &skinny_linear_amx); }
+
+// Inference only: a backward through the op raises instead of returning a wrong gradient.
+TORCH_LIBRARY_IMPL(specdec, Autograd, m) {
+  m.impl("skinny_linear_amx", torch::autograd::autogradNotImplementedFallback());
+}

@@ -1,0 +1,107 @@
+"""The coded kernel's AMX form (``specdec::skinny_linear_amx``, ``skinny_amx.cpp``): a GGUF target's exact block codes
+multiplied on the tile unit of a CPU with AMX, so a tree's 8 or 16 rows cost about what one row costs.
+
+Measured on the Intel Xeon of family 6 model 207 (2 threads, one process, docs/results/2026-12-01-amx-intel-f6m207):
+against the AVX-512 coded kernel, SmolLM2's linears about even for one row (the 49152 x 576 vocabulary projection,
+Q8_0 codes, 1.1-1.6x slower), 1.2-1.5x faster for 8 rows and 1.5-2.3x for 16. End to end it did not pay there: with
+``SPECDEC_AMX=auto`` the shapes' times put 151 linears on it, and on Spec-Bench 12 x 96 at T = 0 (eager shapes, one
+process) plain decoding ran 0.98x and the composite 0.98x their speed without it (adaptive trees of 5 nodes, where
+the rest of a forward dominates). So it is measured only where asked for: ``SPECDEC_AMX=auto`` adds the candidates
+``amx`` (codes in 0..31, converted by one table lookup) and ``amx8`` (other codes) to the tables of
+:mod:`specdec.backends.skinny_choice`; the default ``off`` leaves both out.
+
+Exactness (``skinny_amx.cpp`` states it in full): the products are exact (a float32 input is three bfloat16 parts,
+a code is a bfloat16), the sums are float32, and the weight multiplied is its exact GGUF value ``d * q + m``, of which
+the float32 weight is the rounding; the output differs from ``x @ w.T`` by float32 rounding only. A row's output is
+bitwise the same alone or among any rows (row invariance), but not the AVX-512 kernels' bits: a linear runs on one
+form for every row count.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from specdec.backends.cpu import cpu_flags
+from specdec.backends.skinny_codes import QBLOCK, Codes
+
+__all__ = ["AMX_KERNELS", "PAIR", "amx_form", "amx_layout", "amx_off", "amx_synthetic", "amx_unavailable"]
+
+#: The AMX candidates: codes in 0..31 (Q4_1, Q5_1: one table lookup each) and any int8 codes (Q8_0, Q4_0, Q5_0).
+AMX_KERNELS = ("amx", "amx8")
+#: Output tiles of 16 per pass over the inputs (``skinny_amx.cpp``'s ``PAIR``): the codes' layout groups them.
+PAIR = 2
+#: The CPU flags the kernel needs (Linux's names in /proc/cpuinfo).
+FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16", "avx512bw"})
+
+
+def amx_off() -> bool:
+    """Whether the AMX forms stay out of the measured choice: unless ``SPECDEC_AMX=auto`` asks for them (off by
+    default: on the one AMX CPU met, the shapes' times chose it for 151 of SmolLM2's 211 linears and plain decoding
+    and the composite ran no faster for it, see the module's docstring).
+
+    Raises:
+        ValueError: ``SPECDEC_AMX`` is neither ``auto`` nor ``off``.
+    """
+    switch = os.environ.get("SPECDEC_AMX", "off").lower()
+    if switch not in ("auto", "off"):
+        raise ValueError(f"SPECDEC_AMX must be 'auto' or 'off', got {switch!r}")
+    return switch == "off"
+
+
+@functools.cache
+def amx_unavailable() -> str | None:
+    """Why the AMX form cannot run here, or None when it can (loads the kernel library; the OS is asked once for
+    the tile state)."""
+    missing = sorted(FLAGS - cpu_flags())
+    if missing:
+        return f"this CPU lacks {', '.join(missing)}"
+    from specdec.backends import skinny
+
+    if (why := skinny.unavailable()) is not None:
+        return why
+    if not torch.ops.specdec.amx_ready():
+        return "the OS refused the AMX tile state, or the kernel library was built by a compiler without AMX"
+    return None
+
+
+def amx_form(codes: Codes) -> str:
+    """The AMX candidate that serves ``codes``: ``"amx"`` where every code is in 0..31, else ``"amx8"``."""
+    return "amx" if int(codes.q.min()) >= 0 and int(codes.q.max()) < 32 else "amx8"
+
+
+def amx_layout(codes: Codes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``codes`` (``q [N, K]``, ``d``, ``m [N, K / 32]``) in the kernel's layout: ``(q, d, m, small)`` with ``q``
+    ``[N / 16 / PAIR groups][K / 32][tiles of the group][16 k-pairs][16 outputs][2]`` int8 (flat), ``d`` and ``m``
+    ``[N / 16, K / 32, 16]`` and ``small`` 1 where every code is in 0..31.
+
+    Raises:
+        ValueError: ``N`` is not a multiple of 16 or ``K`` of 32.
+    """
+    n, k = codes.q.shape
+    if n % 16 or k % QBLOCK:
+        raise ValueError(f"the AMX kernel takes N a multiple of 16 and K of {QBLOCK}, got a weight [{n}, {k}]")
+    tiles, blocks = n // 16, k // QBLOCK
+    q = codes.q.reshape(tiles, 16, blocks, 16, 2).permute(0, 2, 3, 1, 4)  # [tile, block, k-pair, output, 2]
+    q = torch.cat([q[t : t + PAIR].transpose(0, 1).reshape(-1) for t in range(0, tiles, PAIR)])
+
+    def per_tile(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(tiles, 16, blocks).transpose(1, 2).contiguous()
+
+    return q.contiguous(), per_tile(codes.d), per_tile(codes.m), int(amx_form(codes) == "amx")
+
+
+def amx_synthetic(n_out: int, n_in: int, generator: torch.Generator, form: str) -> Codes:
+    """Random codes of a ``[n_out, n_in]`` weight for timing ``form`` (``"amx"``: codes 0..15; ``"amx8"``: -127..127;
+    the kernel's speed depends on that, not on the values)."""
+    codes = Codes.synthetic(n_out, n_in, generator)
+    if form == "amx8":
+        codes = Codes(
+            torch.randint(-127, 128, codes.q.shape, generator=generator, dtype=torch.int8),
+            codes.d,
+            torch.zeros_like(codes.m),
+            "synthetic",
+        )
+    return codes
