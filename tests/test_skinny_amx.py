@@ -150,9 +150,9 @@ def test_a_package_calls_the_amx_forms_c_shim(tmp_path) -> None:
 def test_auto_takes_the_amx_form_where_it_times_fastest(monkeypatch, tmp_path, amx_ms: float) -> None:
     """``weights="auto"`` on eager shapes: a model whose weights are codes runs the AMX form where the table says it
     is the fastest (costs patched: 0.2 against the coded kernel's 0.3) and ``SPECDEC_AMX=auto`` asks for it, the
-    coded kernel where not (0.4), never with ``SPECDEC_AMX=off`` or by default; the label says ``+amx`` (its own
-    cost curve), and greedy decoding emits the stock model's tokens (the same weights; float32 rounding apart, no
-    near-tie in this model)."""
+    coded kernel where not (0.4), never with ``SPECDEC_AMX=off`` or by default (packages only); the label says
+    ``+amx`` (its own cost curve), and greedy decoding emits the stock model's tokens (the same weights; float32
+    rounding apart, no near-tie in this model)."""
     from specdec.backends.kernel_times import KernelTable
     from specdec.generate import StopCondition, VanillaGenerator
     from specdec.models import tiny_llama
@@ -181,7 +181,7 @@ def test_auto_takes_the_amx_form_where_it_times_fastest(monkeypatch, tmp_path, a
     assert forms == ({"amx"} if amx_ms < 0.3 else {"coded"})
     assert ("+amx" in target.execution.label) is (amx_ms < 0.3) and (target.execution.amx > 0) is (amx_ms < 0.3)
     assert greedy(target) == want
-    for switch in ("off", None):  # asked off, and the default
+    for switch in ("off", None):  # asked off, and the default (packages only)
         if switch is None:
             monkeypatch.delenv("SPECDEC_AMX")
         else:
@@ -191,3 +191,18 @@ def test_auto_takes_the_amx_form_where_it_times_fastest(monkeypatch, tmp_path, a
     monkeypatch.setenv("SPECDEC_AMX", "on")
     with pytest.raises(ValueError, match="SPECDEC_AMX must be"):
         HFTarget(model, max_len=64, static_shapes=False)
+
+
+def test_the_switch_times_amx_for_packages_by_default(monkeypatch) -> None:
+    """``SPECDEC_AMX``: packages only by default, both with ``auto``, neither with ``off``; anything else refused."""
+    from specdec.backends.skinny_amx import amx_timed
+
+    monkeypatch.delenv("SPECDEC_AMX", raising=False)
+    assert amx_timed(True) and not amx_timed(False)
+    monkeypatch.setenv("SPECDEC_AMX", "auto")
+    assert amx_timed(True) and amx_timed(False)
+    monkeypatch.setenv("SPECDEC_AMX", "off")
+    assert not amx_timed(True) and not amx_timed(False)
+    monkeypatch.setenv("SPECDEC_AMX", "yes")
+    with pytest.raises(ValueError, match="SPECDEC_AMX must be"):
+        amx_timed(True)

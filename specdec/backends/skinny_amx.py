@@ -3,12 +3,13 @@ multiplied on the tile unit of a CPU with AMX, so a tree's 8 or 16 rows cost abo
 
 Measured on the Intel Xeon of family 6 model 207 (2 threads, one process, docs/results/2026-12-01-amx-intel-f6m207):
 against the AVX-512 coded kernel, SmolLM2's linears about even for one row (the 49152 x 576 vocabulary projection,
-Q8_0 codes, 1.1-1.6x slower), 1.2-1.5x faster for 8 rows and 1.5-2.3x for 16. End to end it did not pay there: with
-``SPECDEC_AMX=auto`` the shapes' times put 151 linears on it, and on Spec-Bench 12 x 96 at T = 0 (eager shapes, one
-process) plain decoding ran 0.98x and the composite 0.98x their speed without it (adaptive trees of 5 nodes, where
-the rest of a forward dominates). So it is measured only where asked for: ``SPECDEC_AMX=auto`` adds the candidates
-``amx`` (codes in 0..31, converted by one table lookup) and ``amx8`` (other codes) to the tables of
-:mod:`specdec.backends.skinny_choice`; the default ``off`` leaves both out.
+Q8_0 codes, 1.1-1.6x slower), 1.2-1.5x faster for 8 rows and 1.5-2.3x for 16. End to end, one process each: in
+SmolLM2's package (the package table put 30 linears on it) Spec-Bench 30 x 96 at T = 0 ran plain decoding 1.01x,
+EAGLE-3 1.05x and the composite 1.06x their speed without it, greedy 30/30; on eager shapes (the eager table put 151
+linears on it) Spec-Bench 12 x 96 ran plain decoding 0.98x and the composite 0.98x (adaptive trees of 5 nodes, where
+the rest of an eager forward outweighs the linears' gain). So the candidates ``amx`` (codes in 0..31, converted by
+one table lookup) and ``amx8`` (other codes) are timed in a package's table by default and in the eager table where
+``SPECDEC_AMX=auto`` asks (:func:`amx_timed`; ``off``: neither).
 
 Exactness (``skinny_amx.cpp`` states it in full): the products are exact (a float32 input is three bfloat16 parts,
 a code is a bfloat16), the sums are float32, and the weight multiplied is its exact GGUF value ``d * q + m``, of which
@@ -27,7 +28,7 @@ import torch
 from specdec.backends.cpu import cpu_flags
 from specdec.backends.skinny_codes import QBLOCK, Codes
 
-__all__ = ["AMX_KERNELS", "PAIR", "amx_form", "amx_layout", "amx_off", "amx_synthetic", "amx_unavailable"]
+__all__ = ["AMX_KERNELS", "PAIR", "amx_form", "amx_layout", "amx_timed", "amx_synthetic", "amx_unavailable"]
 
 #: The AMX candidates: codes in 0..31 (Q4_1, Q5_1: one table lookup each) and any int8 codes (Q8_0, Q4_0, Q5_0).
 AMX_KERNELS = ("amx", "amx8")
@@ -37,18 +38,18 @@ PAIR = 2
 FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16", "avx512bw"})
 
 
-def amx_off() -> bool:
-    """Whether the AMX forms stay out of the measured choice: unless ``SPECDEC_AMX=auto`` asks for them (off by
-    default: on the one AMX CPU met, the shapes' times chose it for 151 of SmolLM2's 211 linears and plain decoding
-    and the composite ran no faster for it, see the module's docstring).
+def amx_timed(package: bool) -> bool:
+    """Whether the AMX forms are timed as candidates for a package's linears (``package``) or eager shapes'.
+    ``SPECDEC_AMX``: ``package`` (the default) for packages only, ``auto`` for both, ``off`` for neither. Measured on
+    the one AMX CPU met (the module's docstring): a package gained from it, eager shapes did not.
 
     Raises:
-        ValueError: ``SPECDEC_AMX`` is neither ``auto`` nor ``off``.
+        ValueError: ``SPECDEC_AMX`` is none of those.
     """
-    switch = os.environ.get("SPECDEC_AMX", "off").lower()
-    if switch not in ("auto", "off"):
-        raise ValueError(f"SPECDEC_AMX must be 'auto' or 'off', got {switch!r}")
-    return switch == "off"
+    switch = os.environ.get("SPECDEC_AMX", "package").lower()
+    if switch not in ("auto", "package", "off"):
+        raise ValueError(f"SPECDEC_AMX must be 'auto', 'package' or 'off', got {switch!r}")
+    return switch == "auto" or (switch == "package" and package)
 
 
 @functools.cache

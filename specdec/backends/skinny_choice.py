@@ -64,7 +64,7 @@ from specdec.backends.kernels import plain_linear, return_freed_memory, shared_c
 from specdec.backends.measured import model_shapes, model_table
 from specdec.backends.package_verdict import recorded, verdict_path, verdict_text
 from specdec.backends.skinny import built, plain_linears, skinny_linears, skinny_names, unavailable
-from specdec.backends.skinny_amx import AMX_KERNELS, amx_form, amx_off, amx_unavailable
+from specdec.backends.skinny_amx import AMX_KERNELS, amx_form, amx_timed, amx_unavailable
 from specdec.backends.skinny_codes import Codes, exact_codes
 
 __all__ = [
@@ -126,7 +126,7 @@ def package_kernels(model: nn.Module, cached_only: bool = False) -> tuple[int, s
     """
     linears, already = _candidates(model), len(skinny_names(model))
     coded = _coded(linears) if linears and (built() or not cached_only) else {}
-    kernels = _with_amx(PACKAGE_CODED) if coded else PACKAGE_KERNELS  # the table this model's choice reads
+    kernels = _with_amx(PACKAGE_CODED, True) if coded else PACKAGE_KERNELS  # the table this model's choice reads
     if not linears:
         swapped, reason = already, ""
     elif cached_only and not (table_path(torch.float32, kernels).exists() and built()):
@@ -169,7 +169,7 @@ def eager_kernels(model: nn.Module) -> tuple[int, str]:
     if (why := unavailable()) is not None:
         return 0, f"no linear on the skinny kernel: {why}"
     coded = _coded(linears)
-    kernels = _with_amx(CODED_KERNELS) if coded else EAGER_KERNELS
+    kernels = _with_amx(CODED_KERNELS, False) if coded else EAGER_KERNELS
     table = kernel_table(model_shapes(model)[2], torch.float32, kernels=kernels, rows=EAGER_ROWS)
     mine = _form(table, coded)
 
@@ -212,15 +212,16 @@ def table_kernels(linears: list[nn.Linear]) -> tuple[tuple[str, ...], tuple[str,
         return EAGER_KERNELS, PACKAGE_KERNELS, "no linear's weight is exact block codes"
     schemes = sorted({c.scheme for c in coded.values()})
     about = f"{len(coded)} of {len(linears)} linears' weights are exact block codes ({', '.join(schemes)})"
-    if (amx := _with_amx(CODED_KERNELS)) != CODED_KERNELS:
-        about += "; their AMX forms are timed too"
-    return amx, _with_amx(PACKAGE_CODED), about
+    eager, package = _with_amx(CODED_KERNELS, False), _with_amx(PACKAGE_CODED, True)
+    if package != PACKAGE_CODED:
+        about += f"; their AMX forms are timed too ({'eager and package' if eager != CODED_KERNELS else 'package'})"
+    return eager, package, about
 
 
-def _with_amx(kernels: tuple[str, ...]) -> tuple[str, ...]:
+def _with_amx(kernels: tuple[str, ...], package: bool) -> tuple[str, ...]:
     """``kernels`` and the coded kernel's AMX forms where they run here (:mod:`specdec.backends.skinny_amx`) and
-    ``SPECDEC_AMX`` is not ``off``."""
-    return kernels if amx_off() or amx_unavailable() is not None else (*kernels, *AMX_KERNELS)
+    ``SPECDEC_AMX`` times them for this table (:func:`~specdec.backends.skinny_amx.amx_timed`)."""
+    return kernels if not amx_timed(package) or amx_unavailable() is not None else (*kernels, *AMX_KERNELS)
 
 
 def _form(table: KernelTable, coded: dict[int, Codes]) -> Callable[[nn.Linear], tuple[float | None, str]]:
