@@ -107,6 +107,48 @@ def test_every_row_alone_is_bitwise_the_row_in_any_batch_and_float32_accurate(sc
 
 @pytest.mark.heavy
 @pytest.mark.usefixtures("amx")
+@pytest.mark.parametrize("rows", [1, 3, 8, 21])
+def test_every_part_of_an_input_counts_exactly(rows: int) -> None:
+    """Codes of the identity (``d = 1``, ``m = 0``): each output is one input times 1, every sum exact, so the output
+    is the input bit for bit, in both tile arrangements (3 rows stacked, 8 apart, 21 in passes). It fails if the
+    split drops or garbles a part (an input's lowest 8 bits are its third part: ``1 + 2^-8 + 2^-23`` among them), if
+    the layout sends a code to another output, or if an output tile is written to the wrong columns."""
+    k = 64
+    q = torch.eye(k, dtype=torch.int8)
+    codes = Codes(q, torch.ones(k, k // QBLOCK), torch.zeros(k, k // QBLOCK), "identity")
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(rows, k, generator=g) * torch.logspace(-20, 20, k, base=2.0)
+    x[0, :3] = torch.tensor([1 + 2**-8 + 2**-23, -(1 + 2**-16 + 2**-23), 3 * 2**-20 + 2**-43])
+    assert ((x.view(torch.int32) & 0xFF) != 0).any()  # inputs whose third part is not zero
+    q, d, m, small = amx_layout(codes)
+    got = torch.ops.specdec.skinny_linear_amx(x, q, d, m, None, small)
+    assert torch.equal(got.view(torch.int32), x.view(torch.int32))
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("amx")
+def test_packages_time_the_amx_form_by_default_eager_shapes_when_asked(monkeypatch) -> None:
+    """Where AMX runs, the package's table has the AMX candidates by default and the eager one does not; ``auto``
+    adds them to both, ``off`` to neither (``specdec doctor``'s line says which)."""
+    from specdec.backends.kernel_times import CODED_KERNELS, PACKAGE_CODED
+    from specdec.backends.skinny_choice import table_kernels
+
+    linears = [nn.Linear(64, 32)]
+    with torch.no_grad():
+        linears[0].weight.copy_(gguf_like("q4_1", 32, 64))
+    monkeypatch.delenv("SPECDEC_AMX", raising=False)
+    monkeypatch.delenv("SPECDEC_CODES", raising=False)
+    eager, package, about = table_kernels(linears)
+    assert eager == CODED_KERNELS and package == (*PACKAGE_CODED, "amx", "amx8") and "(package)" in about
+    monkeypatch.setenv("SPECDEC_AMX", "auto")
+    eager, package, about = table_kernels(linears)
+    assert eager == (*CODED_KERNELS, "amx", "amx8") and "eager and package" in about
+    monkeypatch.setenv("SPECDEC_AMX", "off")
+    assert table_kernels(linears)[:2] == (CODED_KERNELS, PACKAGE_CODED)
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("amx")
 def test_the_amx_form_refuses_bad_input_by_name() -> None:
     q, d, m, small = amx_layout(Codes.synthetic(32, 64, torch.Generator().manual_seed(0)))
     x = torch.randn(2, 64)
@@ -132,7 +174,7 @@ def test_a_package_calls_the_amx_forms_c_shim(tmp_path) -> None:
     with torch.no_grad():
         model[0].weight.copy_(gguf_like("q4_1", 32, 64))
         skinny.skinny_linears(model, codes=lambda linear: exact_codes(linear.weight), amx=lambda linear: True)
-        assert model[0].form == "amx" and model[2].form == "skinny" and skinny.coded_names(model) == ["0@amx"]
+        assert model[0].form == "amx" and model[2].form == "skinny" and skinny.coded_names(model) == ["0@amx1"]
         x = torch.randn(3, 64)
         path = torch._inductor.aoti_compile_and_package(
             torch.export.export(model, (x,)),

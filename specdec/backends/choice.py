@@ -334,7 +334,7 @@ def apply(
         reason=reason,
         invariant=on,
         coded=len(coded_names(model)),
-        amx=sum(name.endswith("@amx") for name in coded_names(model)),
+        amx=sum("@amx" in name for name in coded_names(model)),
         padded=padded,
         single_stock=single.get("stock", 0),
         single_skinny=single.get("skinny", 0),

@@ -330,10 +330,12 @@ def uses_skinny(model: nn.Module) -> bool:
 
 
 def coded_names(model: nn.Module) -> list[str]:
-    """The names of ``model``'s linears that run on their weight's exact block codes, ``@amx`` after those on the AMX
-    form (a package's name tells them)."""
+    """The names of ``model``'s linears that run on their weight's exact block codes, ``@`` and the codes' layout
+    (:data:`~specdec.backends.skinny_amx.LAYOUT`) after those on the AMX form (a package's name tells them)."""
+    from specdec.backends.skinny_amx import LAYOUT
+
     return [
-        name + "@amx" * (m.form == "amx")
+        name + f"@{LAYOUT}" * (m.form == "amx")
         for name, m in model.named_modules()
         if isinstance(m, SkinnyLinear) and m.scheme is not None
     ]
@@ -348,7 +350,7 @@ def kernel_label(model: nn.Module) -> str:
     """``"+skinny"`` where linears of ``model`` run on the kernel, then ``"+coded"`` where on exact block codes and
     ``"+amx"`` where some on their AMX form (a cost curve's and an execution's label)."""
     coded = coded_names(model)
-    amx = any(name.endswith("@amx") for name in coded)
+    amx = any("@amx" in name for name in coded)
     return "+skinny" * uses_skinny(model) + "+coded" * bool(coded) + "+amx" * amx
 
 

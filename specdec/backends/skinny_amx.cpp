@@ -4,11 +4,12 @@
 // Why: on a CPU with AMX (Intel Xeon of family 6 model 207, docs/results/2026-12-01-amx-intel-f6m207) the AVX-512
 // kernels' cost grows with the rows of a tree (all 211 SmolLM2 linears: 12.5 ms for one row, 38 ms for 16), because
 // each weight vector is multiplied into every row by FMA. The tile unit multiplies a 16 x 32 block of inputs into
-// 16 x 32 weights in one instruction, so 16 rows cost about what 8 do and a little more than one.
+// 32 x 16 weights in one instruction: per SmolLM2 shape, warm, 16 rows cost it 2.2-3.3x one row against the AVX-512
+// coded kernel's 3.7-6.2x (one row about even, the Q8_0 vocabulary projection's 1.3x slower).
 //
 // Exactness. A float32 input is the exact sum of three bfloat16 parts, x = h + m + l (its 24 significant bits in
-// three bytes; exact for |x| >= 2^-110, and an input below that contributes below float32's resolution of any
-// output). A code q has at most 8 significant bits, so it is a bfloat16 and every product h * q, m * q, l * q is
+// three bytes; exact for |x| >= 2^-103: below it a part can be a bfloat16 denormal, which the tile unit reads as
+// zero, an error below 2^-126 per product). A non-finite input gives NaN outputs (inf - inf in the split). A code q has at most 8 significant bits, so it is a bfloat16 and every product h * q, m * q, l * q is
 // exact in float32. Per row, per block b of 32 inputs and 16 outputs n:
 //   S[n, b] = (S_h + S_m) + S_l, each the tile unit's float32 sum of one part's 32 exact products in the block,
 //   X[b]    = the block's inputs summed in one fixed order (two 16-lane halves added, then the lanes),
@@ -24,7 +25,9 @@
 //
 // Layout (specdec.backends.skinny_amx.amx_layout): q [N / 16 / PAIR groups][K / 32 blocks][PAIR tiles][16 k-pairs]
 // [16 n][2] int8 (the tile unit's pair-interleaved form, so a tile of weights is 512 consecutive codes); d and m
-// [N / 16][K / 32][16] float32. ``small`` (1): every code in 0..31 (Q4_1, Q5_1), converted by one table lookup.
+// [N / 16][K / 32][16] float32. ``small`` (1): every code in 0..31 (Q4_1, Q5_1), converted by one table lookup
+// (the caller's promise, which amx_layout keeps: the lookup reads a code's low 5 bits only). A change of this layout
+// bumps specdec.backends.skinny_amx.LAYOUT (a package's name carries it: its constants are in this layout).
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <sys/syscall.h>

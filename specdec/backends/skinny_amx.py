@@ -1,9 +1,10 @@
 """The coded kernel's AMX form (``specdec::skinny_linear_amx``, ``skinny_amx.cpp``): a GGUF target's exact block codes
-multiplied on the tile unit of a CPU with AMX, so a tree's 8 or 16 rows cost about what one row costs.
+multiplied on the tile unit of a CPU with AMX, so a tree's rows cost less than on FMA (16 rows 2.2-3.3x one row
+per SmolLM2 shape, warm, against the AVX-512 coded kernel's 3.7-6.2x).
 
 Measured on the Intel Xeon of family 6 model 207 (2 threads, one process, docs/results/2026-12-01-amx-intel-f6m207):
 against the AVX-512 coded kernel, SmolLM2's linears about even for one row (the 49152 x 576 vocabulary projection,
-Q8_0 codes, 1.1-1.6x slower), 1.2-1.5x faster for 8 rows and 1.5-2.3x for 16. End to end, one process each: in
+Q8_0 codes, 1.3x slower), 1.2-1.5x faster for 8 rows and 1.5-2.3x for 16. End to end, one process each: in
 SmolLM2's package (the package table put 30 linears on it) Spec-Bench 30 x 96 at T = 0 ran plain decoding 1.01x,
 EAGLE-3 1.05x and the composite 1.06x their speed without it, greedy 30/30; on eager shapes (the eager table put 151
 linears on it) Spec-Bench 12 x 96 ran plain decoding 0.98x and the composite 0.98x (adaptive trees of 5 nodes, where
@@ -28,12 +29,14 @@ import torch
 from specdec.backends.cpu import cpu_flags
 from specdec.backends.skinny_codes import QBLOCK, Codes
 
-__all__ = ["AMX_KERNELS", "PAIR", "amx_form", "amx_layout", "amx_timed", "amx_synthetic", "amx_unavailable"]
+__all__ = ["AMX_KERNELS", "LAYOUT", "PAIR", "amx_form", "amx_layout", "amx_timed", "amx_synthetic", "amx_unavailable"]
 
 #: The AMX candidates: codes in 0..31 (Q4_1, Q5_1: one table lookup each) and any int8 codes (Q8_0, Q4_0, Q5_0).
 AMX_KERNELS = ("amx", "amx8")
 #: Output tiles of 16 per pass over the inputs (``skinny_amx.cpp``'s ``PAIR``): the codes' layout groups them.
 PAIR = 2
+#: The codes' layout (:func:`amx_layout`), in the names of packages holding it as constants: bumped when it changes.
+LAYOUT = "amx1"
 #: The CPU flags the kernel needs (Linux's names in /proc/cpuinfo).
 FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16", "avx512bw"})
 
