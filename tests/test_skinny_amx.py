@@ -19,7 +19,7 @@ from torch import nn
 from specdec.backends.skinny_amx import PAIR, amx_form, amx_layout, amx_synthetic
 from specdec.backends.skinny_codes import QBLOCK, Codes, exact_codes
 from tests.test_skinny import kernel  # noqa: F401 -- the fixture that skips where the kernel cannot run
-from tests.test_skinny_codes import gguf_like
+from tests.test_skinny_codes import gguf_like, package_calls_shim
 
 
 @pytest.fixture
@@ -168,22 +168,10 @@ def test_the_amx_form_refuses_bad_input_by_name() -> None:
 @pytest.mark.usefixtures("amx")
 def test_a_package_calls_the_amx_forms_c_shim(tmp_path) -> None:
     from specdec.backends import skinny
-    from tests.test_skinny import _cpp_sources
 
-    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
-    with torch.no_grad():
-        model[0].weight.copy_(gguf_like("q4_1", 32, 64))
-        skinny.skinny_linears(model, codes=lambda linear: exact_codes(linear.weight), amx=lambda linear: True)
-        assert model[0].form == "amx" and model[2].form == "skinny" and skinny.coded_names(model) == ["0@amx1"]
-        x = torch.randn(3, 64)
-        path = torch._inductor.aoti_compile_and_package(
-            torch.export.export(model, (x,)),
-            package_path=str(tmp_path / "m.pt2"),
-            inductor_configs=skinny.package_options(),
-        )
-        wrapper = next(p for p in _cpp_sources(path) if "wrapper" in p[0])[1]
-        assert "aoti_torch_cpu_skinny_linear_amx(" in wrapper and "proxy_executor->call_function" not in wrapper
-        assert torch.equal(torch._inductor.aoti_load_package(path)(x), model(x))
+    model, wrapper = package_calls_shim(tmp_path, amx=True)
+    assert model[0].form == "amx" and model[2].form == "skinny" and skinny.coded_names(model) == ["0@amx1"]
+    assert "aoti_torch_cpu_skinny_linear_amx(" in wrapper and "proxy_executor->call_function" not in wrapper
 
 
 @pytest.mark.heavy

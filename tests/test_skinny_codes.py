@@ -136,26 +136,34 @@ def test_the_coded_kernel_refuses_bad_input_by_name() -> None:
         torch.ops.specdec.skinny_linear_q(x, codes.q.float(), codes.d, codes.m)
 
 
-@pytest.mark.heavy
-@pytest.mark.usefixtures("kernel")
-def test_a_package_calls_the_coded_kernels_c_shim(tmp_path) -> None:
+def package_calls_shim(tmp_path, amx: bool) -> tuple[nn.Module, str]:
+    """A small model with one coded linear (on the AMX form where ``amx``) and one float32 one, packaged ahead of
+    time: ``(model, the package's wrapper source)``, after checking the package's outputs are the model's."""
     from specdec.backends import skinny
     from tests.test_skinny import _cpp_sources
 
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
     with torch.no_grad():
         model[0].weight.copy_(gguf_like("q4_1", 32, 64))
-        skinny.skinny_linears(model, codes=lambda linear: exact_codes(linear.weight))
-        assert model[0].scheme == "q4_1" and model[2].scheme is None and skinny.uses_codes(model)
+        skinny.skinny_linears(model, codes=lambda linear: exact_codes(linear.weight), amx=lambda linear: amx)
         x = torch.randn(3, 64)
         path = torch._inductor.aoti_compile_and_package(
             torch.export.export(model, (x,)),
             package_path=str(tmp_path / "m.pt2"),
             inductor_configs=skinny.package_options(),
         )
-        wrapper = next(p for p in _cpp_sources(path) if "wrapper" in p[0])[1]
-        assert "aoti_torch_cpu_skinny_linear_q(" in wrapper and "proxy_executor->call_function" not in wrapper
         assert torch.equal(torch._inductor.aoti_load_package(path)(x), model(x))
+    return model, next(p for p in _cpp_sources(path) if "wrapper" in p[0])[1]
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("kernel")
+def test_a_package_calls_the_coded_kernels_c_shim(tmp_path) -> None:
+    from specdec.backends import skinny
+
+    model, wrapper = package_calls_shim(tmp_path, amx=False)
+    assert model[0].scheme == "q4_1" and model[2].scheme is None and skinny.uses_codes(model)
+    assert "aoti_torch_cpu_skinny_linear_q(" in wrapper and "proxy_executor->call_function" not in wrapper
 
 
 @pytest.mark.heavy
