@@ -19,7 +19,7 @@ from torch import nn
 from specdec.backends.skinny_amx import PAIR, amx_form, amx_layout, amx_synthetic
 from specdec.backends.skinny_codes import QBLOCK, Codes, exact_codes
 from tests.test_skinny import kernel  # noqa: F401 -- the fixture that skips where the kernel cannot run
-from tests.test_skinny_codes import gguf_like, package_calls_shim
+from tests.test_skinny_codes import coded_tiny, gguf_like, package_calls_shim
 
 
 @pytest.fixture
@@ -183,28 +183,11 @@ def test_auto_takes_the_amx_form_where_it_times_fastest(monkeypatch, tmp_path, a
     coded kernel where not (0.4), never with ``SPECDEC_AMX=off`` or by default (packages only); the label says
     ``+amx`` (its own cost curve), and greedy decoding emits the stock model's tokens (the same weights; float32
     rounding apart, no near-tie in this model)."""
-    from specdec.backends.kernel_times import KernelTable
-    from specdec.generate import StopCondition, VanillaGenerator
-    from specdec.models import tiny_llama
-    from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
-    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
     monkeypatch.setenv("SPECDEC_AMX", "auto")
-    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
     ms = {"stock": 1.0, "packed": 0.9, "skinny": 0.5, "coded": 0.3, "amx": amx_ms, "amx8": amx_ms}
-    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, name: ms[name])
-    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)
-    with torch.no_grad():
-        for i, linear in enumerate(m for m in model.modules() if isinstance(m, nn.Linear)):
-            linear.weight.copy_(gguf_like("q4_1", *linear.weight.shape, seed=i))
-
-    def greedy(target: HFTarget) -> list[int]:
-        stop = StopCondition(max_new_tokens=12, eos_token_ids=())
-        return list(VanillaGenerator(target).generate(torch.arange(5), SamplingParams(temperature=0.0), stop).tokens)
-
+    model, greedy = coded_tiny(monkeypatch, tmp_path, ms)
     want = greedy(HFTarget(model, max_len=64, weights="stock", static_shapes=False))
     target = HFTarget(model, max_len=64, static_shapes=False)
     forms = {m.form for m in target.model.modules() if hasattr(m, "form")}

@@ -166,6 +166,31 @@ def test_a_package_calls_the_coded_kernels_c_shim(tmp_path) -> None:
     assert "aoti_torch_cpu_skinny_linear_q(" in wrapper and "proxy_executor->call_function" not in wrapper
 
 
+def coded_tiny(monkeypatch, tmp_path, ms: dict[str, float]):
+    """``(model, greedy)``: a tiny Llama whose linears' weights are Q4_1 codes, with ``weights="auto"`` measuring
+    here and every kernel table's cost patched to ``ms[kernel]``; ``greedy(target)`` its 12 greedy tokens."""
+    from specdec.backends.kernel_times import KernelTable
+    from specdec.generate import StopCondition, VanillaGenerator
+    from specdec.models import tiny_llama
+    from specdec.sampling import SamplingParams
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
+    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
+    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
+    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, name: ms[name])
+    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)
+    with torch.no_grad():
+        for i, linear in enumerate(m for m in model.modules() if isinstance(m, nn.Linear)):
+            linear.weight.copy_(gguf_like("q4_1", *linear.weight.shape, seed=i))
+
+    def greedy(target) -> list[int]:
+        stop = StopCondition(max_new_tokens=12, eos_token_ids=())
+        return list(VanillaGenerator(target).generate(torch.arange(5), SamplingParams(temperature=0.0), stop).tokens)
+
+    return model, greedy
+
+
 @pytest.mark.heavy
 @pytest.mark.usefixtures("kernel")
 @pytest.mark.parametrize("coded_ms", [0.3, 0.6])
@@ -174,27 +199,9 @@ def test_auto_takes_the_codes_where_they_time_faster(monkeypatch, tmp_path, code
     form is faster (costs patched: 0.3 against the float32 kernel's 0.5), the float32 weight where not (0.6), never
     with ``SPECDEC_CODES=off``; the greedy tokens are the stock model's either way (the same output bits as the
     float32 kernel)."""
-    from specdec.backends.kernel_times import KernelTable
-    from specdec.generate import StopCondition, VanillaGenerator
-    from specdec.models import tiny_llama
-    from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    monkeypatch.setenv("SPECDEC_SKINNY", "auto")
-    monkeypatch.setenv("SPECDEC_KERNELS", "measure")
-    monkeypatch.delenv("SPECDEC_CPU_GEMM", raising=False)
-    ms = {"stock": 1.0, "packed": 0.9, "skinny": 0.5, "coded": coded_ms}
-    monkeypatch.setattr(KernelTable, "cost", lambda self, shape, name: ms[name])
-    model = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)
-    with torch.no_grad():
-        for i, linear in enumerate(m for m in model.modules() if isinstance(m, nn.Linear)):
-            linear.weight.copy_(gguf_like("q4_1", *linear.weight.shape, seed=i))
-
-    def greedy(target: HFTarget) -> list[int]:
-        stop = StopCondition(max_new_tokens=12, eos_token_ids=())
-        return list(VanillaGenerator(target).generate(torch.arange(5), SamplingParams(temperature=0.0), stop).tokens)
-
+    model, greedy = coded_tiny(monkeypatch, tmp_path, {"stock": 1.0, "packed": 0.9, "skinny": 0.5, "coded": coded_ms})
     want = greedy(HFTarget(model, max_len=64, weights="stock", static_shapes=False))
     target = HFTarget(model, max_len=64, static_shapes=False)
     coded = [m.scheme for m in target.model.modules() if hasattr(m, "scheme")]

@@ -258,9 +258,9 @@ class SkinnyLinear(nn.Module):
 
     @property
     def codes(self) -> Codes | None:
-        """The weight's block codes this module streams instead of the weight (in the AMX layout on that form), or
-        None."""
-        return None if self.scheme is None else Codes(self.codes_q, self.codes_d, self.codes_m, self.scheme)
+        """The weight's block codes this module streams instead of the weight, or None (also on the AMX form, whose
+        buffers hold them in the tiles' layout, not as :class:`Codes`)."""
+        return None if self.form != "coded" else Codes(self.codes_q, self.codes_d, self.codes_m, self.scheme)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., in_features]`` -> ``[..., out_features]``."""

@@ -9,8 +9,8 @@
 //
 // Exactness. A float32 input is the exact sum of three bfloat16 parts, x = h + m + l (its 24 significant bits in
 // three bytes; exact for |x| >= 2^-103: below it a part can be a bfloat16 denormal, which the tile unit reads as
-// zero, an error below 2^-126 per product). A non-finite input gives NaN outputs (inf - inf in the split). A code q has at most 8 significant bits, so it is a bfloat16 and every product h * q, m * q, l * q is
-// exact in float32. Per row, per block b of 32 inputs and 16 outputs n:
+// zero, an error below 2^-126 per product). A non-finite input gives NaN outputs (inf - inf in the split). A code
+// q has at most 8 significant bits, so it is a bfloat16 and every product h * q, m * q, l * q is exact in float32. Per row, per block b of 32 inputs and 16 outputs n:
 //   S[n, b] = (S_h + S_m) + S_l, each the tile unit's float32 sum of one part's 32 exact products in the block,
 //   X[b]    = the block's inputs summed in one fixed order (two 16-lane halves added, then the lanes),
 //   y[n]   += d[n, b] * S[n, b] (one fma), then += m[n, b] * X[b] (one fma), blocks in order; then the bias.
