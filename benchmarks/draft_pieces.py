@@ -1,6 +1,7 @@
 """Where the drafting phase's time goes, timed inside the decoding loop (not in a micro-benchmark).
 
     python benchmarks/draft_pieces.py [--method eagle3] [--prompts 8] [--new-tokens 64] [--threads 2]
+                                      [--static-shapes aot]
 
 Wraps the pieces of an EAGLE cycle's drafting (the tree policy's ``grow``, the drafter's expand steps, the head's
 forward and lm_head, the top-k, the budget's choice, the rerank) with wall-clock timers and runs the method on the
@@ -57,11 +58,13 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--static-shapes", choices=("aot",), help="the target from its ahead-of-time package")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
     sampling = SamplingParams()
-    gen = build_method(args.method, HFTarget(model), MethodOptions())
+    target = HFTarget(model, static_shapes=args.static_shapes or False)
+    gen = build_method(args.method, target, MethodOptions())
     policy, drafter = gen.policy, gen.drafter
     timed(policy, "grow", "policy.grow")
     for name in ("expand_topk", "_run", "_root_step", "_expand_nodes", "_draft_logits", "_input_hidden"):

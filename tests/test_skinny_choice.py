@@ -12,7 +12,8 @@ What is shown, on tiny random Llamas with specdec's cache in a temporary folder:
   ``tests/test_skinny_attention.py`` has the route where it can), and greedy tokens stay the eager stock target's;
   ``static_shapes="aot"`` builds the package of the measured choice, whose greedy tokens are the eager stock
   target's; ``"auto"`` finds that package later without building; a model whose measured choice is stock is not
-  handed it (eager, as no stock package is cached);
+  handed it (eager, as no stock package is cached); a kernel package with the few-row attention calls its C shim,
+  and its tree rows are bitwise its 1-token steps (SDPA's package: the control);
 * heavy: a stackable group stays packed and stacked where its one GEMM beats its members on the kernel; a packed
   linear runs its single row on the kernel where that measured faster (and trees packed), and decodes exactly.
 """
@@ -243,6 +244,7 @@ def test_aot_builds_the_coded_package_and_auto_finds_it(monkeypatch) -> None:
     monkeypatch.setattr(KernelTable, "cost", lambda self, shape, name: ms.get(name))
     fast = {"skinny": {"1": 1.0, "8": 1.0}, "stock": {"1": 2.0, "8": 2.0}}
     monkeypatch.setattr(package_timing, "_time", lambda models: (fast, []))
+    monkeypatch.setenv("SPECDEC_ATTENTION", "sdpa")  # heads of 16: the few-row attention could be measured faster
     built = HFTarget(m, max_len=64, static_shapes="aot")
     assert built.execution.coded == built.execution.skinny == n and built.execution.label == "stock+aot+skinny+coded"
     assert greedy_tokens(built) == want
@@ -251,3 +253,45 @@ def test_aot_builds_the_coded_package_and_auto_finds_it(monkeypatch) -> None:
     auto = HFTarget(m, max_len=64)  # static_shapes="auto": the coded package is cached
     assert auto.execution.aot and auto.execution.coded == n
     assert greedy_tokens(auto) == want
+
+
+@pytest.mark.heavy
+@pytest.mark.usefixtures("kernel")
+def test_a_kernel_package_runs_the_few_row_attention_and_its_tree_rows_are_its_steps(monkeypatch) -> None:
+    """Linears on the skinny kernel and the few-row attention chosen (asked for here; measured by default): the
+    package calls the attention's C shim instead of SDPA, under another name than SDPA's package (its compiled graph
+    differs), and its float32 forward is row-invariant: each row of a 9-node tree is bitwise its path's 1-token step,
+    and greedy tokens are the eager stock model's; ``static_shapes="auto"`` finds that package. Control: with
+    ``SPECDEC_ATTENTION=sdpa`` the package calls SDPA, not the shim, claims no row invariance, and its tree rows are
+    not all bitwise their steps."""
+    from specdec.backends.gqa import GQA_SKINNY
+    from tests.test_invariant import rows_match_steps
+    from tests.test_skinny import _cpp_sources
+
+    def wrapper(target: HFTarget) -> str:
+        return next(text for name, text in _cpp_sources(str(package_path(target.model))) if "wrapper" in name)
+
+    m = tiny_llama(vocab_size=64, hidden_size=64, num_layers=2, logit_scale=1.5, seed=0)  # heads of 16 (kernel's)
+    want = greedy_tokens(HFTarget(m, 64, weights="stock", static_shapes=False))
+    choose(monkeypatch, lambda shape: "skinny")
+    fast = {"skinny": {"1": 1.0, "8": 1.0}, "stock": {"1": 2.0, "8": 2.0}}
+    monkeypatch.setattr(package_timing, "_time", lambda models: (fast, []))
+    targets, wrappers = {}, {}
+    for mode in ("sdpa", "few-row"):  # each package read while its mode is set (the name holds the choice)
+        monkeypatch.setenv("SPECDEC_ATTENTION", mode)
+        targets[mode] = HFTarget(m, max_len=64, static_shapes="aot")
+        targets[mode].warm_up()  # builds the package
+        wrappers[mode] = (package_path(targets[mode].model), wrapper(targets[mode]))
+    sdpa, few = targets["sdpa"], targets["few-row"]
+    assert few.execution.attention == GQA_SKINNY and few.execution.skinny_forward and few.execution.aot
+    assert sdpa.execution.attention != GQA_SKINNY and not sdpa.execution.skinny_forward
+    assert wrappers["sdpa"][0] != wrappers["few-row"][0] and few.execution.label.endswith("+attention")
+    calls = {mode: text.count("aoti_torch_cpu_skinny_attention(") for mode, (_, text) in wrappers.items()}
+    assert calls == {"sdpa": 1, "few-row": 3}, calls  # its declaration, then a call per layer
+    assert "scaled_dot_product" not in wrappers["few-row"][1] and "scaled_dot_product" in wrappers["sdpa"][1]
+    assert greedy_tokens(few) == want and few.runner.compiled
+    assert all(rows_match_steps(None, False, context=20, target=few))
+    assert not all(rows_match_steps(None, False, context=20, target=sdpa))  # SDPA's rows: other bits
+    monkeypatch.setattr(aot_module, "build_package", no_build)
+    auto = HFTarget(m, max_len=64)  # static_shapes="auto" finds the few-row package (its name from the model given)
+    assert auto.execution.aot and auto.execution.attention == GQA_SKINNY and greedy_tokens(auto) == want

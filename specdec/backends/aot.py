@@ -20,8 +20,8 @@ and writes the cache in place:
 
 Contract (exactness: a package is never run for another model): the file name holds a digest of everything that
 decides the compiled code and its constants: the model's weights (every tensor's bytes), its config, dtype and
-attention implementation, which linears run on the skinny kernel (:mod:`specdec.backends.skinny`) and which on their
-exact block codes, the machine (CPU
+attention implementation (and whether the package runs it on the few-row kernel: :func:`package_attention`), which
+linears run on the skinny kernel (:mod:`specdec.backends.skinny`) and which on their exact block codes, the machine (CPU
 model and flags, torch version, thread count: :func:`~specdec.backends.kernel_times.machine_key`), transformers'
 version and :data:`FORMAT`. A package that fails to build or load raises :class:`PackageError`; the runner then warns
 once and runs the same static forward eagerly (:func:`~specdec.backends.compiled.run_compiled`).
@@ -55,6 +55,7 @@ __all__ = [
     "AotStep",
     "PackageError",
     "cached_package",
+    "package_attention",
     "package_path",
     "packages",
 ]
@@ -109,6 +110,8 @@ def _model_digest(model: nn.Module) -> str:
     config = getattr(model, "config", None)
     digest.update((config.to_json_string() if config is not None else type(model).__name__).encode())
     digest.update(str(getattr(config, "_attn_implementation", "")).encode())
+    if package_attention(model):  # the few-row kernel's C shim in place of SDPA: another compiled graph
+        digest.update(b"specdec::skinny_attention")
     if skinny := skinny_names(model):  # its linears call the skinny kernel: another package than the stock one
         digest.update(b"specdec::skinny_linear")
         if any(plain_linear(m) for m in model.modules()):  # some linears, not all (a measured choice): which ones
@@ -126,6 +129,22 @@ def _machine_digest(dtype: torch.dtype) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def package_attention(model: nn.Module) -> bool:
+    """Whether ``model``'s package runs its attention on the few-row kernel (``specdec::skinny_attention``, through
+    its C shim) instead of SDPA: where its linears run on the skinny kernel (a stock package stays stock) and the
+    few-row kernel measured faster than SDPA on this CPU or was asked for
+    (:func:`~specdec.backends.attention_choice.skinny_attention_fits`). Decided from the model as its caller gave it,
+    so that the package's name, which holds it, is the same before and after
+    :func:`~specdec.backends.choice.apply` switches the attention function.
+
+    Why: inside SmolLM2's package SDPA took 3.8 ms of a 21.7 ms 1-token forward and 6.8 of 35 ms for 8 rows (kernel
+    profile, Xeon family 6 model 207, 2026-12-01); the package with the few-row kernel ran forwards of 1-16 rows in
+    0.80-0.86x the time (one process)."""
+    from specdec.backends.attention_choice import skinny_attention_fits
+
+    return uses_skinny(model) and skinny_attention_fits(model)[0]
+
+
 def package_path(model: nn.Module) -> Path:
     """Where ``model``'s package lives on this machine (the module docstring's key). Hashes the weights (~0.4 s per
     500 MB) once per model object and state: a tensor replaced or changed in place is hashed again, a config change
@@ -139,7 +158,8 @@ def package_path(model: nn.Module) -> Path:
     seen += (
         tuple(skinny_names(model)),
         tuple(coded_names(model)),
-    )  # swapped linears keep their tensors: other packages
+        package_attention(model),
+    )  # swapped linears keep their tensors: other packages; the attention's choice may change with the environment
     memo = getattr(model, "_specdec_aot_name", None)
     if memo is None or memo[0] != seen:
         memo = (seen, f"{_machine_digest(dtype)}-{_model_digest(model)}.pt2")
@@ -220,7 +240,7 @@ def build_package(model: nn.Module, cache_kwarg: str, cache: PositionCache, mask
             program = torch.export.export(AotStep(model, cache_kwarg), example, dynamic_shapes=shapes, strict=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.pt2")
-        options = {**cpu_options(), **(package_options() if uses_skinny(model) else {})}  # the kernel's C shim
+        options = {**cpu_options(), **(package_options() if uses_skinny(model) else {})}  # the kernels' C shims
         torch._inductor.aoti_compile_and_package(program, package_path=str(partial), inductor_configs=options)
         partial.rename(path)
     except Exception as error:  # export or inductor refusing the model: the runner falls back, with this reason

@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from specdec.backends.aot import cached_package, package_path
+from specdec.backends.aot import cached_package, package_attention, package_path
 from specdec.backends.attention_choice import few_row_serves, skinny_forward
 from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
 from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY, SKINNY_NUMERICS, cache_dtype, set_attention, use_gqa_attention
@@ -102,8 +102,7 @@ class Execution:
         single_stock, single_skinny: packed linears that run a single row stock / on the skinny kernel, as measured
             faster here (:func:`~specdec.backends.measured.single_rows`); single_bytes: the plain weights they keep.
         skinny_forward: every linear and the attention on the skinny kernels, a row-invariant float32 forward
-            (:func:`~specdec.backends.attention_choice.skinny_forward`); the few-row attention beside other linears
-            is a speed choice only.
+            (:func:`~specdec.backends.attention_choice.skinny_forward`); beside other linears, only a speed choice.
         pad_rows: fewer rows than this run padded to this many in the packed linears, as measured faster here
             (:mod:`specdec.backends.row_padding`); 1: none.
     """
@@ -365,7 +364,8 @@ def _apply_weights(
     setattr(model, STATIC_MARK, "aot" if aot else static)
     if static:  # plain linears for inductor (or the skinny kernel's, as measured), GQA attention without copies
         _restore(model)
-        return Execution("stock", True, attention=use_gqa_attention(model), reason=why, aot=aot, skinny=skinny)
+        attention = use_gqa_attention(model, skinny=package_attention(model) if aot else None)  # the few-row kernel?
+        return Execution("stock", True, attention=attention, reason=why, aot=aot, skinny=skinny)
     if resolved == "stock":
         _restore(model)
         if getattr(getattr(model, "config", None), "_attn_implementation", None) in GQA_NAMES:

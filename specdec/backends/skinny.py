@@ -173,8 +173,16 @@ C_SHIM_AMX = (
 )
 
 
+#: The few-row attention's C shim (``specdec::skinny_attention``, :func:`specdec.backends.aot.package_attention`).
+C_SHIM_ATTENTION = (
+    "AOTITorchError aoti_torch_cpu_skinny_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v, "
+    "AtenTensorHandle* mask, double scale, int64_t isa, AtenTensorHandle* ret0)"
+)
+
+
 def package_options() -> dict:
-    """Inductor options that make an ahead-of-time package call the ops' C shims (:data:`C_SHIM`, :data:`C_SHIM_Q`)."""
+    """Inductor options that make an ahead-of-time package call the ops' C shims (:data:`C_SHIM`, :data:`C_SHIM_Q`,
+    :data:`C_SHIM_AMX`, :data:`C_SHIM_ATTENTION`)."""
     load()
     ops = torch.ops.specdec
     return {
@@ -182,6 +190,7 @@ def package_options() -> dict:
             ops.skinny_linear.default: [C_SHIM],
             ops.skinny_linear_q.default: [C_SHIM_Q],
             ops.skinny_linear_amx.default: [C_SHIM_AMX],
+            ops.skinny_attention.default: [C_SHIM_ATTENTION],
         }
     }
 
