@@ -63,7 +63,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import torch
 
     from specdec.backends import resolve
-    from specdec.backends.aot import cached_package
+    from specdec.backends.aot import cached_package, package_attention
     from specdec.backends.cpu import cpu_gemm_profile, machine_summary
     from specdec.backends.kernels import packing_pays, plain_linear, shared_copy
     from specdec.backends.measured import (
@@ -114,9 +114,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         variant = shared_copy(model)  # with the package's measured kernels, where that package is cached
         package_kernels(variant, cached_only=True)
         package = cached_package(variant)
+        attention = ", its attention on the few-row kernel" if package and package_attention(variant) else ""
         print(
             f"  static_shapes='auto' on a CPU: {'the ahead-of-time package ' + str(package) if package else 'eager'}"
-            + ("" if package else " (no package of this model here: --static-shapes aot builds one, minutes)")
+            + (attention if package else " (no package of this model here: --static-shapes aot builds one, minutes)")
         )
         del model
     _print_packages()
