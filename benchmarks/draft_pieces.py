@@ -63,7 +63,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
     sampling = SamplingParams()
-    target = HFTarget(model, static_shapes=args.static_shapes or False)
+    target = HFTarget(model, **({"static_shapes": args.static_shapes} if args.static_shapes else {}))
     gen = build_method(args.method, target, MethodOptions())
     policy, drafter = gen.policy, gen.drafter
     timed(policy, "grow", "policy.grow")

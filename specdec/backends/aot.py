@@ -43,6 +43,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.backends.compiled import PackageError, cpu_options
+from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY
 from specdec.backends.kernels import plain_linear
 from specdec.backends.measured import machine_key
 from specdec.backends.skinny import coded_names, package_options, skinny_names, uses_skinny
@@ -109,7 +110,8 @@ def _model_digest(model: nn.Module) -> str:
     digest = hashlib.sha256()
     config = getattr(model, "config", None)
     digest.update((config.to_json_string() if config is not None else type(model).__name__).encode())
-    digest.update(str(getattr(config, "_attn_implementation", "")).encode())
+    attention = str(getattr(config, "_attn_implementation", ""))
+    digest.update(("sdpa" if attention in GQA_NAMES else attention).encode())  # as given: apply's switch not seen
     if package_attention(model):  # the few-row kernel's C shim in place of SDPA: another compiled graph
         digest.update(b"specdec::skinny_attention")
     if skinny := skinny_names(model):  # its linears call the skinny kernel: another package than the stock one
@@ -131,18 +133,22 @@ def _machine_digest(dtype: torch.dtype) -> str:
 
 def package_attention(model: nn.Module) -> bool:
     """Whether ``model``'s package runs its attention on the few-row kernel (``specdec::skinny_attention``, through
-    its C shim) instead of SDPA: where its linears run on the skinny kernel (a stock package stays stock) and the
-    few-row kernel measured faster than SDPA on this CPU or was asked for
-    (:func:`~specdec.backends.attention_choice.skinny_attention_fits`). Decided from the model as its caller gave it,
-    so that the package's name, which holds it, is the same before and after
-    :func:`~specdec.backends.choice.apply` switches the attention function.
+    its C shim) instead of SDPA: where its linears run on the skinny kernel (a stock package stays stock) and, for a
+    model as its caller gave it (``sdpa`` attention), where the few-row kernel measured faster than SDPA on this CPU
+    or was asked for (:func:`~specdec.backends.attention_choice.skinny_attention_fits`); a model already prepared
+    answers by the attention it runs (the few-row function or another), whatever the environment says now, so the
+    package's name (which holds the answer) is the same before and after :func:`~specdec.backends.choice.apply`
+    switches the attention. Another attention (``eager``) stays as it is: no.
 
     Why: inside SmolLM2's package SDPA took 3.8 ms of a 21.7 ms 1-token forward and 6.8 of 35 ms for 8 rows (kernel
     profile, Xeon family 6 model 207, 2026-12-01); the package with the few-row kernel ran forwards of 1-16 rows in
-    0.80-0.86x the time (one process)."""
+    0.81-0.92x the time (one process)."""
     from specdec.backends.attention_choice import skinny_attention_fits
 
-    return uses_skinny(model) and skinny_attention_fits(model)[0]
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if not uses_skinny(model) or attention not in ("sdpa", *GQA_NAMES):
+        return False
+    return attention == GQA_SKINNY or (attention == "sdpa" and skinny_attention_fits(model)[0])
 
 
 def package_path(model: nn.Module) -> Path:
