@@ -20,6 +20,8 @@ What is shown, on tiny random Llamas with specdec's cache in a temporary folder:
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -263,8 +265,9 @@ def test_a_kernel_package_runs_the_few_row_attention_and_its_tree_rows_are_its_s
     differs), and its float32 forward is row-invariant: each row of a 9-node tree is bitwise its path's 1-token step,
     and greedy tokens are the eager stock model's; ``static_shapes="auto"`` finds that package. Control: with
     ``SPECDEC_ATTENTION=sdpa`` the package calls SDPA, not the shim, claims no row invariance, and its tree rows are
-    not all bitwise their steps."""
-    from specdec.backends.gqa import GQA_SKINNY
+    not all bitwise their steps. A model given on the few-row attention keeps it in its package whatever
+    the variable says (the name and the compiled graph decided once)."""
+    from specdec.backends.gqa import GQA_SKINNY, _register_gqa_attention, set_attention
     from tests.test_invariant import rows_match_steps
     from tests.test_skinny import _cpp_sources
 
@@ -300,3 +303,10 @@ def test_a_kernel_package_runs_the_few_row_attention_and_its_tree_rows_are_its_s
     monkeypatch.setattr(aot_module, "build_package", no_build)
     auto = HFTarget(m, max_len=64)  # static_shapes="auto" finds the few-row package (its name from the model given)
     assert auto.execution.aot and auto.execution.attention == GQA_SKINNY and greedy_tokens(auto) == want
+    monkeypatch.setenv("SPECDEC_ATTENTION", "sdpa")  # a model given on the few-row attention keeps it, and its package
+    given = copy.deepcopy(m)
+    _register_gqa_attention()
+    set_attention(given, GQA_SKINNY)
+    kept = HFTarget(given, max_len=64, static_shapes="aot")  # a build fails (patched): the few-row package is loaded
+    assert kept.execution.attention == GQA_SKINNY and package_path(kept.model) == wrappers["few-row"][0]
+    assert greedy_tokens(kept) == want and kept.runner.compiled

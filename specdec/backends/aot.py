@@ -43,7 +43,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.backends.compiled import PackageError, cpu_options
-from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY
+from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY, set_attention, use_gqa_attention
 from specdec.backends.kernels import plain_linear
 from specdec.backends.measured import machine_key
 from specdec.backends.skinny import coded_names, package_options, skinny_names, uses_skinny
@@ -57,6 +57,7 @@ __all__ = [
     "PackageError",
     "cached_package",
     "package_attention",
+    "package_attention_set",
     "package_path",
     "packages",
 ]
@@ -149,6 +150,15 @@ def package_attention(model: nn.Module) -> bool:
     if not uses_skinny(model) or attention not in ("sdpa", *GQA_NAMES):
         return False
     return attention == GQA_SKINNY or (attention == "sdpa" and skinny_attention_fits(model)[0])
+
+
+def package_attention_set(model: nn.Module) -> str:
+    """Switch ``model`` (as its caller gave it) to the attention its package runs, :func:`package_attention`'s answer
+    (decided once, so the name and the compiled graph agree), SDPA without key/value copies otherwise; returns the
+    attention implementation now in force."""
+    few = package_attention(model)
+    attention = use_gqa_attention(model, skinny=False)
+    return GQA_SKINNY if few and set_attention(model, GQA_SKINNY) else attention
 
 
 def package_path(model: nn.Module) -> Path:

@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from specdec.backends.aot import cached_package, package_attention, package_path
+from specdec.backends.aot import cached_package, package_attention_set, package_path
 from specdec.backends.attention_choice import few_row_serves, skinny_forward
 from specdec.backends.cpu import PACKED_DTYPES, cpu_gemm_profile, onednn_missing, packing_error, slow_dtype_reason
 from specdec.backends.gqa import GQA_NAMES, GQA_SKINNY, SKINNY_NUMERICS, cache_dtype, set_attention, use_gqa_attention
@@ -364,7 +364,7 @@ def _apply_weights(
     setattr(model, STATIC_MARK, "aot" if aot else static)
     if static:  # plain linears for inductor (or the skinny kernel's, as measured), GQA attention without copies
         _restore(model)
-        attention = use_gqa_attention(model, skinny=package_attention(model) if aot else None)  # the few-row kernel?
+        attention = package_attention_set(model) if aot else use_gqa_attention(model)  # a package: the name's choice
         return Execution("stock", True, attention=attention, reason=why, aot=aot, skinny=skinny)
     if resolved == "stock":
         _restore(model)
