@@ -56,13 +56,39 @@ def test_the_layout_is_the_codes_rearranged_as_the_kernel_reads_them() -> None:
         amx_layout(Codes(codes.q[:40], codes.d[:40], codes.m[:40], "test"))
 
 
-def test_the_form_follows_the_codes_range() -> None:
+def test_the_form_follows_the_codes_range(monkeypatch) -> None:
     g = torch.Generator().manual_seed(0)
-    assert amx_form(exact_codes(gguf_like("q4_1", 16, 64))) == "amx"  # 0..15
+    monkeypatch.setenv("SPECDEC_AMX4", "off")  # the 4-bit form switched off: Q4_1 takes the byte form
+    assert amx_form(exact_codes(gguf_like("q4_1", 16, 64))) == "amx"
+    monkeypatch.setenv("SPECDEC_AMX4", "maybe")
+    with pytest.raises(ValueError, match="SPECDEC_AMX4"):
+        amx_form(exact_codes(gguf_like("q4_1", 16, 64)))
+    monkeypatch.delenv("SPECDEC_AMX4")
+    assert amx_form(exact_codes(gguf_like("q4_1", 16, 64))) == "amx4"  # 0..15, float16 d and m
+    codes = exact_codes(gguf_like("q4_1", 16, 64))
+    assert amx_form(Codes(codes.q, codes.d * (1 + 2**-20), codes.m, "test")) == "amx"  # a d that is no float16
     assert amx_form(exact_codes(gguf_like("q5_1", 16, 64))) == "amx"  # 0..31
     assert amx_form(exact_codes(gguf_like("q8_0", 16, 64))) == "amx8"
     assert amx_form(exact_codes(gguf_like("q4_0", 16, 64))) == "amx8"  # -8..7: the lookup takes no negatives
-    assert amx_form(amx_synthetic(16, 64, g, "amx8")) == "amx8" and amx_form(amx_synthetic(16, 64, g, "amx")) == "amx"
+    for form in ("amx4", "amx", "amx8"):
+        assert amx_form(amx_synthetic(16, 64, g, form)) == form
+    amx_layout(codes, "amx"), amx_layout(codes, "amx8")  # wider forms hold them too; a narrower one refuses
+    with pytest.raises(ValueError, match="'amx4' cannot hold"):
+        amx_layout(exact_codes(gguf_like("q8_0", 16, 64)), "amx4")
+
+
+def test_the_4bit_layout_is_the_byte_layout_two_codes_a_byte() -> None:
+    """``amx4`` holds the byte form's codes, tile by tile (512 codes in 256 bytes): the 16-bit word ``i`` of a tile
+    has its codes ``i``, ``128 + i``, ``256 + i``, ``384 + i`` in its nibbles, lowest first; ``d`` and ``m`` are the
+    same values in float16. It fails if a nibble goes to another code or a tile's bytes to another tile."""
+    codes = exact_codes(gguf_like("q4_1", 48, 96, seed=1))
+    q4, d4, m4, small4 = amx_layout(codes)
+    q1, d1, m1, _ = amx_layout(codes, "amx")
+    assert q4.dtype == torch.uint8 and q4.numel() * 2 == q1.numel() and d4.dtype == m4.dtype == torch.float16
+    words = (q4[0::2].to(torch.int32) | q4[1::2].to(torch.int32) << 8).reshape(-1, 1, 128)
+    unpacked = (words >> torch.tensor([0, 4, 8, 12]).reshape(1, 4, 1)) & 0xF  # [tile, quarter, i]
+    assert torch.equal(unpacked.reshape(-1).to(torch.int8), q1) and len(set(q1.tolist())) > 8
+    assert torch.equal(d4.float(), d1) and torch.equal(m4.float(), m1) and small4 == 1
 
 
 def _bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -98,6 +124,11 @@ def test_every_row_alone_is_bitwise_the_row_in_any_batch_and_float32_accurate(sc
             assert torch.equal(got.view(torch.int32), alone[b is None][:rows].view(torch.int32)), (rows, b is None)
     want = x.double() @ exact.T + bias.double()
     assert bool(((alone[False].double() - want).abs() <= _bound(x, exact) + 1e-30).all())
+    if scheme == "q4_1":  # the 4-bit form: bitwise the byte form's outputs on the same codes, every row count
+        wide = amx_layout(codes, "amx")
+        assert q.dtype == torch.uint8 and torch.equal(
+            torch.ops.specdec.skinny_linear_amx(x, *wide[:3], bias, 1), alone[False]
+        )
     mutant = codes.q.clone()
     mutant[7, 100] += 1 if mutant[7, 100] < 15 else -1
     q2 = amx_layout(Codes(mutant, codes.d, codes.m, codes.scheme))[0]
@@ -139,10 +170,10 @@ def test_packages_time_the_amx_form_by_default_eager_shapes_when_asked(monkeypat
     monkeypatch.delenv("SPECDEC_AMX", raising=False)
     monkeypatch.delenv("SPECDEC_CODES", raising=False)
     eager, package, about = table_kernels(linears)
-    assert eager == CODED_KERNELS and package == (*PACKAGE_CODED, "amx", "amx8") and "(package)" in about
+    assert eager == CODED_KERNELS and package == (*PACKAGE_CODED, "amx4", "amx", "amx8") and "(package)" in about
     monkeypatch.setenv("SPECDEC_AMX", "auto")
     eager, package, about = table_kernels(linears)
-    assert eager == (*CODED_KERNELS, "amx", "amx8") and "eager and package" in about
+    assert eager == (*CODED_KERNELS, "amx4", "amx", "amx8") and "eager and package" in about
     monkeypatch.setenv("SPECDEC_AMX", "off")
     assert table_kernels(linears)[:2] == (CODED_KERNELS, PACKAGE_CODED)
 
@@ -156,6 +187,11 @@ def test_the_amx_form_refuses_bad_input_by_name() -> None:
         torch.ops.specdec.skinny_linear_amx(x, q, d[:, :1], m)
     with pytest.raises(RuntimeError, match="int8 q"):
         torch.ops.specdec.skinny_linear_amx(x, q.float(), d, m)
+    with pytest.raises(RuntimeError, match="uint8 q"):  # 4-bit codes with float32 scales
+        torch.ops.specdec.skinny_linear_amx(x, q[: q.numel() // 2].view(torch.uint8), d, m)
+    q4, d4, m4, _ = amx_layout(amx_synthetic(32, 64, torch.Generator().manual_seed(0), "amx4"))
+    with pytest.raises(RuntimeError, match="bytes"):
+        torch.ops.specdec.skinny_linear_amx(x, q4[:-2], d4, m4)
     with pytest.raises(RuntimeError, match=r"x \[\.\.\., 64\]"):
         torch.ops.specdec.skinny_linear_amx(torch.randn(2, 32), q, d, m)
     with pytest.raises(ValueError, match="block codes"):
@@ -170,7 +206,7 @@ def test_a_package_calls_the_amx_forms_c_shim(tmp_path) -> None:
     from specdec.backends import skinny
 
     model, wrapper = package_calls_shim(tmp_path, amx=True)
-    assert model[0].form == "amx" and model[2].form == "skinny" and skinny.coded_names(model) == ["0@amx1"]
+    assert model[0].form == "amx" and model[2].form == "skinny" and skinny.coded_names(model) == ["0@amx4n1"]
     assert "aoti_torch_cpu_skinny_linear_amx(" in wrapper and "proxy_executor->call_function" not in wrapper
 
 
@@ -186,7 +222,7 @@ def test_auto_takes_the_amx_form_where_it_times_fastest(monkeypatch, tmp_path, a
     from specdec.target import HFTarget
 
     monkeypatch.setenv("SPECDEC_AMX", "auto")
-    ms = {"stock": 1.0, "packed": 0.9, "skinny": 0.5, "coded": 0.3, "amx": amx_ms, "amx8": amx_ms}
+    ms = {"stock": 1.0, "packed": 0.9, "skinny": 0.5, "coded": 0.3, "amx4": amx_ms, "amx": amx_ms, "amx8": amx_ms}
     model, greedy = coded_tiny(monkeypatch, tmp_path, ms)
     want = greedy(HFTarget(model, max_len=64, weights="stock", static_shapes=False))
     target = HFTarget(model, max_len=64, static_shapes=False)

@@ -87,9 +87,9 @@ PACKAGE_CODED = (*PACKAGE_KERNELS, "coded")
 #: at 1 and 8 rows only, the kernel won every shape there and cost the composite 3.4 % on Spec-Bench 30, whose
 #: adaptive trees average 8.4 nodes (docs/results/2026-11-30-amd-f25m17).
 EAGER_ROWS = (1, 8, 16)
-#: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`): their copies must
-#: exceed :data:`COLD_BYTES` in int8.
-INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1, "amx": 1, "amx8": 1}
+#: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`) and the codes' (the 4-bit
+#: form's two a byte): their copies must exceed :data:`COLD_BYTES` in those bytes.
+INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1, "amx4": 0.5, "amx": 1, "amx8": 1}
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -143,7 +143,7 @@ def measuring() -> bool:
 
 #: Candidates that run the library's own kernels (:mod:`specdec.backends.skinny`): a table timing any of them is keyed
 #: by the library's build too (its source, torch version and flags), so a changed kernel is timed again.
-LIBRARY_KERNELS = frozenset({"skinny", "w8", "coded", "amx", "amx8", "skinny-attention"})
+LIBRARY_KERNELS = frozenset({"skinny", "w8", "coded", "amx4", "amx", "amx8", "skinny-attention"})
 
 
 def machine_key(dtype: torch.dtype, kernels: tuple[str, ...] = KERNELS, rows: tuple[int, ...] = ROWS) -> dict:

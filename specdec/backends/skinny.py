@@ -257,11 +257,14 @@ class SkinnyLinear(nn.Module):
         self.scheme = None if codes is None else codes.scheme
         self.form = "skinny" if codes is None else "amx" if amx else "coded"
         self.small = 0
+        self.layout = ""  # the AMX form's layout of its codes (a package's name tells it)
         parts = None if codes is None else (codes.q, codes.d, codes.m)
         if amx:
-            from specdec.backends.skinny_amx import amx_layout
+            from specdec.backends.skinny_amx import LAYOUTS, amx_form, amx_layout
 
-            *parts, self.small = amx_layout(codes)
+            form = amx_form(codes)
+            *parts, self.small = amx_layout(codes, form)
+            self.layout = LAYOUTS[form]
         for name, part in zip("qdm", parts or (None,) * 3, strict=True):  # buffers: a package's constants; not saved
             self.register_buffer(f"codes_{name}", part, persistent=False)  # (derived from the weight, which is)
 
@@ -340,11 +343,9 @@ def uses_skinny(model: nn.Module) -> bool:
 
 def coded_names(model: nn.Module) -> list[str]:
     """The names of ``model``'s linears that run on their weight's exact block codes, ``@`` and the codes' layout
-    (:data:`~specdec.backends.skinny_amx.LAYOUT`) after those on the AMX form (a package's name tells them)."""
-    from specdec.backends.skinny_amx import LAYOUT
-
+    (:data:`~specdec.backends.skinny_amx.LAYOUTS`) after those on the AMX form (a package's name tells them)."""
     return [
-        name + f"@{LAYOUT}" * (m.form == "amx")
+        name + f"@{m.layout}" * (m.form == "amx")
         for name, m in model.named_modules()
         if isinstance(m, SkinnyLinear) and m.scheme is not None
     ]

@@ -26,8 +26,12 @@
 // Layout (specdec.backends.skinny_amx.amx_layout): q [N / 16 / PAIR groups][K / 32 blocks][PAIR tiles][16 k-pairs]
 // [16 n][2] int8 (the tile unit's pair-interleaved form, so a tile of weights is 512 consecutive codes); d and m
 // [N / 16][K / 32][16] float32. ``small`` (1): every code in 0..31 (Q4_1, Q5_1), converted by one table lookup
-// (the caller's promise, which amx_layout keeps: the lookup reads a code's low 5 bits only). A change of this layout
-// bumps specdec.backends.skinny_amx.LAYOUT (a package's name carries it: its constants are in this layout).
+// (the caller's promise, which amx_layout keeps: the lookup reads a code's low 5 bits only). The 4-bit form (q uint8,
+// d and m float16: GGUF's Q4_1 as stored, 0.625 bytes a weight against 1.25): a tile's 512 codes in 256 bytes, its
+// 16-bit word i holding codes i, 128 + i, 256 + i and 384 + i of the tile's order in its four nibbles, lowest first,
+// each converted by the same lookup; d and m are the float16 values the file holds (float32 after an exact widening),
+// so its outputs are bitwise the byte form's on the same codes. A change of a layout bumps its name in
+// specdec.backends.skinny_amx (LAYOUTS; a package's name carries it: its constants are in that layout).
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -114,16 +118,40 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void codes_to_bf16(const 
   }
 }
 
+// One tile of 4-bit codes (256 bytes, the layout above) -> bfloat16: each nibble by one lookup in the table of 0..15.
+__attribute__((target("avx512f,avx512bw"))) void nibbles_to_bf16(const uint8_t* p, uint16_t* out, const uint16_t* table) {
+  const __m512i lut = _mm512_loadu_si512(table), low = _mm512_set1_epi16(0x0F);
+  for (int r = 0; r < 4; ++r) {  // 32 words a pass: codes 32r.. of each quarter of the tile
+    const __m512i w = _mm512_loadu_si512(p + r * 64);
+    _mm512_store_si512(out + r * 32, _mm512_permutexvar_epi16(_mm512_and_si512(w, low), lut));
+    _mm512_store_si512(out + 128 + r * 32, _mm512_permutexvar_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 4), low), lut));
+    _mm512_store_si512(out + 256 + r * 32, _mm512_permutexvar_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 8), low), lut));
+    _mm512_store_si512(out + 384 + r * 32, _mm512_permutexvar_epi16(_mm512_srli_epi16(w, 12), lut));
+  }
+}
+
+// A tile-block's 16 scales or offsets as float32: loaded, or widened from float16 (exact) in the 4-bit form.
+template <bool NIB>
+__attribute__((target("avx512f"))) __m512 scales(const void* p, int64_t s) {
+  if constexpr (NIB) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + s)));
+  return _mm512_loadu_ps(static_cast<const float*>(p) + s);
+}
+
 // Rows [0, M) of x (as its parts xs, each part `part` elements after the last, and block sums X) times the output
 // groups [g0, g1) of PAIR tiles. Each part's products are summed on their own, S_h, S_m and S_l, and added in float32
 // as (S_h + S_m) + S_l; the tile unit computes a row of a sum from that row alone, so the tiles' arrangement is free:
 //   stacked (3M <= 16 and the parts adjacent): tile 0 holds the 3M rows of h, m and l, tiles 1-2 the pair's codes,
 //     3-4 the pair's 3M sums: one product per tile of codes, the step's and a small tree's cheap case;
 //   apart: tiles 0-2 the h, m and l rows, 3 one tile of codes, 4-6 its three sums.
-template <int M>
+template <int M, bool NIB>
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16"))) void amx_rows(
-    const uint16_t* xs, int64_t part, const float* X, const int8_t* q, const float* d, const float* mo, const float* b,
+    const uint16_t* xs, int64_t part, const float* X, const uint8_t* q, const void* d, const void* mo, const float* b,
     float* y, int64_t K, int64_t N, int64_t g0, int64_t g1, bool small, const uint16_t* table) {
+  constexpr int64_t TB = NIB ? 256 : 512;  // bytes of a tile of codes
+  const auto convert = [&](const uint8_t* p, uint16_t* out) {
+    if constexpr (NIB) nibbles_to_bf16(p, out, table);
+    else codes_to_bf16(reinterpret_cast<const int8_t*>(p), out, small, table);
+  };
   const int64_t KB = K / QBLOCK, NT = N / 16;
   const bool stacked = 3 * M <= 16 && part == M * K;
   TileConfig cfg{};
@@ -140,9 +168,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16"))) void am
   const int64_t stride = K * 2;
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t t0 = g * PAIR, tiles = std::min(PAIR, NT - t0);
-    const int8_t* qg = q + t0 * KB * 512;
+    const uint8_t* qg = q + t0 * KB * TB;
     std::memset(acc, 0, sizeof(acc));
-    for (int j = 0; j < PAIR; ++j) codes_to_bf16(qg + std::min<int64_t>(j, tiles - 1) * 512, codes[0][j], small, table);
+    for (int j = 0; j < PAIR; ++j) convert(qg + std::min<int64_t>(j, tiles - 1) * TB, codes[0][j]);
     for (int64_t kb = 0; kb < KB; ++kb) {
       const int cur = kb & 1;
       const uint16_t* xa = xs + kb * QBLOCK;
@@ -156,10 +184,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16"))) void am
         _tile_loadd(2, xa + 2 * part, stride);
       }
       if (kb + 1 < KB) {
-        const int8_t* next = qg + (kb + 1) * tiles * 512;
-        for (int j = 0; j < PAIR; ++j)
-          codes_to_bf16(next + std::min<int64_t>(j, tiles - 1) * 512, codes[cur ^ 1][j], small, table);
-        _mm_prefetch(reinterpret_cast<const char*>(next + 4096), _MM_HINT_T0);
+        const uint8_t* next = qg + (kb + 1) * tiles * TB;
+        for (int j = 0; j < PAIR; ++j) convert(next + std::min<int64_t>(j, tiles - 1) * TB, codes[cur ^ 1][j]);
+        _mm_prefetch(reinterpret_cast<const char*>(next + 8 * TB), _MM_HINT_T0);
       }
       if (stacked) {
         _tile_zero(3);
@@ -184,7 +211,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16"))) void am
       }
       for (int j = 0; j < tiles; ++j) {
         const int64_t s = ((t0 + j) * KB + kb) * 16;
-        const __m512 dv = _mm512_loadu_ps(d + s), mv = _mm512_loadu_ps(mo + s);
+        const __m512 dv = scales<NIB>(d, s), mv = scales<NIB>(mo, s);
         const float* S = sums[j];
         for (int r = 0; r < M; ++r) {
           const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(S + r * 16), _mm512_load_ps(S + (M + r) * 16)),
@@ -204,12 +231,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16"))) void am
   _tile_release();
 }
 
-using Kernel = void (*)(const uint16_t*, int64_t, const float*, const int8_t*, const float*, const float*, const float*, float*,
-                        int64_t, int64_t, int64_t, int64_t, bool, const uint16_t*);
-#define SPECDEC_AMX_TABLE(fn)                                                                                        \
-  {fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>, fn<9>, fn<10>, fn<11>, fn<12>, fn<13>, fn<14>, fn<15>, \
-   fn<16>}
-const Kernel KERNELS[MAX_ROWS] = SPECDEC_AMX_TABLE(amx_rows);
+using Kernel = void (*)(const uint16_t*, int64_t, const float*, const uint8_t*, const void*, const void*, const float*,
+                        float*, int64_t, int64_t, int64_t, int64_t, bool, const uint16_t*);
+#define SPECDEC_AMX_TABLE(B)                                                                                          \
+  {amx_rows<1, B>,  amx_rows<2, B>,  amx_rows<3, B>,  amx_rows<4, B>,  amx_rows<5, B>,  amx_rows<6, B>,             \
+   amx_rows<7, B>,  amx_rows<8, B>,  amx_rows<9, B>,  amx_rows<10, B>, amx_rows<11, B>, amx_rows<12, B>,            \
+   amx_rows<13, B>, amx_rows<14, B>, amx_rows<15, B>, amx_rows<16, B>}
+const Kernel KERNELS[2][MAX_ROWS] = {SPECDEC_AMX_TABLE(false), SPECDEC_AMX_TABLE(true)};
 #endif
 
 at::Tensor skinny_linear_amx(const at::Tensor& x, const at::Tensor& q, const at::Tensor& d, const at::Tensor& m,
@@ -218,17 +246,20 @@ at::Tensor skinny_linear_amx(const at::Tensor& x, const at::Tensor& q, const at:
               SPECDEC_AMX ? "" : " (and a compiler that knows them: this library was built without)");
   TORCH_CHECK(x.device().is_cpu() && q.device().is_cpu() && d.device().is_cpu() && m.device().is_cpu(),
               "specdec::skinny_linear_amx runs on the CPU");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && q.scalar_type() == at::kChar && d.scalar_type() == at::kFloat &&
-                  m.scalar_type() == at::kFloat,
-              "specdec::skinny_linear_amx takes float32 x, int8 q and float32 d and m, got ", x.scalar_type(), ", ",
-              q.scalar_type(), ", ", d.scalar_type(), " and ", m.scalar_type());
+  const bool nib = q.scalar_type() == at::kByte;  // the 4-bit form: two codes a byte, float16 d and m
+  TORCH_CHECK(x.scalar_type() == at::kFloat &&
+                  (nib ? d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf
+                       : q.scalar_type() == at::kChar && d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat),
+              "specdec::skinny_linear_amx takes float32 x and either int8 q with float32 d and m or uint8 q (4-bit ",
+              "codes) with float16 d and m, got ", x.scalar_type(), ", ", q.scalar_type(), ", ", d.scalar_type(), " and ",
+              m.scalar_type());
   TORCH_CHECK(d.dim() == 3 && d.size(2) == 16 && m.sizes() == d.sizes() && d.is_contiguous() && m.is_contiguous(),
               "specdec::skinny_linear_amx: d and m [N / 16, K / 32, 16] contiguous expected, got ", d.sizes(), " and ",
               m.sizes());
   const int64_t N = d.size(0) * 16, K = d.size(1) * QBLOCK;
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, "specdec::skinny_linear_amx: x [..., ", K, "] expected, got ", x.sizes());
-  TORCH_CHECK(q.is_contiguous() && q.numel() == N * K, "specdec::skinny_linear_amx: q of ", N * K,
-              " contiguous codes expected, got ", q.sizes());
+  TORCH_CHECK(q.is_contiguous() && q.numel() == (nib ? N * K / 2 : N * K), "specdec::skinny_linear_amx: q of ",
+              nib ? N * K / 2 : N * K, " contiguous ", nib ? "bytes (4-bit codes)" : "codes", " expected, got ", q.sizes());
   TORCH_CHECK(!b.has_value() ||
                   (b->scalar_type() == at::kFloat && b->dim() == 1 && b->numel() == N && b->device().is_cpu()),
               "specdec::skinny_linear_amx: bias [N] float32 expected");
@@ -252,14 +283,15 @@ at::Tensor skinny_linear_amx(const at::Tensor& x, const at::Tensor& q, const at:
     std::memcpy(&u, &f, 4);
     table[i] = static_cast<uint16_t>(u >> 16);
   }
-  const int8_t* qp = q.data_ptr<int8_t>();
-  const float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>(), *bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
+  const uint8_t* qp = static_cast<const uint8_t*>(q.data_ptr());
+  const void *dp = d.data_ptr(), *mp = m.data_ptr();
+  const float* bp = b.has_value() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   const int64_t groups = (N / 16 + PAIR - 1) / PAIR;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t r = 0; r < M; r += MAX_ROWS) {  // 16 rows a pass: each row's output is its own (the contract)
       const int64_t rows = std::min<int64_t>(MAX_ROWS, M - r);
-      KERNELS[rows - 1](xs + r * K, M * K, X + r * KB, qp, dp, mp, bp, yp + r * N, K, N, g0, g1, small != 0, table);
+      KERNELS[nib][rows - 1](xs + r * K, M * K, X + r * KB, qp, dp, mp, bp, yp + r * N, K, N, g0, g1, small != 0, table);
     }
   });
 #endif

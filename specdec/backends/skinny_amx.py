@@ -10,7 +10,10 @@ EAGLE-3 1.05x and the composite 1.06x their speed without it, greedy 30/30; on e
 linears on it) Spec-Bench 12 x 96 ran plain decoding 0.98x and the composite 0.98x (adaptive trees of 5 nodes, where
 the rest of an eager forward outweighs the linears' gain). So the candidates ``amx`` (codes in 0..31, converted by
 one table lookup) and ``amx8`` (other codes) are timed in a package's table by default and in the eager table where
-``SPECDEC_AMX=auto`` asks (:func:`amx_timed`; ``off``: neither).
+``SPECDEC_AMX=auto`` asks (:func:`amx_timed`; ``off``: neither). A third candidate, ``amx4``, holds Q4_1 codes as
+the file does, two a byte with float16 scales and offsets (0.625 bytes a weight against 1.25; bitwise the same
+outputs as the byte form): SmolLM2's package ran a 1-token forward in 0.81x the byte form's time and plain decoding
+1.18x faster on Spec-Bench 30 x 96 (docs/results/2026-12-01-amx4-intel-f6m207; ``SPECDEC_AMX4=off`` keeps the bytes).
 
 Exactness (``skinny_amx.cpp`` states it in full): the products are exact (a float32 input is three bfloat16 parts,
 a code is a bfloat16), the sums are float32, and the weight multiplied is its exact GGUF value ``d * q + m``, of which
@@ -29,14 +32,26 @@ import torch
 from specdec.backends.cpu import cpu_flags
 from specdec.backends.skinny_codes import QBLOCK, Codes
 
-__all__ = ["AMX_KERNELS", "LAYOUT", "PAIR", "amx_form", "amx_layout", "amx_timed", "amx_synthetic", "amx_unavailable"]
+__all__ = [
+    "AMX_KERNELS",
+    "LAYOUTS",
+    "PAIR",
+    "amx_form",
+    "amx_layout",
+    "amx_timed",
+    "amx_synthetic",
+    "amx_unavailable",
+]
 
-#: The AMX candidates: codes in 0..31 (Q4_1, Q5_1: one table lookup each) and any int8 codes (Q8_0, Q4_0, Q5_0).
-AMX_KERNELS = ("amx", "amx8")
+#: The AMX candidates: 4-bit codes with float16 scales and offsets (``amx4``: Q4_1 as the file stores it, two codes a
+#: byte, 0.625 bytes a weight), codes in 0..31 (``amx``: Q5_1, one byte each; both by one table lookup a code) and any
+#: int8 codes (``amx8``: Q8_0, Q4_0, Q5_0).
+AMX_KERNELS = ("amx4", "amx", "amx8")
 #: Output tiles of 16 per pass over the inputs (``skinny_amx.cpp``'s ``PAIR``): the codes' layout groups them.
 PAIR = 2
-#: The codes' layout (:func:`amx_layout`), in the names of packages holding it as constants: bumped when it changes.
-LAYOUT = "amx1"
+#: Each form's layout of its codes (:func:`amx_layout`), in the names of packages holding it as constants: bumped
+#: when it changes.
+LAYOUTS = {"amx4": "amx4n1", "amx": "amx1", "amx8": "amx1"}
 #: The CPU flags the kernel needs (Linux's names in /proc/cpuinfo).
 FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16", "avx512bw"})
 
@@ -71,20 +86,52 @@ def amx_unavailable() -> str | None:
     return None
 
 
+def _float16_exact(t: torch.Tensor) -> bool:
+    """Whether every value of the float32 ``t`` is a float16 (the same bits after a round trip)."""
+    return torch.equal(t.half().float().view(torch.int32), t.view(torch.int32))
+
+
 def amx_form(codes: Codes) -> str:
-    """The AMX candidate that serves ``codes``: ``"amx"`` where every code is in 0..31, else ``"amx8"``."""
-    return "amx" if int(codes.q.min()) >= 0 and int(codes.q.max()) < 32 else "amx8"
-
-
-def amx_layout(codes: Codes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """``codes`` (``q [N, K]``, ``d``, ``m [N, K / 32]``) in the kernel's layout: ``(q, d, m, small)`` with ``q``
-    ``[N / 16 / PAIR groups][K / 32][tiles of the group][16 k-pairs][16 outputs][2]`` int8 (flat), ``d`` and ``m``
-    ``[N / 16, K / 32, 16]`` and ``small`` 1 where every code is in 0..31.
+    """The AMX candidate that serves ``codes``: ``"amx4"`` where every code is in 0..15 and every scale and offset a
+    float16 (a GGUF Q4_1 weight's always are) unless ``SPECDEC_AMX4=off``, ``"amx"`` where every code is in 0..31,
+    else ``"amx8"``.
 
     Raises:
-        ValueError: ``N`` is not a multiple of 16 or ``K`` of 32.
+        ValueError: ``SPECDEC_AMX4`` is neither ``on`` (the default) nor ``off``.
+    """
+    switch = os.environ.get("SPECDEC_AMX4", "on").lower()
+    if switch not in ("on", "off"):
+        raise ValueError(f"SPECDEC_AMX4 must be 'on' or 'off', got {switch!r}")
+    low, high = int(codes.q.min()), int(codes.q.max())
+    if switch == "on" and low >= 0 and high < 16 and _float16_exact(codes.d) and _float16_exact(codes.m):
+        return "amx4"
+    return "amx" if low >= 0 and high < 32 else "amx8"
+
+
+def _nibbles(q: torch.Tensor) -> torch.Tensor:
+    """Tiles of 512 codes in 0..15 (``q`` flat, in the tiles' order) -> 256 bytes each: the 16-bit word ``i`` holds
+    codes ``i``, ``128 + i``, ``256 + i`` and ``384 + i`` of its tile in its four nibbles, lowest first, little-endian
+    (``skinny_amx.cpp``'s ``nibbles_to_bf16`` reads them so)."""
+    quarters = q.reshape(-1, 4, 128).to(torch.int32)
+    words = quarters[:, 0] | quarters[:, 1] << 4 | quarters[:, 2] << 8 | quarters[:, 3] << 12
+    return torch.stack([words & 0xFF, words >> 8], dim=-1).to(torch.uint8).reshape(-1)
+
+
+def amx_layout(codes: Codes, form: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``codes`` (``q [N, K]``, ``d``, ``m [N, K / 32]``) in the kernel's layout for ``form`` (default: their
+    :func:`amx_form`; a wider form serves them too, ``amx8`` any codes):
+    ``(q, d, m, small)`` with ``q`` ``[N / 16 / PAIR groups][K / 32][tiles of the group][16 k-pairs][16 outputs][2]``
+    (flat; int8, or for ``amx4`` two codes a byte as :func:`_nibbles` packs each tile, uint8), ``d`` and ``m``
+    ``[N / 16, K / 32, 16]`` (float32, ``amx4``: float16) and ``small`` 1 where every code is in 0..31.
+
+    Raises:
+        ValueError: ``N`` is not a multiple of 16 or ``K`` of 32, or ``form`` cannot hold these codes.
     """
     n, k = codes.q.shape
+    fits = AMX_KERNELS[AMX_KERNELS.index(amx_form(codes)) :]
+    if form is not None and form not in fits:
+        raise ValueError(f"the AMX form {form!r} cannot hold these codes (forms that can: {', '.join(fits)})")
+    form = form or fits[0]
     if n % 16 or k % QBLOCK:
         raise ValueError(f"the AMX kernel takes N a multiple of 16 and K of {QBLOCK}, got a weight [{n}, {k}]")
     tiles, blocks = n // 16, k // QBLOCK
@@ -92,16 +139,23 @@ def amx_layout(codes: Codes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
     q = torch.cat([q[t : t + PAIR].transpose(0, 1).reshape(-1) for t in range(0, tiles, PAIR)])
 
     def per_tile(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(tiles, 16, blocks).transpose(1, 2).contiguous()
+        t = t.reshape(tiles, 16, blocks).transpose(1, 2).contiguous()
+        return t.half() if form == "amx4" else t
 
-    return q.contiguous(), per_tile(codes.d), per_tile(codes.m), int(amx_form(codes) == "amx")
+    q = _nibbles(q) if form == "amx4" else q.contiguous()
+    return q, per_tile(codes.d), per_tile(codes.m), int(form != "amx8")
 
 
 def amx_synthetic(n_out: int, n_in: int, generator: torch.Generator, form: str) -> Codes:
-    """Random codes of a ``[n_out, n_in]`` weight for timing ``form`` (``"amx"``: codes 0..15; ``"amx8"``: -127..127;
-    the kernel's speed depends on that, not on the values)."""
+    """Random codes of a ``[n_out, n_in]`` weight for timing ``form`` (``"amx4"``: codes 0..15 with float16 scales and
+    offsets; ``"amx"``: 0..31; ``"amx8"``: -127..127; the kernel's speed depends on that, not on the values)."""
     codes = Codes.synthetic(n_out, n_in, generator)
-    if form == "amx8":
+    if form == "amx4":
+        d = codes.d.half().float()
+        codes = Codes(codes.q, d, -8 * d, "synthetic")
+    elif form == "amx":
+        codes = Codes(codes.q * 2 + 1, codes.d, codes.m, "synthetic")  # 1..31: one byte each
+    elif form == "amx8":
         codes = Codes(
             torch.randint(-127, 128, codes.q.shape, generator=generator, dtype=torch.int8),
             codes.d,
