@@ -22,6 +22,12 @@ from tests.test_skinny import kernel  # noqa: F401 -- the fixture that skips whe
 from tests.test_skinny_codes import coded_tiny, gguf_like, package_calls_shim
 
 
+@pytest.fixture(autouse=True)
+def _default_forms(monkeypatch) -> None:
+    """Every test here sees the default forms (``SPECDEC_AMX4`` unset), whatever the caller exported."""
+    monkeypatch.delenv("SPECDEC_AMX4", raising=False)
+
+
 @pytest.fixture
 def amx(kernel) -> None:  # noqa: F811 -- the kernel fixture, then AMX
     from specdec.backends.skinny_amx import amx_unavailable
@@ -60,6 +66,8 @@ def test_the_form_follows_the_codes_range(monkeypatch) -> None:
     g = torch.Generator().manual_seed(0)
     monkeypatch.setenv("SPECDEC_AMX4", "off")  # the 4-bit form switched off: Q4_1 takes the byte form
     assert amx_form(exact_codes(gguf_like("q4_1", 16, 64))) == "amx"
+    assert amx_layout(exact_codes(gguf_like("q4_1", 16, 64)))[0].dtype == torch.int8
+    assert amx_layout(exact_codes(gguf_like("q4_1", 16, 64)), "amx4")[0].dtype == torch.uint8  # asked by name
     monkeypatch.setenv("SPECDEC_AMX4", "maybe")
     with pytest.raises(ValueError, match="SPECDEC_AMX4"):
         amx_form(exact_codes(gguf_like("q4_1", 16, 64)))
@@ -187,7 +195,7 @@ def test_the_amx_form_refuses_bad_input_by_name() -> None:
         torch.ops.specdec.skinny_linear_amx(x, q, d[:, :1], m)
     with pytest.raises(RuntimeError, match="int8 q"):
         torch.ops.specdec.skinny_linear_amx(x, q.float(), d, m)
-    with pytest.raises(RuntimeError, match="uint8 q"):  # 4-bit codes with float32 scales
+    with pytest.raises(RuntimeError, match="got Float, Byte, Float and Float"):  # 4-bit codes, float32 scales
         torch.ops.specdec.skinny_linear_amx(x, q[: q.numel() // 2].view(torch.uint8), d, m)
     q4, d4, m4, _ = amx_layout(amx_synthetic(32, 64, torch.Generator().manual_seed(0), "amx4"))
     with pytest.raises(RuntimeError, match="bytes"):

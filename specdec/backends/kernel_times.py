@@ -89,7 +89,7 @@ PACKAGE_CODED = (*PACKAGE_KERNELS, "coded")
 EAGER_ROWS = (1, 8, 16)
 #: Bytes per weight of the int8 kernels (a draft head's, :mod:`specdec.backends.draft_int8`) and the codes' (the 4-bit
 #: form's two a byte): their copies must exceed :data:`COLD_BYTES` in those bytes.
-INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1, "amx4": 0.5, "amx": 1, "amx8": 1}
+INT8_BYTES = {"int8": 1, "w8": 1, "coded": 1, "amx4": 0.625, "amx": 1, "amx8": 1}
 #: Row counts timed: a 1-token step and a draft tree. (Also timing 2 rows, to pad single rows where the packed kernel
 #: ran 2 rows faster than 1 (AMD Zen 3: 576 -> 3072 and 1536 -> 576, 8-12 %), made the whole 1-token step 1.09x slower
 #: there, A/B in one process: a shape's time alone does not carry over to that; not kept.)
@@ -209,7 +209,7 @@ def sides(
         mods["coded"] = [SkinnyLinear(lin, Codes.synthetic(n_out, n_in, generator)) for lin in plain]
     for form in AMX_KERNELS:  # the AMX forms: their speed depends on the codes' range (amx_synthetic), not values
         if form in kernels and n_in % QBLOCK == 0 and n_out % 16 == 0:
-            mods[form] = [SkinnyLinear(lin, amx_synthetic(n_out, n_in, generator, form), amx=True) for lin in plain]
+            mods[form] = [SkinnyLinear(lin, amx_synthetic(n_out, n_in, generator, form), amx=form) for lin in plain]
     return mods
 
 

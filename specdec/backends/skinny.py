@@ -238,10 +238,11 @@ class SkinnyLinear(nn.Module):
         linear: the float32 CPU ``nn.Linear`` to run; its parameters are shared with this module.
         codes: the weight's exact block codes (:func:`~specdec.backends.skinny_codes.exact_codes`), or synthetic ones
             for timing; None: the float32 weight is streamed.
-        amx: run the codes on the AMX form (needs ``codes``).
+        amx: run the codes on the AMX form (needs ``codes``): True for the one that serves them
+            (:func:`~specdec.backends.skinny_amx.amx_form`), or that form's name (a timing's candidate).
     """
 
-    def __init__(self, linear: nn.Linear, codes: Codes | None = None, amx: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, codes: Codes | None = None, amx: bool | str = False) -> None:
         super().__init__()
         if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
             raise ValueError(
@@ -262,7 +263,7 @@ class SkinnyLinear(nn.Module):
         if amx:
             from specdec.backends.skinny_amx import LAYOUTS, amx_form, amx_layout
 
-            form = amx_form(codes)
+            form = amx if isinstance(amx, str) else amx_form(codes)
             *parts, self.small = amx_layout(codes, form)
             self.layout = LAYOUTS[form]
         for name, part in zip("qdm", parts or (None,) * 3, strict=True):  # buffers: a package's constants; not saved

@@ -12,8 +12,8 @@ the rest of an eager forward outweighs the linears' gain). So the candidates ``a
 one table lookup) and ``amx8`` (other codes) are timed in a package's table by default and in the eager table where
 ``SPECDEC_AMX=auto`` asks (:func:`amx_timed`; ``off``: neither). A third candidate, ``amx4``, holds Q4_1 codes as
 the file does, two a byte with float16 scales and offsets (0.625 bytes a weight against 1.25; bitwise the same
-outputs as the byte form): SmolLM2's package ran a 1-token forward in 0.81x the byte form's time and plain decoding
-1.18x faster on Spec-Bench 30 x 96 (docs/results/2026-12-01-amx4-intel-f6m207; ``SPECDEC_AMX4=off`` keeps the bytes).
+outputs as the byte form): SmolLM2's package ran a 1-token forward in 0.84x the byte form's time and plain decoding
+1.11x faster on Spec-Bench 30 x 96 (docs/results/2026-12-01-amx4-intel-f6m207; ``SPECDEC_AMX4=off`` keeps the bytes).
 
 Exactness (``skinny_amx.cpp`` states it in full): the products are exact (a float32 input is three bfloat16 parts,
 a code is a bfloat16), the sums are float32, and the weight multiplied is its exact GGUF value ``d * q + m``, of which
@@ -91,6 +91,14 @@ def _float16_exact(t: torch.Tensor) -> bool:
     return torch.equal(t.half().float().view(torch.int32), t.view(torch.int32))
 
 
+def _narrowest(codes: Codes) -> str:
+    """The narrowest AMX form that holds ``codes`` (of :data:`AMX_KERNELS`, whatever ``SPECDEC_AMX4`` says)."""
+    low, high = int(codes.q.min()), int(codes.q.max())
+    if low >= 0 and high < 16 and _float16_exact(codes.d) and _float16_exact(codes.m):
+        return "amx4"
+    return "amx" if low >= 0 and high < 32 else "amx8"
+
+
 def amx_form(codes: Codes) -> str:
     """The AMX candidate that serves ``codes``: ``"amx4"`` where every code is in 0..15 and every scale and offset a
     float16 (a GGUF Q4_1 weight's always are) unless ``SPECDEC_AMX4=off``, ``"amx"`` where every code is in 0..31,
@@ -102,10 +110,8 @@ def amx_form(codes: Codes) -> str:
     switch = os.environ.get("SPECDEC_AMX4", "on").lower()
     if switch not in ("on", "off"):
         raise ValueError(f"SPECDEC_AMX4 must be 'on' or 'off', got {switch!r}")
-    low, high = int(codes.q.min()), int(codes.q.max())
-    if switch == "on" and low >= 0 and high < 16 and _float16_exact(codes.d) and _float16_exact(codes.m):
-        return "amx4"
-    return "amx" if low >= 0 and high < 32 else "amx8"
+    form = _narrowest(codes)
+    return "amx" if form == "amx4" and switch == "off" else form
 
 
 def _nibbles(q: torch.Tensor) -> torch.Tensor:
@@ -128,10 +134,10 @@ def amx_layout(codes: Codes, form: str | None = None) -> tuple[torch.Tensor, tor
         ValueError: ``N`` is not a multiple of 16 or ``K`` of 32, or ``form`` cannot hold these codes.
     """
     n, k = codes.q.shape
-    fits = AMX_KERNELS[AMX_KERNELS.index(amx_form(codes)) :]
+    fits = AMX_KERNELS[AMX_KERNELS.index(_narrowest(codes)) :]
     if form is not None and form not in fits:
         raise ValueError(f"the AMX form {form!r} cannot hold these codes (forms that can: {', '.join(fits)})")
-    form = form or fits[0]
+    form = form or amx_form(codes)
     if n % 16 or k % QBLOCK:
         raise ValueError(f"the AMX kernel takes N a multiple of 16 and K of {QBLOCK}, got a weight [{n}, {k}]")
     tiles, blocks = n // 16, k // QBLOCK
