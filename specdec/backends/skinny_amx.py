@@ -107,11 +107,15 @@ def amx_form(codes: Codes) -> str:
     Raises:
         ValueError: ``SPECDEC_AMX4`` is neither ``on`` (the default) nor ``off``.
     """
+    return _switched(_narrowest(codes))
+
+
+def _switched(narrowest: str) -> str:
+    """The form that serves codes whose narrowest form is ``narrowest``, as ``SPECDEC_AMX4`` allows."""
     switch = os.environ.get("SPECDEC_AMX4", "on").lower()
     if switch not in ("on", "off"):
         raise ValueError(f"SPECDEC_AMX4 must be 'on' or 'off', got {switch!r}")
-    form = _narrowest(codes)
-    return "amx" if form == "amx4" and switch == "off" else form
+    return "amx" if narrowest == "amx4" and switch == "off" else narrowest
 
 
 def _nibbles(q: torch.Tensor) -> torch.Tensor:
@@ -134,10 +138,11 @@ def amx_layout(codes: Codes, form: str | None = None) -> tuple[torch.Tensor, tor
         ValueError: ``N`` is not a multiple of 16 or ``K`` of 32, or ``form`` cannot hold these codes.
     """
     n, k = codes.q.shape
-    fits = AMX_KERNELS[AMX_KERNELS.index(_narrowest(codes)) :]
+    narrowest = _narrowest(codes)
+    fits = AMX_KERNELS[AMX_KERNELS.index(narrowest) :]
     if form is not None and form not in fits:
         raise ValueError(f"the AMX form {form!r} cannot hold these codes (forms that can: {', '.join(fits)})")
-    form = form or amx_form(codes)
+    form = form or _switched(narrowest)
     if n % 16 or k % QBLOCK:
         raise ValueError(f"the AMX kernel takes N a multiple of 16 and K of {QBLOCK}, got a weight [{n}, {k}]")
     tiles, blocks = n // 16, k // QBLOCK
