@@ -3,9 +3,10 @@
 //
 // Why: torch's CPU SDPA (its flash kernel) spends 60-120 us a layer on one query row against a few hundred keys,
 // whose arithmetic is a few microseconds, and 150-400 us on 8-16 rows (measured on the 2-core Xeon f6m106): about a
-// tenth of a 1-token step of a 135M model and a fifth of a 16-row tree. Here each (batch, kv head, query row) item
-// gathers the keys its mask lets it see, scores them for every query head of the group (the keys loaded once), and
-// sums the values in registers.
+// tenth of a 1-token step of a 135M model and a fifth of a 16-row tree. Here the keys each chunk of query rows sees
+// are gathered from the mask once per call (shared by every kv head: on a static cache of 2048 slots, scanning the
+// mask per head took as long as the arithmetic of an 8-row call), and each (batch, kv head, chunk of rows) item
+// scores them for every query head of the group (the keys loaded once) and sums the values in registers.
 //
 // Contract (row invariance): a query row's output depends only on its query, on the keys and values it sees, in the
 // order of their slots, and on their additive mask values, never on the other rows of the call, on how many slots
@@ -141,6 +142,60 @@ inline vec vsum(const vec* a) {
 }  // namespace avx512
 #pragma GCC pop_options
 
+// The keys that rows [t0, t0 + ROWS) of mask `mb` see (any of them), in slot order, and each row's mask values over
+// them (Item's keys, add, lead and rest): a slot is seen where its additive value is above UNSEEN (NaN is not) or
+// its boolean is true; no mask: every slot. One pass over the mask's rows, then the seen slots only.
+struct Visible {
+  std::vector<int64_t> keys, lead;
+  std::vector<std::vector<int64_t>> rest;
+  std::vector<float> add;  // [rows][as]: -inf where a row does not see the key, and past the keys to a multiple of MAX_W
+  int64_t rows = 0, as = 0;
+};
+
+void gather(const float* mask_f, const bool* mask_b, int64_t mb, int64_t t0, int64_t T, int64_t S,
+            std::vector<uint8_t>& seen, Visible& vis) {
+  const int64_t rows = std::min(ROWS, T - t0);
+  if (mask_f == nullptr && mask_b == nullptr) {
+    std::fill(seen.begin(), seen.end(), 1);
+  } else {
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int64_t i = 0; i < rows; ++i) {  // branch-free over the slots, so the compiler vectorizes it
+      uint8_t* sp = seen.data();
+      if (mask_f != nullptr) {
+        const float* row = mask_f + (mb * T + t0 + i) * S;
+        for (int64_t j = 0; j < S; ++j) sp[j] |= static_cast<uint8_t>(row[j] > UNSEEN);
+      } else {
+        const bool* row = mask_b + (mb * T + t0 + i) * S;
+        for (int64_t j = 0; j < S; ++j) sp[j] |= static_cast<uint8_t>(row[j]);
+      }
+    }
+  }
+  vis.rows = rows;
+  vis.keys.clear();
+  for (int64_t j = 0; j < S; ++j)
+    if (seen[j]) vis.keys.push_back(j);
+  const int64_t n = static_cast<int64_t>(vis.keys.size());
+  vis.as = (n + MAX_W - 1) / MAX_W * MAX_W;
+  vis.add.assign(rows * vis.as, -INFINITY);
+  vis.lead.assign(rows, 0);
+  vis.rest.assign(rows, {});
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = vis.add.data() + i * vis.as;
+    for (int64_t jn = 0; jn < n; ++jn) {  // row i's additive mask value at the key: -inf where it does not see it
+      const int64_t j = vis.keys[jn], at = (mb * T + t0 + i) * S + j;
+      if (mask_b != nullptr) row[jn] = mask_b[at] ? 0.0f : -INFINITY;
+      else if (mask_f != nullptr) row[jn] = mask_f[at] > UNSEEN ? mask_f[at] : -INFINITY;
+      else row[jn] = 0.0f;
+    }
+    int64_t lead = -1;  // the keys row i sees: [0, lead), then those listed in rest
+    for (int64_t jn = 0; jn < n; ++jn) {
+      if (lead < 0 && row[jn] == -INFINITY) lead = jn;
+      if (lead >= 0 && row[jn] != -INFINITY) vis.rest[i].push_back(jn);
+    }
+    vis.lead[i] = lead < 0 ? n : lead;
+  }
+}
+
 at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& mask, double scale, int64_t isa) {
   static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -177,46 +232,24 @@ at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t chunks = (T + ROWS - 1) / ROWS, items = B * Hkv * chunks;
   const bool* mask_b = m.defined() && m.scalar_type() == at::kBool ? m.data_ptr<bool>() : nullptr;
   const float* mask_f = m.defined() && m.scalar_type() == at::kFloat ? m.data_ptr<float>() : nullptr;
+  // The keys each chunk of rows sees, gathered once per call (every kv head and batch row of one mask shares them).
+  const int64_t masks = m.defined() ? m.size(0) : 1;
+  std::vector<Visible> visible(masks * chunks);
+  at::parallel_for(0, masks * chunks, 1, [&](int64_t v0, int64_t v1) {
+    std::vector<uint8_t> seen(S);
+    for (int64_t vi = v0; vi < v1; ++vi) gather(mask_f, mask_b, vi / chunks, vi % chunks * ROWS, T, S, seen, visible[vi]);
+  });
   at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
     const int64_t padded_s = (S + MAX_W - 1) / MAX_W * MAX_W;
-    std::vector<int64_t> keys(S), lead(ROWS);
-    std::vector<std::vector<int64_t>> rest(ROWS);
-    std::vector<float> add(ROWS * padded_s), scores(ROWS * s.G * padded_s), inv(ROWS * s.G), zeros(D, 0.0f);
-    std::vector<float> column(ROWS);
+    std::vector<float> scores(ROWS * s.G * padded_s), inv(ROWS * s.G), zeros(D, 0.0f);
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t b = item / (Hkv * chunks), g = item / chunks % Hkv, t0 = item % chunks * ROWS;
-      const int64_t rows = std::min(ROWS, T - t0);
-      const int64_t mb = m.defined() && m.size(0) > 1 ? b : 0;
-      auto value = [&](int64_t t, int64_t j) -> float {  // row t's additive mask value at slot j; -inf: unseen
-        if (mask_b != nullptr) return mask_b[(mb * T + t) * S + j] ? 0.0f : -INFINITY;
-        if (mask_f == nullptr) return 0.0f;
-        const float a = mask_f[(mb * T + t) * S + j];
-        return a > UNSEEN ? a : -INFINITY;
-      };
-      int64_t n = 0;  // the keys any row sees, and each row's mask values over them (rows of add, stride padded_s)
-      for (int64_t j = 0; j < S; ++j) {
-        bool any = false;
-        for (int64_t i = 0; i < rows; ++i) column[i] = value(t0 + i, j), any |= column[i] != -INFINITY;
-        if (!any) continue;
-        keys[n] = j;
-        for (int64_t i = 0; i < rows; ++i) add[i * padded_s + n] = column[i];
-        ++n;
-      }
-      for (int64_t i = 0; i < rows; ++i) {  // -inf past the keys, to a multiple of MAX_W; lead and rest per row
-        float* row = add.data() + i * padded_s;
-        std::fill(row + n, row + (n + MAX_W - 1) / MAX_W * MAX_W, -INFINITY);
-        lead[i] = -1, rest[i].clear();
-        for (int64_t j = 0; j < n; ++j) {
-          if (lead[i] < 0 && row[j] == -INFINITY) lead[i] = j;
-          if (lead[i] >= 0 && row[j] != -INFINITY) rest[i].push_back(j);
-        }
-        if (lead[i] < 0) lead[i] = n;
-      }
+      const int64_t b = item / (Hkv * chunks), g = item / chunks % Hkv, chunk = item % chunks, t0 = chunk * ROWS;
+      const Visible& vis = visible[(masks > 1 ? b : 0) * chunks + chunk];
       const Item it{qc.data_ptr<float>() + b * qc.stride(0) + g * s.G * s.qs_h + t0 * s.qs_t,
                     kc.data_ptr<float>() + b * kc.stride(0) + g * kc.stride(1),
                     vc.data_ptr<float>() + b * vc.stride(0) + g * vc.stride(1),
-                    keys.data(), n, rows, add.data(), padded_s, lead.data(), rest.data(),
-                    out.data_ptr<float>() + ((b * T + t0) * H + g * s.G) * D, H * D};
+                    vis.keys.data(), static_cast<int64_t>(vis.keys.size()), vis.rows, vis.add.data(), vis.as,
+                    vis.lead.data(), vis.rest.data(), out.data_ptr<float>() + ((b * T + t0) * H + g * s.G) * D, H * D};
       attend(it, static_cast<float>(scale), s, zeros.data(), scores.data(), inv.data());
     }
   });
