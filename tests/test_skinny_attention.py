@@ -98,6 +98,30 @@ def test_a_row_is_bitwise_its_seen_keys_alone_and_the_check_can_fail(isa: int) -
     assert changed == rows
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_mask_shared_by_the_batch_and_values_that_hide_a_key(isa: int) -> None:
+    """A ``[1, 1, T, S]`` mask serves every batch row bitwise as its expanded copy does (the keys each chunk of rows
+    sees are gathered once per call and shared), and an additive value at or below -1e30, float32's minimum or NaN
+    hides its key exactly as -inf does. Negative control: one batch row's mask hiding one more key changes that row's
+    output and no other."""
+    g = torch.Generator().manual_seed(11)
+    batch, rows, keys = 3, 6, 200
+    q = torch.randn(batch, 9, rows, 64, generator=g)
+    k, v = (torch.randn(batch, 3, keys, 64, generator=g) for _ in range(2))
+    additive = torch.zeros(rows, keys).masked_fill_(~tree_mask(rows, keys, 5), float("-inf"))[None, None]
+    shared = attention(q, k, v, additive, isa=isa)
+    assert torch.equal(shared, attention(q, k, v, additive.expand(batch, 1, rows, keys).contiguous(), isa=isa))
+    hiding = additive.clone()
+    hidden = hiding[0, 0, :, keys - rows :] == float("-inf")  # the tree's unseen slots
+    fills = torch.tensor([-1e30, torch.finfo(torch.float32).min, float("nan"), -1e38])
+    hiding[0, 0, :, keys - rows :][hidden] = fills[torch.arange(int(hidden.sum())) % 4]
+    assert torch.equal(attention(q, k, v, hiding, isa=isa), shared)
+    one_more = additive.expand(batch, 1, rows, keys).clone()
+    one_more[1, 0, :, 0] = float("-inf")  # every row saw key 0 (the prefix)
+    out = attention(q, k, v, one_more, isa=isa)
+    assert torch.equal(out[0], shared[0]) and torch.equal(out[2], shared[2]) and not torch.equal(out[1], shared[1])
+
+
 def test_a_row_that_sees_no_key_gets_zeros_and_bad_input_is_refused() -> None:
     q, k = torch.randn(1, 2, 2, 8), torch.randn(1, 1, 5, 8)
     mask = torch.zeros(1, 1, 2, 5, dtype=torch.bool)

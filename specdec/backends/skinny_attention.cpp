@@ -128,15 +128,22 @@ inline vec vpow2i(vec n) {
 }
 inline vec vkeep_seen(vec p, vec x) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset(-INFINITY), _CMP_NEQ_OQ), p); }
 inline float vhmax(vec x) { return _mm512_reduce_max_ps(x); }
-inline __m256 halves(vec x) {  // lane l of the low half plus lane l of the high half
-  return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-}
-// The 16 horizontal sums of a[0..15], each by the same tree: its halves added lane by lane, then sum8's tree.
+// The 16 horizontal sums of a[0..15], each by the same tree: lane l of its low half plus lane l of its high half
+// (h_l = a[l] + a[l + 8]), then ((h0 + h1) + (h2 + h3)) + ((h4 + h5) + (h6 + h7)), the tree of sum8 (AVX2's vsum)
+// on the halves. Computed across the 16 vectors at once (each level adds the same pairs, so the same bits as one
+// vector at a time), with 23 shuffles and 8 blends where the halves stored to memory and sum8's hadds took ~44.
 inline vec vsum(const vec* a) {
-  __m256 h[16];
-  for (int i = 0; i < 16; ++i) h[i] = halves(a[i]);
-  const __m256 lo = sum8(h), hi = sum8(h + 8);
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+  vec x[8];  // x[i]: lanes 0-7 the halves of a[i], lanes 8-15 those of a[i + 8]
+  for (int i = 0; i < 8; ++i)
+    x[i] = _mm512_add_ps(_mm512_mask_blend_ps(0xFF00, a[i], a[i + 8]), _mm512_shuffle_f32x4(a[i], a[i + 8], 0x4E));
+  const auto pairs = [](vec u, vec v) {  // per 128 bits: u0 + u1, u2 + u3, v0 + v1, v2 + v3
+    return _mm512_add_ps(_mm512_shuffle_ps(u, v, 0x88), _mm512_shuffle_ps(u, v, 0xDD));
+  };
+  const vec y01 = pairs(x[0], x[1]), y23 = pairs(x[2], x[3]), y45 = pairs(x[4], x[5]), y67 = pairs(x[6], x[7]);
+  const vec z0 = pairs(y01, y23), z1 = pairs(y45, y67);  // per key: its first four halves' sum, then its last four's
+  // z0's 128-bit lanes: keys 0-3 (first, last), keys 8-11 (first, last); z1 likewise for keys 4-7 and 12-15
+  const vec r = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, 0x88), _mm512_shuffle_f32x4(z0, z1, 0xDD));
+  return _mm512_shuffle_f32x4(r, r, 0xD8);  // keys 0-3, 8-11, 4-7, 12-15 -> in order
 }
 #include "skinny_attention_impl.h"
 }  // namespace avx512
@@ -148,7 +155,7 @@ inline vec vsum(const vec* a) {
 struct Visible {
   std::vector<int64_t> keys, lead;
   std::vector<std::vector<int64_t>> rest;
-  std::vector<float> add;  // [rows][as]: -inf where a row does not see the key, and past the keys to a multiple of MAX_W
+  std::vector<float> add;  // [rows][as]: -inf where a row does not see a key, and past the keys to a multiple of W
   int64_t rows = 0, as = 0;
 };
 
@@ -237,7 +244,8 @@ at::Tensor skinny_attention(const at::Tensor& q, const at::Tensor& k, const at::
   std::vector<Visible> visible(masks * chunks);
   at::parallel_for(0, masks * chunks, 1, [&](int64_t v0, int64_t v1) {
     std::vector<uint8_t> seen(S);
-    for (int64_t vi = v0; vi < v1; ++vi) gather(mask_f, mask_b, vi / chunks, vi % chunks * ROWS, T, S, seen, visible[vi]);
+    for (int64_t vi = v0; vi < v1; ++vi)
+      gather(mask_f, mask_b, vi / chunks, vi % chunks * ROWS, T, S, seen, visible[vi]);
   });
   at::parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) {
     const int64_t padded_s = (S + MAX_W - 1) / MAX_W * MAX_W;
