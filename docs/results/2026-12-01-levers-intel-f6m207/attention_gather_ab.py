@@ -1,9 +1,10 @@
-"""The few-row attention before and after gathering each row chunk's keys once per call (commit b8faac3), one
-process (issue 45).
+"""The few-row attention before and after this session's changes, one process (issue 45).
 
-    python docs/results/2026-12-01-levers-intel-f6m207/attention_gather_ab.py   # attention_gather_ab.txt
+    python docs/results/2026-12-01-levers-intel-f6m207/attention_gather_ab.py [REV]   # attention_gather_ab.txt
 
-The kernel as it was (``b8faac3~1``'s ``skinny_attention.cpp``) is built beside the library under another op name
+REV (default ``b8faac3~1``, before both) is the kernel compared against the checkout's: ``b8faac3`` gathers each row
+chunk's keys once per call, ``4bf0548`` computes the AVX-512 scores' horizontal sums across keys. The kernel at REV
+(its ``skinny_attention.cpp`` and ``skinny_attention_impl.h``) is built beside the library under another op name
 (``specdec_before::skinny_attention``); both run SmolLM2's shapes (9 query heads over 3 key/value heads of 64, 300
 visible keys then the rows' own, causal) in caches of 320, 1024 and 2048 slots, outputs checked bitwise equal, then
 timed interleaved, 15 rounds of 50 calls, medians.
@@ -12,6 +13,7 @@ timed interleaved, 15 rounds of 50 calls, medians.
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ from torch.utils.cpp_extension import load
 
 from specdec.backends import skinny
 
-BEFORE = "b8faac3~1"
+BEFORE = sys.argv[1] if len(sys.argv) > 1 else "b8faac3~1"
 
 
 def shown(path: str) -> str:
@@ -55,7 +57,7 @@ def main() -> None:
     build_before()
     torch.set_num_threads(2)
     ops = {"before": torch.ops.specdec_before.skinny_attention, "after": torch.ops.specdec.skinny_attention}
-    print("us per call, before -> after (2 threads, warm)")
+    print(f"us per call, {BEFORE} -> this checkout (2 threads, warm)")
     for span in (320, 1024, 2048):
         cells = []
         for rows in (1, 2, 4, 8, 16):
