@@ -2,7 +2,8 @@
 
     python docs/results/2026-12-01-levers-intel-f6m207/amx_chunked.py   # amx_chunked.txt
 
-``amx_chunked_proto.cpp`` (built here as ``specdec_proto::amx``): rows in chunks of at most 5 stacked in one tile
+``amx_chunked_kernel.cpp`` after ``skinny_amx.cpp``'s helpers as of ``e5e506d`` (built here as
+``specdec_proto::amx``): rows in chunks of at most 5 stacked in one tile
 (h, m and l parts adjacent), so 6-16 rows take one tile product per chunk and tile of codes instead of three; the
 next chunk's product issued before the last one's sums are stored and added (two sets of tiles); codes converted three
 blocks ahead. Per SmolLM2 shape (Q4_1 codes two a byte, ``amx4``), rows 1-16: outputs checked bitwise against
@@ -12,6 +13,7 @@ epilogue, and without both, to see where a call's time goes.
 """
 
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -34,13 +36,18 @@ def timed(op, args: tuple, reps: int) -> float:
 
 def main() -> None:
     skinny.load()
-    here = Path(__file__).parent
+    here, work = Path(__file__).parent, Path(tempfile.mkdtemp())
+    kernel = subprocess.run(
+        ["git", "show", "e5e506d:specdec/backends/skinny_amx.cpp"], capture_output=True, text=True, check=True
+    ).stdout
+    helpers = kernel[: kernel.index("// Rows [0, M) of x")].replace("bool amx_ready()", "bool amx_ready_p()")
+    (work / "proto.cpp").write_text(helpers + (here / "amx_chunked_kernel.cpp").read_text())
     load(
         "amxproto",
-        [str(here / "amx_chunked_proto.cpp")],
+        [str(work / "proto.cpp")],
         extra_cflags=["-O3", "-fopenmp"],
         extra_ldflags=["-fopenmp"],
-        build_directory=tempfile.mkdtemp(),
+        build_directory=str(work),
         is_python_module=False,
     )
     torch.set_num_threads(2)
