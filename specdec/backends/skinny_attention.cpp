@@ -66,21 +66,11 @@ struct Item {
 
 using Attend = void (*)(const Item&, float, const Shapes&, const float*, float*, float*);
 
-// The 8 horizontal sums of a[0..7] as one vector, each by the same tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
-#define SPECDEC_SUM8                                                                                              \
-  inline __m256 sum8(const __m256* a) {                                                                          \
-    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);                              \
-    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);                              \
-    const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);                                    \
-    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));             \
-  }
-
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
 constexpr int W = 8, RB = 3;  // 3 query vectors x 4 vectors of c: 12 of the 16 registers
 using vec = __m256;
-SPECDEC_SUM8
 inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, vec x) { _mm256_storeu_ps(p, x); }
 inline vec vset(float x) { return _mm256_set1_ps(x); }
@@ -101,7 +91,13 @@ inline float vhmax(vec x) {
   _mm256_store_ps(lanes, x);
   return *std::max_element(lanes, lanes + W);
 }
-inline vec vsum(const vec* a) { return sum8(a); }
+// The 8 horizontal sums of a[0..7] as one vector, each by the same tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+inline vec vsum(const vec* a) {
+  const vec h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const vec h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  const vec q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
 #include "skinny_attention_impl.h"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -111,7 +107,6 @@ inline vec vsum(const vec* a) { return sum8(a); }
 namespace avx512 {
 constexpr int W = 16, RB = 6;  // 6 query vectors x 4 vectors of c: 24 of the 32 registers
 using vec = __m512;
-SPECDEC_SUM8
 inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, vec x) { _mm512_storeu_ps(p, x); }
 inline vec vset(float x) { return _mm512_set1_ps(x); }
@@ -129,9 +124,9 @@ inline vec vpow2i(vec n) {
 inline vec vkeep_seen(vec p, vec x) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset(-INFINITY), _CMP_NEQ_OQ), p); }
 inline float vhmax(vec x) { return _mm512_reduce_max_ps(x); }
 // The 16 horizontal sums of a[0..15], each by the same tree: lane l of its low half plus lane l of its high half
-// (h_l = a[l] + a[l + 8]), then ((h0 + h1) + (h2 + h3)) + ((h4 + h5) + (h6 + h7)), the tree of sum8 (AVX2's vsum)
-// on the halves. Computed across the 16 vectors at once (each level adds the same pairs, so the same bits as one
-// vector at a time), with 23 shuffles and 8 blends where the halves stored to memory and sum8's hadds took ~44.
+// (h_l = a[l] + a[l + 8]), then ((h0 + h1) + (h2 + h3)) + ((h4 + h5) + (h6 + h7)), the tree of AVX2's vsum on the
+// halves. Computed across the 16 vectors at once (each level adds the same pairs, so the same bits as one vector at
+// a time), with 23 shuffles and 8 blends where storing the halves and AVX2's hadd trees took ~44.
 inline vec vsum(const vec* a) {
   vec x[8];  // x[i]: lanes 0-7 the halves of a[i], lanes 8-15 those of a[i + 8]
   for (int i = 0; i < 8; ++i)
