@@ -13,13 +13,10 @@ epilogue, and without both, to see where a call's time goes.
 """
 
 import statistics
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from torch.utils.cpp_extension import load
+from prototype import HERE, build, source_at
 
 from specdec.backends import skinny
 from specdec.backends.skinny_amx import amx_layout, amx_synthetic
@@ -36,20 +33,9 @@ def timed(op, args: tuple, reps: int) -> float:
 
 def main() -> None:
     skinny.load()
-    here, work = Path(__file__).parent, Path(tempfile.mkdtemp())
-    kernel = subprocess.run(
-        ["git", "show", "e5e506d:specdec/backends/skinny_amx.cpp"], capture_output=True, text=True, check=True
-    ).stdout
-    helpers = kernel[: kernel.index("// Rows [0, M) of x")].replace("bool amx_ready()", "bool amx_ready_p()")
-    (work / "proto.cpp").write_text(helpers + (here / "amx_chunked_kernel.cpp").read_text())
-    load(
-        "amxproto",
-        [str(work / "proto.cpp")],
-        extra_cflags=["-O3", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        build_directory=str(work),
-        is_python_module=False,
-    )
+    helpers = source_at("e5e506d", "specdec/backends/skinny_amx.cpp")
+    helpers = helpers[: helpers.index("// Rows [0, M) of x")].replace("bool amx_ready()", "bool amx_ready_p()")
+    build("amxproto", {"proto.cpp": helpers + (HERE / "amx_chunked_kernel.cpp").read_text()})
     torch.set_num_threads(2)
     g = torch.Generator().manual_seed(0)
     old, new = torch.ops.specdec.skinny_linear_amx, torch.ops.specdec_proto.amx

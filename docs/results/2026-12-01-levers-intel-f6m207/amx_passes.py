@@ -9,13 +9,10 @@ SmolLM2's shapes, both code forms, 16-300 rows, warm, interleaved, medians of 7.
 """
 
 import statistics
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from torch.utils.cpp_extension import load
+from prototype import HERE, build, source_at
 
 from specdec.backends import skinny
 from specdec.backends.skinny_amx import amx_layout, amx_synthetic
@@ -25,20 +22,9 @@ SHAPES = {"q/o": (576, 576), "gate/up": (1536, 576), "down": (576, 1536)}
 
 def main() -> None:
     skinny.load()
-    source = subprocess.run(
-        ["git", "show", "0d7034a:specdec/backends/skinny_amx.cpp"], capture_output=True, text=True, check=True
-    ).stdout
-    work = Path(tempfile.mkdtemp())
-    kernel = (Path(__file__).parent / "amx_passes_kernel.cpp").read_text()
-    (work / "passes.cpp").write_text(source[: source.index("at::Tensor skinny_linear_amx(")] + kernel)
-    load(
-        "amx_passes",
-        [str(work / "passes.cpp")],
-        extra_cflags=["-O3", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        build_directory=str(work),
-        is_python_module=False,
-    )
+    source = source_at("0d7034a", "specdec/backends/skinny_amx.cpp")
+    kernel = (HERE / "amx_passes_kernel.cpp").read_text()
+    build("amx_passes", {"passes.cpp": source[: source.index("at::Tensor skinny_linear_amx(")] + kernel})
     torch.set_num_threads(2)
     g = torch.Generator().manual_seed(0)
     ops = (torch.ops.specdec.skinny_linear_amx, torch.ops.specdec_passes.amx)

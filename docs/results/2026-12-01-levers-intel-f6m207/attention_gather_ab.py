@@ -10,46 +10,28 @@ visible keys then the rows' own, causal) in caches of 320, 1024 and 2048 slots, 
 timed interleaved, 15 rounds of 50 calls, medians.
 """
 
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from torch.utils.cpp_extension import load
+from prototype import build, source_at
 
 from specdec.backends import skinny
 
 BEFORE = sys.argv[1] if len(sys.argv) > 1 else "b8faac3~1"
 
 
-def shown(path: str) -> str:
-    return subprocess.run(["git", "show", f"{BEFORE}:{path}"], capture_output=True, text=True, check=True).stdout
-
-
 def build_before() -> None:
-    work = Path(tempfile.mkdtemp())
-    source = shown("specdec/backends/skinny_attention.cpp")
+    source = source_at(BEFORE, "specdec/backends/skinny_attention.cpp")
     source = source[: source.index("// The C shim an ahead-of-time package calls")]
     source += (
         'TORCH_LIBRARY(specdec_before, m) { m.def("skinny_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, '
         'float scale, int isa=0) -> Tensor"); }\n'
         'TORCH_LIBRARY_IMPL(specdec_before, CPU, m) { m.impl("skinny_attention", &skinny_attention); }\n'
     )
-    (work / "before.cpp").write_text(source)
-    (work / "skinny_attention_impl.h").write_text(shown("specdec/backends/skinny_attention_impl.h"))
-    load(
-        "attention_before",
-        [str(work / "before.cpp")],
-        extra_cflags=["-O3", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        build_directory=str(work),
-        is_python_module=False,
-    )
-    shutil.rmtree(work, ignore_errors=True)
+    header = source_at(BEFORE, "specdec/backends/skinny_attention_impl.h")
+    build("attention_before", {"before.cpp": source, "skinny_attention_impl.h": header})
 
 
 def main() -> None:
