@@ -3,6 +3,7 @@
     python benchmarks/batch_throughput.py [--methods vanilla eagle3 composite] [--batch-sizes 1 4 8]
                                           [--prompts 8] [--new-tokens 128] [--threads 2]
                                           [--speculate auto [own always]] [--temperature T] [--top-p P]
+                                          [--shapes eager [aot]]
 
 Greedy by default (``--temperature``, ``--top-p``: every row's sampling, seeded), float32 SmolLM2-135M-Instruct on
 the fast path. For each method, the ``--prompts`` first MT-bench questions
@@ -10,7 +11,9 @@ run once through today's one-sequence loop (``generate``, prompt after prompt) a
 ``generate_batch(max_batch=B)`` for each batch size, all in one process, the configurations interleaved per
 round so that a slow spell of the machine hits all of them. Prints tokens/s of each and its ratio to batched vanilla
 at the same size, τ, and whether every row's tokens equal the prompt decoded alone (greedy: they must, up to float
-rounding). Only ratios from one run count on a shared machine.
+rounding). Only ratios from one run count on a shared machine. ``--shapes eager aot`` runs every configuration on
+both the eager target and the one served by its ahead-of-time package (``static_shapes="aot"``, built first where
+this machine has none), named ``method@eager`` and ``method@aot``, each against its own side's batched vanilla.
 """
 
 from __future__ import annotations
@@ -49,20 +52,24 @@ def main(argv: list[str] | None = None) -> int:
         "trees of BATCH_SIZES nodes), own (steps or own trees: auto before the sizes), always (own trees), sizeN "
         "(every cycle trees of N nodes)",
     )
+    parser.add_argument("--shapes", nargs="+", choices=("eager", "aot"), default=["eager"])
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
-    target = HFTarget(model, max_len=1024, static_shapes=False)  # batched rows run eager shapes
     ids = [chat_ids(tokenizer, p.text) for p in mtbench_prompts()[: args.prompts]]
     stop = StopCondition(max_new_tokens=args.new_tokens)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=0)
     gens: dict[str, object] = {}
     paces: dict[str, str] = {}
-    for m in args.methods:
-        gen = VanillaGenerator(target) if m == "vanilla" else build_method(m, target)
-        for kind in ["-"] if m == "vanilla" else args.speculate:
-            name = m if kind == "-" or len(args.speculate) == 1 else f"{m}:{kind}"
-            gens[name], paces[name] = gen, kind
+    bases: dict[str, str] = {}  # each configuration's batched vanilla (its side's)
+    for shapes in args.shapes:
+        target = HFTarget(model, max_len=1024, static_shapes="aot" if shapes == "aot" else False)
+        side = "" if len(args.shapes) == 1 else f"@{shapes}"
+        for m in ["vanilla", *(m for m in args.methods if m != "vanilla")]:
+            gen = VanillaGenerator(target) if m == "vanilla" else build_method(m, target)
+            for kind in ["-"] if m == "vanilla" else args.speculate:
+                name = (m if kind == "-" or len(args.speculate) == 1 else f"{m}:{kind}") + side
+                gens[name], paces[name], bases[name] = gen, kind, "vanilla" + side
     for gen in gens.values():  # warm-up: kernels, the budget's cost curve
         gen.generate(ids[0], None, StopCondition(max_new_tokens=8))
         gen.generate_batch(ids[:2], None, StopCondition(max_new_tokens=8))
@@ -108,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in gens:
             key = (name, size)
             rate = tokens[key] / seconds[key]
-            base = ("vanilla", size)
+            base = (bases[name], size)
             vs = f"{rate / (tokens[base] / seconds[base]):.2f}x" if base in tokens else "-"
             loop = (name, "loop")
             own = f"{rate / (tokens[loop] / seconds[loop]):.2f}x" if loop in tokens else "-"

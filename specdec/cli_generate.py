@@ -39,6 +39,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specdec.assets import Prompt, chat_ids
     from specdec.generate import GenerationMetrics, StopCondition
     from specdec.methods import build_method, default_method, method_names
+    from specdec.rows import batch_shapes
     from specdec.sampling import SamplingParams
     from specdec.target import HFTarget
 
@@ -53,8 +54,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     options = method_options(args)
     head = check_head(args, [method])
     backend = target_backend(args)
-    if args.prompts_file and backend["static_shapes"] == "auto":  # batched rows run eager shapes (specdec.rows)
-        backend["static_shapes"] = False
+    if args.prompts_file:  # batched rows: eager shapes or the package, not graphs captured here (specdec.rows)
+        backend["static_shapes"] = batch_shapes(backend["static_shapes"], args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_target_model(args)

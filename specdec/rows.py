@@ -20,31 +20,46 @@ kernels as a call with one prompt), its keys and values copied into slots ``[0, 
 as they finish. Unmarked slots accumulate as ``P`` advances by the tree size each cycle; :meth:`BatchRows.compact`
 moves every row's marked slots to the front when the cache is full or mostly dead.
 
-Scope: eager shapes (a static-shape or CUDA-graph target is refused, :class:`BatchUnsupportedError`). The masks are
-built on the host row by row (on CUDA each row's tree is read back: a CPU loop until the GPU work captures batches).
+Scope: eager shapes, and a target served by its ahead-of-time package (:mod:`specdec.backends.aot`, whose batch
+dimension is dynamic: the same forward, the rows' caches handed to it, the masks over every allocated slot); a target
+compiled by ``torch.compile`` or captured in CUDA graphs is refused (:class:`BatchUnsupportedError`). On the package
+each row's cache is allocated for what the batch holds and grown (at least doubled) as the clock needs, up to the
+capacity, since the package's forward reads every slot it is given (a masked one contributes zero, as above). The
+masks are built on the host row by row (on CUDA each row's tree is read back: a CPU loop until the GPU work captures
+batches).
 """
 
 from __future__ import annotations
 
 import torch
 
+from specdec.backends.aot import MAX_BATCH
 from specdec.errors import SpecdecError
 from specdec.interfaces import TargetHidden, TargetStep
 from specdec.kvcache import CacheFullError, PositionCache
+from specdec.runner import ROOM
 from specdec.tree import DraftTree
 
-__all__ = ["BatchRows", "BatchUnsupportedError"]
+__all__ = ["BatchRows", "BatchUnsupportedError", "batch_shapes"]
 
 
 class BatchUnsupportedError(SpecdecError, ValueError):
     """A target the batched loop cannot serve (the message says what to use instead)."""
 
 
+def batch_shapes(static_shapes, device: str | torch.device):
+    """What ``static_shapes`` a batched call's target takes for the option ``static_shapes``: as given, except that
+    ``"auto"`` on a CUDA device (graphs captured in this process, which batches cannot use) becomes eager shapes; on a
+    CPU ``"auto"`` stays: the model's package where this machine has one (batches run on it), else eager shapes."""
+    return False if static_shapes == "auto" and torch.device(device).type == "cuda" else static_shapes
+
+
 class BatchRows:
     """The rows of one batched call on ``target``'s model: their shared cache, slots, lengths and forwards.
 
     Args:
-        target: an eager-shape :class:`~specdec.target.HFTarget`; its own cache serves each row's prefill.
+        target: an eager-shape :class:`~specdec.target.HFTarget`, or one served by its ahead-of-time package; its own
+            cache serves each row's prefill.
         capacity: slots per row (default: the target's ``max_len``, which every row's prompt, new tokens and
             tree already fit, :func:`~specdec.calls.prepare_call`).
 
@@ -54,14 +69,20 @@ class BatchRows:
     """
 
     def __init__(self, target, capacity: int | None = None) -> None:
+        #: The package's forward (:class:`~specdec.backends.aot.AotForward`) where the target runs one, else None.
+        self.package = None
         if getattr(target, "static", False):
-            raise BatchUnsupportedError(
-                "batched decoding runs on eager shapes; this target runs static shapes (compiled, CUDA graphs, or "
-                "an ahead-of-time package that static_shapes='auto' found on this machine): build it with "
-                "static_shapes=False for several prompts, or decode them one at a time"
-            )
+            if not (target.execution.aot and target.runner.compiled):
+                raise BatchUnsupportedError(
+                    "batched decoding runs on eager shapes or an ahead-of-time package; this target runs static "
+                    "shapes compiled in this process (torch.compile or CUDA graphs): build it with "
+                    "static_shapes=False (or 'aot' on a CPU) for several prompts, or decode them one at a time"
+                )
+            self.package = target.runner._run
         self.target = target
         self.capacity = capacity or target.max_len
+        #: Slots allocated per row: the capacity on eager shapes; on the package what the batch holds, grown.
+        self.slots = 0 if self.package else self.capacity
         self.cache = PositionCache(target.num_layers, self.capacity, dtype=target.execution.cache_dtype)
         self.lengths: list[int] = []
         self.clock = 0
@@ -80,15 +101,18 @@ class BatchRows:
         Raises:
             CacheFullError: the prompt does not fit a row.
         """
+        if self.package is not None and self.size >= MAX_BATCH:
+            raise BatchUnsupportedError(f"a package serves at most {MAX_BATCH} sequences at once; lower max_batch")
         step = self.target.prefill(input_ids)
         n = input_ids.shape[0]
         if n >= self.capacity:
             raise CacheFullError(f"prompt of {n} tokens does not fit a batch row of {self.capacity} slots")
         self.clock = max(self.clock, n)  # slots [P, n) of the rows already here hold zeros (allocated so)
+        self._reserve(self.clock)
         for layer, source in zip(self.cache.layers, self.target.cache.layers, strict=True):
             for name in ("keys", "values"):
                 prefilled = getattr(source, name)  # [1, H, C, D]
-                row = prefilled.new_zeros(1, prefilled.shape[1], self.capacity, prefilled.shape[3])
+                row = prefilled.new_zeros(1, prefilled.shape[1], self.slots, prefilled.shape[3])
                 row[:, :, :n] = prefilled[:, :, :n]
                 setattr(layer, name, torch.cat([getattr(layer, name), row]) if layer.is_initialized else row)
             layer.is_initialized = True
@@ -137,6 +161,22 @@ class BatchRows:
             self.compact()
         if self.clock + n > self.capacity:
             raise CacheFullError(f"{longest} tokens + a tree of {n} exceed the batch rows' {self.capacity} slots")
+        self._reserve(self.clock + n)
+
+    def _reserve(self, slots: int) -> None:
+        """On the package: at least ``slots`` slots allocated per row (grown to the larger of twice the present size and
+        ``slots`` + :data:`~specdec.runner.ROOM`, never past the capacity; the written slots copied once)."""
+        if slots <= self.slots:
+            return
+        grown = min(self.capacity, max(2 * self.slots, slots + ROOM))
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                for name in ("keys", "values"):
+                    t = getattr(layer, name)
+                    wider = t.new_zeros(t.shape[0], t.shape[1], grown, t.shape[3])
+                    wider[:, :, : self.slots] = t
+                    setattr(layer, name, wider)
+        self.slots = grown
 
     @torch.no_grad()
     def forward(self, trees: list[DraftTree]) -> list[TargetStep]:
@@ -147,6 +187,7 @@ class BatchRows:
         n = max(t.num_nodes for t in trees)
         self._room(n)
         p, device, layout = self.clock, self.target.device, self.target.layout
+        width = p + n if self.package is None else self.slots  # the package reads (and is masked over) every slot
         ids = torch.zeros(self.size, n, dtype=torch.long, device=device)
         positions = torch.zeros(self.size, n, dtype=torch.long)
         masks = []
@@ -156,22 +197,30 @@ class BatchRows:
             pos = tree.position_ids(self.lengths[r]).cpu()
             positions[r, :k], positions[r, k:] = pos, pos[-1]
             self.slot_pos[r, p : p + n] = positions[r]
-            allowed = torch.zeros(n, p + n, dtype=torch.bool)
+            allowed = torch.zeros(n, width, dtype=torch.bool)
             allowed[:k, :p] = self.valid[r, :p]
             allowed[:k, p : p + k] = tree.attn_mask.cpu()
             allowed[k:, p + k : p + n] = torch.eye(n - k, dtype=torch.bool)  # padding nodes see themselves only
-            masks.append(layout.mask(allowed.to(device), self.slot_pos[r, : p + n].to(device), positions[r].to(device)))
+            masks.append(layout.mask(allowed.to(device), self.slot_pos[r, :width].to(device), positions[r].to(device)))
         mask = {key: torch.cat([m[key] for m in masks]) for key in masks[0]} if layout.hybrid else torch.cat(masks)
-        self.cache.set_write_pos(p)
-        hidden = self.target.hidden
-        out = self.target.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions.to(device),
-            use_cache=True,
-            output_hidden_states=hidden.any,
-            **{layout.cache_kwarg: self.cache},
-        )
+        hidden, positions = self.target.hidden, positions.to(device)
+        if self.package is not None:
+            batch = self.size > 1  # one row left runs on the one-sequence package (the same bits)
+            if (self.package.batched if batch else self.package.package) is None:  # once (PackageError if impossible)
+                self.package.load(self.target.runner.cache, batch)
+            layers = self.cache.layers
+            keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
+            out = self.package.step(ids, positions, mask, torch.tensor(p, device=device), keys, values)
+        else:
+            self.cache.set_write_pos(p)
+            out = self.target.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                output_hidden_states=hidden.any,
+                **{layout.cache_kwarg: self.cache},
+            )
         self._written = n
         logits = out.logits.float()
         steps = []

@@ -9,6 +9,8 @@ What is shown here, on tiny random Llamas, with specdec's cache in a temporary f
   patched to fail, so a build would show), and ``static_shapes="auto"`` on a CPU finds it; a model with other
   weights gets another file name and stays eager under ``"auto"`` (the control: a key that ignored the weights would
   hand it the first model's package);
+* several prompts at once on the package (the batch package, its batch dimension dynamic, built beside the first):
+  every row's greedy tokens equal the prompt decoded alone, while the rows' caches grow;
 * a package that cannot be loaded is not a crash: one FastPathWarning, then the same static forward eagerly, with
   the eager tokens, and the file is set aside (``"auto"`` then stays eager);
 * ``"aot"`` off a CPU is refused by name.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec import rows as rows_module
 from specdec.backends import BackendError, FastPathWarning, resolve
 from specdec.backends import aot as aot_module
 from specdec.backends.aot import package_path
@@ -110,14 +113,44 @@ def test_later_targets_load_the_package_and_auto_finds_it(model, built, monkeypa
     want = VanillaGenerator(HFTarget(model, max_len=MAX_LEN, weights="stock")).generate(prompts()[0], GREEDY, STOP)
     for target in (again, auto):
         assert VanillaGenerator(target).generate(prompts()[0], GREEDY, STOP).tokens == want.tokens
-    # several prompts at once run eager shapes: refused by name on the package's target, fine one at a time
-    gen = VanillaGenerator(auto)
-    with pytest.raises(BatchUnsupportedError, match="static_shapes=False for several prompts"):
-        gen.generate_batch(prompts()[:2], None, STOP, max_batch=2)
-    assert [r.tokens for r in gen.generate_batch(prompts()[:1], None, STOP, max_batch=1)] == [want.tokens]
+    assert [r.tokens for r in VanillaGenerator(auto).generate_batch(prompts()[:1], None, STOP)] == [want.tokens]
     other = tiny_llama(vocab_size=6, hidden_size=16, num_layers=2, logit_scale=1.5, seed=11)  # control: other weights
     assert package_path(other) != package_path(model)
     assert not HFTarget(other, max_len=MAX_LEN).static  # no package of its own: eager under "auto"
+
+
+def test_several_prompts_on_the_package_equal_each_alone(model, built, monkeypatch) -> None:
+    """Batches on the batch package (its batch dimension dynamic): 3 prompts of different lengths at 2 rows at a time
+    (the third joins when one leaves), greedy, plain and speculative (trees of up to 8 nodes a row, ragged): every row's
+    tokens equal its prompt decoded alone on the same package. The rows' caches start at 2 slots of room and grow many
+    times (``ROOM`` patched), so a grown cache that lost or moved a written slot would show; the prompts' own
+    continuations differ, so a row reading another's cache or logits would too."""
+    monkeypatch.setattr(rows_module, "ROOM", 2)
+    drafter = make_drafter("eagle3", model, MAX_LEN + 8)
+    gens = [
+        VanillaGenerator(built),
+        SpeculativeGenerator(built, drafter, DynamicTreePolicy(topk=2, depth=3, total_tokens=8), GreedyVerifier()),
+    ]
+    alone = [VanillaGenerator(built).generate(p, GREEDY, STOP).tokens for p in prompts()]
+    assert len({tuple(t) for t in alone}) == 3  # the control: rows that swapped caches would not go unseen
+    grown = []
+    real_reserve = rows_module.BatchRows._reserve
+
+    def reserve(rows, slots):
+        real_reserve(rows, slots)
+        grown.append(rows.slots)
+        assert rows.slots <= rows.capacity
+
+    monkeypatch.setattr(rows_module.BatchRows, "_reserve", reserve)
+    for gen in gens:
+        together = gen.generate_batch(prompts(), GREEDY, STOP, max_batch=2, speculate="always")
+        assert [r.tokens for r in together] == alone
+    assert len(set(grown)) > 3
+    assert package_path(model, batch=True).exists()  # several rows ran on the batch package, built beside the first
+    assert built.runner.compiled, "the package fell back to eager"
+    compiled = HFTarget(model, max_len=64, weights="stock", static_shapes=True)  # compiled in-process: still refused
+    with pytest.raises(BatchUnsupportedError, match="static_shapes=False"):
+        VanillaGenerator(compiled).generate_batch(prompts()[:2], None, STOP)
 
 
 def test_a_package_that_cannot_load_falls_back_with_one_warning(built) -> None:

@@ -8,15 +8,20 @@ loaded by later processes in seconds (``static_shapes="aot"``; :mod:`specdec.bac
 
 One package per model serves every forward the static runner makes: the number of rows ``n`` (``1 ..``
 :data:`MAX_ROWS`) and the cache's capacity ``C`` are dynamic dimensions, so trees need no padding to a bucket and one
-package serves every ``max_len``.
+package serves every ``max_len``. Several sequences at once (a batched call, :mod:`specdec.rows`) run on a second
+package of the same forward with the batch ``B`` (``2 ..`` :data:`MAX_BATCH`) dynamic too, built (minutes) at the
+first batched forward that needs it and named as the first with ``-batch``: exported with ``B`` dynamic, one
+sequence's forwards ran 1.00-1.02x as long as on the package exported at ``B = 1`` (their logits bitwise equal at
+1-16 rows; SmolLM2, Xeon family 6 model 207, one process, 2026-12-02), so one sequence keeps its own package.
 
 The package's function (:class:`AotStep`) takes what :class:`~specdec.runner.ModelRunner`'s static forward takes
 and writes the cache in place:
 
-* ``ids``, ``positions``: ``[1, n]`` long; ``mask``: the layout's mask over the whole capacity, ``[1, 1, n, C]`` (or
-  its dict of them for hybrid layouts); ``write_pos``: a 0-d long tensor, the slot of the first row;
-* ``keys``, ``values``: every layer's ``[1, H_kv, C, D]`` cache tensors (transformers' ``StaticLayer`` s);
-* returns the logits ``[1, n, V]`` and the hidden states (embeddings, then every layer's output) ``[1, n, d]``.
+* ``ids``, ``positions``: ``[B, n]`` long; ``mask``: the layout's mask over the whole capacity, ``[B, 1, n, C]`` (or
+  its dict of them for hybrid layouts); ``write_pos``: a 0-d long tensor, the slot of the first row (every sequence's:
+  a batch shares one clock);
+* ``keys``, ``values``: every layer's ``[B, H_kv, C, D]`` cache tensors (transformers' ``StaticLayer`` s);
+* returns the logits ``[B, n, V]`` and the hidden states (embeddings, then every layer's output) ``[B, n, d]``.
 
 Contract (exactness: a package is never run for another model): the file name holds a digest of everything that
 decides the compiled code and its constants: the model's weights (every tensor's bytes), its config, dtype and
@@ -51,6 +56,7 @@ from specdec.kvcache import PositionCache
 
 __all__ = [
     "FORMAT",
+    "MAX_BATCH",
     "MAX_ROWS",
     "AotForward",
     "AotStep",
@@ -66,10 +72,13 @@ __all__ = [
 PACKAGES_ENV = "SPECDEC_PACKAGES"
 #: Bump when :class:`AotStep`'s inputs or outputs change: older packages are then never found.
 FORMAT = 1
-#: The most rows one forward of a package takes (the adaptive budget's largest tree, as the largest bucket).
+#: The most rows a package's forward takes per sequence (the adaptive budget's largest tree, as the largest bucket).
 MAX_ROWS = 64
-#: Rows and capacity of the example the package is exported from (not 0 or 1: torch.export specializes those).
-_EXAMPLE_ROWS, _EXAMPLE_CAPACITY = 4, 16
+#: The most sequences one forward of the batch package takes (a batched call's rows, :mod:`specdec.rows`).
+MAX_BATCH = 64
+#: Batch (the batch package's), rows and capacity of the example a package is exported from (not 0 or 1: torch.export
+#: specializes those).
+_EXAMPLE_BATCH, _EXAMPLE_ROWS, _EXAMPLE_CAPACITY = 2, 4, 16
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +170,11 @@ def package_attention_set(model: nn.Module) -> str:
     return GQA_SKINNY if few and set_attention(model, GQA_SKINNY) else attention
 
 
-def package_path(model: nn.Module) -> Path:
-    """Where ``model``'s package lives on this machine (the module docstring's key). Hashes the weights (~0.4 s per
-    500 MB) once per model object and state: a tensor replaced or changed in place is hashed again, a config change
-    alone is not (the static preparation switches the attention function after naming the package from the model as
-    the caller gave it, :func:`specdec.backends.choice.apply`)."""
+def package_path(model: nn.Module, batch: bool = False) -> Path:
+    """Where ``model``'s package (or its ``batch`` package) lives on this machine (the module docstring's key). Hashes
+    the weights (~0.4 s per 500 MB) once per model object and state: a tensor replaced or changed in place is hashed
+    again, a config change alone is not (the static preparation switches the attention function after naming the
+    package from the model as the caller gave it, :func:`specdec.backends.choice.apply`)."""
     from specdec.models import cache_dir
 
     dtype = next(model.parameters()).dtype
@@ -181,7 +190,7 @@ def package_path(model: nn.Module) -> Path:
         memo = (seen, f"{_machine_digest(dtype)}-{_model_digest(model)}.pt2")
         model._specdec_aot_name = memo
     name = memo[1]
-    return cache_dir() / "aot" / name
+    return cache_dir() / "aot" / (name.removesuffix(".pt2") + "-batch.pt2" if batch else name)
 
 
 def cached_package(model: nn.Module) -> Path | None:
@@ -221,36 +230,44 @@ def packages() -> list[dict]:
     return found
 
 
-def _example(model: nn.Module, cache: PositionCache, mask_of: Any) -> tuple:
-    """Inputs of :class:`AotStep` at the example's sizes, shaped like ``cache``'s layers."""
+def _example(model: nn.Module, cache: PositionCache, mask_of: Any, batch: bool) -> tuple:
+    """Inputs of :class:`AotStep` at the example's sizes (one sequence or a ``batch``), shaped like ``cache``'s
+    layers."""
     layer, n, capacity = cache.layers[0], _EXAMPLE_ROWS, _EXAMPLE_CAPACITY
+    b = _EXAMPLE_BATCH if batch else 1
     device = layer.keys.device
-    ids = torch.zeros(1, n, dtype=torch.long, device=device)
+    ids = torch.zeros(b, n, dtype=torch.long, device=device)
     positions = torch.arange(n, device=device)
     allowed = torch.ones(n, capacity, dtype=torch.bool, device=device).tril()  # row i sees slots 0 .. i
-    mask = mask_of(allowed, torch.arange(capacity, device=device), positions)
+    one = mask_of(allowed, torch.arange(capacity, device=device), positions)  # [1, 1, n, C] (or a dict of them)
+    mask = torch.utils._pytree.tree_map(lambda m: m.expand(b, -1, -1, -1).contiguous(), one)
 
     def room(t: torch.Tensor) -> torch.Tensor:
-        return t.new_zeros(t.shape[0], t.shape[1], capacity, t.shape[3])
+        return t.new_zeros(b, t.shape[1], capacity, t.shape[3])
 
     keys = [room(layer.keys) for layer in cache.layers]
     values = [room(layer.values) for layer in cache.layers]
-    return ids, positions[None], mask, torch.tensor(0, device=device), keys, values
+    return ids, positions.expand(b, -1).contiguous(), mask, torch.tensor(0, device=device), keys, values
 
 
-def build_package(model: nn.Module, cache_kwarg: str, cache: PositionCache, mask_of: Any, path: Path) -> None:
-    """Export :class:`AotStep` over ``model`` with dynamic rows and capacity and compile it into ``path`` (minutes for
-    a 100M-parameter model on 2 cores; written to a temporary name first, so a killed build leaves no package)."""
+def build_package(
+    model: nn.Module, cache_kwarg: str, cache: PositionCache, mask_of: Any, path: Path, batch: bool = False
+) -> None:
+    """Export :class:`AotStep` over ``model`` with dynamic rows and capacity (and batch, for the ``batch`` package) and
+    compile it into ``path`` (minutes for a 100M-parameter model on 2 cores; written to a temporary name first, so a
+    killed build leaves no package)."""
     from torch.export import Dim
 
     rows, capacity = Dim("rows", min=1, max=MAX_ROWS), Dim("capacity", min=2)
-    example = _example(model, cache, mask_of)
+    sequences = {0: Dim("batch", min=1, max=MAX_BATCH)} if batch else {}
+    example = _example(model, cache, mask_of, batch)
     layers = len(example[4])
-    kv = [{2: capacity}] * layers
-    mask = torch.utils._pytree.tree_map(lambda _: {2: rows, 3: capacity}, example[2])
-    shapes = ({1: rows}, {1: rows}, mask, None, kv, kv)
+    kv = [{**sequences, 2: capacity}] * layers
+    mask = torch.utils._pytree.tree_map(lambda _: {**sequences, 2: rows, 3: capacity}, example[2])
+    shapes = ({**sequences, 1: rows}, {**sequences, 1: rows}, mask, None, kv, kv)
     start = time.perf_counter()
-    log.warning("specdec: compiling this model's ahead-of-time package once for this machine (minutes): %s", path)
+    what = "batch package" if batch else "package"
+    log.warning("specdec: compiling this model's ahead-of-time %s once for this machine (minutes): %s", what, path)
     try:
         with torch.no_grad():
             program = torch.export.export(AotStep(model, cache_kwarg), example, dynamic_shapes=shapes, strict=False)
@@ -271,6 +288,7 @@ def build_package(model: nn.Module, cache_kwarg: str, cache: PositionCache, mask
         "cpu": machine_key(next(model.parameters()).dtype)["cpu"],
         "torch": torch.__version__,
         "built_seconds": round(seconds, 1),
+        "batch": batch,
     }
     path.with_suffix(".json").write_text(json.dumps(about, indent=1))  # for `specdec doctor` (packages())
 
@@ -285,25 +303,31 @@ class AotForward:
 
     def __init__(self, model: nn.Module, cache_kwarg: str, mask_of: Any) -> None:
         self.model, self.cache_kwarg, self.mask_of = model, cache_kwarg, mask_of
-        self.package: Any = None
+        self.package: Any = None  # one sequence's
+        self.batched: Any = None  # several sequences' (the module docstring), loaded at the first batched forward
 
-    def load(self, cache: PositionCache) -> None:
-        """Load the package (building it first where this machine has none); :class:`PackageError` if impossible."""
-        path = package_path(self.model)
+    def load(self, cache: PositionCache, batch: bool = False) -> None:
+        """Load the package (or the ``batch`` package), building it first where this machine has none;
+        :class:`PackageError` if impossible."""
+        path = package_path(self.model, batch)
         if not path.exists():
-            build_package(self.model, self.cache_kwarg, cache, self.mask_of, path)
+            build_package(self.model, self.cache_kwarg, cache, self.mask_of, path, batch)
         try:
-            self.package = torch._inductor.aoti_load_package(str(path))
+            loaded = torch._inductor.aoti_load_package(str(path))
         except Exception as error:  # set aside, so "auto" no longer finds it and "aot" builds it again
             path.rename(path.with_suffix(".broken"))
             raise PackageError(f"could not load the ahead-of-time package {path} ({error}); moved aside") from error
+        if batch:
+            self.batched = loaded
+        else:
+            self.package = loaded
 
     def __call__(self, **inputs: Any) -> CausalLMOutputWithPast:
         cache: PositionCache = inputs[self.cache_kwarg]
         if self.package is None:
             self.load(cache)
         layers = cache.layers  # the runner sends at most MAX_ROWS rows here (ModelRunner.forward)
-        out = self.package(
+        return self.step(
             inputs["input_ids"],
             inputs["position_ids"],
             inputs["attention_mask"],
@@ -311,4 +335,19 @@ class AotForward:
             [layer.keys for layer in layers],
             [layer.values for layer in layers],
         )
+
+    def step(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: Any,
+        write_pos: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+    ) -> CausalLMOutputWithPast:
+        """One forward of ``B`` sequences, its inputs as the module docstring says (``keys`` and ``values``:
+        contiguous ``[B, H_kv, C, D]``, written in place at ``write_pos``), on the package (``B = 1``) or the batch
+        package (loaded first: :meth:`load`); every row's logits and hidden states (embeddings, then every layer's
+        output)."""
+        out = (self.package if ids.shape[0] == 1 else self.batched)(ids, positions, mask, write_pos, keys, values)
         return CausalLMOutputWithPast(logits=out[0], hidden_states=tuple(out[1:]))

@@ -72,6 +72,7 @@ from specdec.kvcache import CacheFullError
 from specdec.methods import build_method, method
 from specdec.models import MissingAssetError
 from specdec.pace import Pace
+from specdec.rows import batch_shapes
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
 from specdec.warm import warm_up
@@ -180,8 +181,8 @@ def run_bench(config: BenchConfig, model=None, tokenizer=None, progress: bool = 
     encoded = [chat_ids(tokenizer, p).to(device) for p in prompts]
     max_len = _cache_size(model, encoded, max_new_tokens, max_tree(variants), c.max_len)
     # The HF baselines run the model as loaded; our target runs a copy that shares its tensors (model is unchanged).
-    # several prompts at a time run eager shapes: "auto" does not take a cached package there (specdec.rows)
-    static = False if c.batch_sizes and c.static_shapes == "auto" else c.static_shapes
+    # several prompts at a time: eager shapes or the package, not graphs captured in this process (specdec.rows)
+    static = batch_shapes(c.static_shapes, device) if c.batch_sizes else c.static_shapes
     target = HFTarget(model, max_len=max_len, weights=c.weights, static_shapes=static, invariant=c.invariant)
     if c.batch_sizes:  # several prompts at a time: its own rows (specdec.bench.batched)
         return run_batched(c, model, tokenizer, target, encoded, methods, out)
