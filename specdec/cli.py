@@ -198,8 +198,9 @@ def cmd_data(args: argparse.Namespace) -> int:
             "--model a chat (instruct) model"
         )
     # the batcher runs eagerly and never verifies trees, so row invariance would be pure cost unless asked for; our
-    # own model: in place
+    # own model: in place (after the package's target took its own copy)
     invariant = target_backend(args)["invariant"]
+    package = _regen_package(model, args.static_shapes, config.cache_slots) if invariant is not True else None
     apply(model, args.weights, static_shapes=False, invariant=False if invariant == "auto" else invariant)
     command = "specdec " + " ".join(shlex.quote(a) for a in args.argv)
     try:
@@ -216,6 +217,7 @@ def cmd_data(args: argparse.Namespace) -> int:
             command=command,
             progress=not args.no_progress,
             capture=capture,
+            package=package,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -225,6 +227,18 @@ def cmd_data(args: argparse.Namespace) -> int:
         f"{sum(s['response_tokens'] for s in shards)} response tokens"
     )
     return 0
+
+
+def _regen_package(model, shapes: str, slots: int):
+    """The regeneration steps' package (:mod:`specdec.train.continuous`): ``"aot"`` builds the model's packages where
+    this machine has none, ``"auto"`` takes them where it has the model's package, ``"off"``: None (eager shapes)."""
+    if shapes == "off":
+        return None
+    from specdec.target import HFTarget
+
+    limit = getattr(model.config, "max_position_embeddings", None) or slots  # the target's own cache: never read here
+    target = HFTarget(model, max_len=min(slots, limit), static_shapes=shapes)  # a prepared copy sharing the tensors
+    return target.runner._run if target.execution.aot else None
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
@@ -377,6 +391,13 @@ def _add_data(sub: Any) -> None:
     )
     r.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     r.add_argument("--no-progress", action="store_true")
+    r.add_argument(
+        "--static-shapes",
+        choices=("auto", "off", "aot"),
+        default="auto",
+        help="the decoding steps on the model's ahead-of-time batch package: aot (built once per machine where "
+        "missing, minutes), auto (default: where this machine has the model's package), off (eager shapes)",
+    )
     add_backend_options(r, drafts=False, static=False)
     add_model_options(r, head=False, device=False)  # the batcher runs on the CPU, in float32
     r.set_defaults(func=cmd_data)

@@ -205,9 +205,6 @@ class BatchRows:
         mask = {key: torch.cat([m[key] for m in masks]) for key in masks[0]} if layout.hybrid else torch.cat(masks)
         hidden, positions = self.target.hidden, positions.to(device)
         if self.package is not None:
-            batch = self.size > 1  # one row left runs on the one-sequence package (the same bits)
-            if (self.package.batched if batch else self.package.package) is None:  # once (PackageError if impossible)
-                self.package.load(self.target.runner.cache, batch)
             layers = self.cache.layers
             keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
             out = self.package.step(ids, positions, mask, torch.tensor(p, device=device), keys, values)

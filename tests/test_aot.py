@@ -10,7 +10,8 @@ What is shown here, on tiny random Llamas, with specdec's cache in a temporary f
   weights gets another file name and stays eager under ``"auto"`` (the control: a key that ignored the weights would
   hand it the first model's package);
 * several prompts at once on the package (the batch package, its batch dimension dynamic, built beside the first):
-  every row's greedy tokens equal the prompt decoded alone, while the rows' caches grow;
+  every row's greedy tokens equal the prompt decoded alone, while the rows' caches grow; data generation's steps on
+  it likewise;
 * a package that cannot be loaded is not a crash: one FastPathWarning, then the same static forward eagerly, with
   the eager tokens, and the file is set aside (``"auto"`` then stays eager);
 * ``"aot"`` off a CPU is refused by name.
@@ -30,6 +31,8 @@ from specdec.models import tiny_llama
 from specdec.rows import BatchUnsupportedError
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
+from specdec.train.continuous import Job, generate_continuous
+from specdec.train.features import FeatureSpec
 from specdec.tree import DraftTree
 from specdec.trees import DynamicTreePolicy, StaticTreePolicy
 from specdec.verify import GreedyVerifier
@@ -151,6 +154,38 @@ def test_several_prompts_on_the_package_equal_each_alone(model, built, monkeypat
     compiled = HFTarget(model, max_len=64, weights="stock", static_shapes=True)  # compiled in-process: still refused
     with pytest.raises(BatchUnsupportedError, match="static_shapes=False"):
         VanillaGenerator(compiled).generate_batch(prompts()[:2], None, STOP)
+
+
+def test_data_generation_steps_on_the_batch_package(model, built) -> None:
+    """The continuous batcher of data generation (:mod:`specdec.train.continuous`) with its steps on the batch package:
+    through refills, compactions and a shrinking batch, every greedy response equals its prompt decoded alone on the
+    package, and the captured features (the last hidden state and two layers' inputs) equal the eager batcher's up to
+    float rounding; the jobs' responses differ, so rows that swapped caches would show."""
+    g = torch.Generator().manual_seed(5)
+    work = [
+        Job(i, torch.randint(0, 6, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist())
+        for i in range(9)
+    ]
+    run = dict(batch_size=3, max_new_tokens=14, eos_token_id=5, capacity=40, compact_at=8)
+    spec = FeatureSpec(final=True, layers=(0, 1))
+    on = {
+        f.job.key: f
+        for f in generate_continuous(
+            model, work, capture=spec, capture_dtype=torch.float32, package=built.runner._run, **run
+        )
+    }
+    off = {f.job.key: f for f in generate_continuous(model, work, capture=spec, capture_dtype=torch.float32, **run)}
+    stop = StopCondition(max_new_tokens=14, eos_token_ids=(5,))
+    responses = set()
+    for job in work:
+        want = VanillaGenerator(built).generate(torch.tensor(job.ids), GREEDY, stop).tokens
+        assert on[job.key].response == off[job.key].response == want
+        torch.testing.assert_close(on[job.key].final, off[job.key].final, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(on[job.key].fused, off[job.key].fused, atol=1e-5, rtol=1e-5)
+        responses.add(tuple(want))
+    assert len(responses) > 5
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        list(generate_continuous(model, work, **{**run, "batch_size": 65}, package=built.runner._run))
 
 
 def test_a_package_that_cannot_load_falls_back_with_one_warning(built) -> None:

@@ -13,7 +13,7 @@ from specdec.generate import StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.sampling import SamplingParams
 from specdec.target import HFTarget
-from specdec.train.continuous import ends_in_loop
+from specdec.train.loops import ends_in_loop
 from specdec.train.regenerate import Prompt, RegenerateConfig, first_turn_prompts, regenerate
 from specdec.train.shards import ShardError, load_regenerated, read_manifest, read_shard
 

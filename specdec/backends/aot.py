@@ -230,12 +230,12 @@ def packages() -> list[dict]:
     return found
 
 
-def _example(model: nn.Module, cache: PositionCache, mask_of: Any, batch: bool) -> tuple:
-    """Inputs of :class:`AotStep` at the example's sizes (one sequence or a ``batch``), shaped like ``cache``'s
-    layers."""
-    layer, n, capacity = cache.layers[0], _EXAMPLE_ROWS, _EXAMPLE_CAPACITY
+def _example(keys: list[torch.Tensor], values: list[torch.Tensor], mask_of: Any, batch: bool) -> tuple:
+    """Inputs of :class:`AotStep` at the example's sizes (one sequence or a ``batch``), shaped like ``keys`` and
+    ``values`` (every layer's cache tensors)."""
+    n, capacity = _EXAMPLE_ROWS, _EXAMPLE_CAPACITY
     b = _EXAMPLE_BATCH if batch else 1
-    device = layer.keys.device
+    device = keys[0].device
     ids = torch.zeros(b, n, dtype=torch.long, device=device)
     positions = torch.arange(n, device=device)
     allowed = torch.ones(n, capacity, dtype=torch.bool, device=device).tril()  # row i sees slots 0 .. i
@@ -245,13 +245,24 @@ def _example(model: nn.Module, cache: PositionCache, mask_of: Any, batch: bool) 
     def room(t: torch.Tensor) -> torch.Tensor:
         return t.new_zeros(b, t.shape[1], capacity, t.shape[3])
 
-    keys = [room(layer.keys) for layer in cache.layers]
-    values = [room(layer.values) for layer in cache.layers]
-    return ids, positions.expand(b, -1).contiguous(), mask, torch.tensor(0, device=device), keys, values
+    return (
+        ids,
+        positions.expand(b, -1).contiguous(),
+        mask,
+        torch.tensor(0, device=device),
+        [room(k) for k in keys],
+        [room(v) for v in values],
+    )
 
 
 def build_package(
-    model: nn.Module, cache_kwarg: str, cache: PositionCache, mask_of: Any, path: Path, batch: bool = False
+    model: nn.Module,
+    cache_kwarg: str,
+    keys: list[torch.Tensor],
+    values: list[torch.Tensor],
+    mask_of: Any,
+    path: Path,
+    batch: bool = False,
 ) -> None:
     """Export :class:`AotStep` over ``model`` with dynamic rows and capacity (and batch, for the ``batch`` package) and
     compile it into ``path`` (minutes for a 100M-parameter model on 2 cores; written to a temporary name first, so a
@@ -260,7 +271,7 @@ def build_package(
 
     rows, capacity = Dim("rows", min=1, max=MAX_ROWS), Dim("capacity", min=2)
     sequences = {0: Dim("batch", min=1, max=MAX_BATCH)} if batch else {}
-    example = _example(model, cache, mask_of, batch)
+    example = _example(keys, values, mask_of, batch)
     layers = len(example[4])
     kv = [{**sequences, 2: capacity}] * layers
     mask = torch.utils._pytree.tree_map(lambda _: {**sequences, 2: rows, 3: capacity}, example[2])
@@ -306,12 +317,12 @@ class AotForward:
         self.package: Any = None  # one sequence's
         self.batched: Any = None  # several sequences' (the module docstring), loaded at the first batched forward
 
-    def load(self, cache: PositionCache, batch: bool = False) -> None:
-        """Load the package (or the ``batch`` package), building it first where this machine has none;
-        :class:`PackageError` if impossible."""
+    def load(self, keys: list[torch.Tensor], values: list[torch.Tensor], batch: bool = False) -> None:
+        """Load the package (or the ``batch`` package), building it first where this machine has none (for caches
+        shaped like ``keys`` and ``values``); :class:`PackageError` if impossible."""
         path = package_path(self.model, batch)
         if not path.exists():
-            build_package(self.model, self.cache_kwarg, cache, self.mask_of, path, batch)
+            build_package(self.model, self.cache_kwarg, keys, values, self.mask_of, path, batch)
         try:
             loaded = torch._inductor.aoti_load_package(str(path))
         except Exception as error:  # set aside, so "auto" no longer finds it and "aot" builds it again
@@ -323,10 +334,7 @@ class AotForward:
             self.package = loaded
 
     def __call__(self, **inputs: Any) -> CausalLMOutputWithPast:
-        cache: PositionCache = inputs[self.cache_kwarg]
-        if self.package is None:
-            self.load(cache)
-        layers = cache.layers  # the runner sends at most MAX_ROWS rows here (ModelRunner.forward)
+        layers = inputs[self.cache_kwarg].layers  # the runner sends at most MAX_ROWS rows here (ModelRunner.forward)
         return self.step(
             inputs["input_ids"],
             inputs["position_ids"],
@@ -347,7 +355,10 @@ class AotForward:
     ) -> CausalLMOutputWithPast:
         """One forward of ``B`` sequences, its inputs as the module docstring says (``keys`` and ``values``:
         contiguous ``[B, H_kv, C, D]``, written in place at ``write_pos``), on the package (``B = 1``) or the batch
-        package (loaded first: :meth:`load`); every row's logits and hidden states (embeddings, then every layer's
-        output)."""
-        out = (self.package if ids.shape[0] == 1 else self.batched)(ids, positions, mask, write_pos, keys, values)
+        package (each loaded, or built, at its first forward: :meth:`load`); every row's logits and hidden states
+        (embeddings, then every layer's output)."""
+        batch = ids.shape[0] > 1
+        if (self.batched if batch else self.package) is None:
+            self.load(keys, values, batch)
+        out = (self.batched if batch else self.package)(ids, positions, mask, write_pos, keys, values)
         return CausalLMOutputWithPast(logits=out[0], hidden_states=tuple(out[1:]))

@@ -29,6 +29,10 @@ that feeds it. The last token of a response is never fed to draw a successor, so
 to feed it (``closing``) and is refilled after that: every token of ``prompt + response`` gets its features, as a
 separate forward over the finished sequence would give them (up to float rounding of the batched forward).
 
+Package (``package=``, an :class:`~specdec.backends.aot.AotForward`): the steps run on the model's batch package, the
+rows' cache handed to it with a mask over every slot (prefills stay eager); the same float32 forward up to rounding,
+1.53x as fast for SmolLM2 on the Xeon of family 6 model 207 (``docs/results/2026-12-02-batch-package-intel-f6m207``).
+
 Scope: CPU models (the row bookkeeping is host-side) with full attention in every layer. A sliding window is
 counted in cache slots, which are a row's positions only while its slots are contiguous; the clock jump and other
 rows' admissions break that, so sliding-window models are refused.
@@ -48,13 +52,15 @@ from typing import Any
 import torch
 
 from specdec.attention import AttentionLayout
+from specdec.backends.aot import MAX_BATCH
 from specdec.backends.gqa import cache_dtype
 from specdec.kvcache import CacheFullError, PositionCache
 from specdec.runner import ModelRunner
 from specdec.sampling import SamplingParams, check_finite, greedy_tokens, sample, warp
 from specdec.train.features import FeatureSpec, select_hidden
+from specdec.train.loops import ends_in_loop
 
-__all__ = ["Job", "Finished", "ends_in_loop", "generate_continuous"]
+__all__ = ["Job", "Finished", "generate_continuous"]
 
 #: ``finished`` codes of a response (the shard format's ``finished`` tensor).
 BUDGET, EOS_END, LOOP = 0, 1, 2
@@ -92,35 +98,6 @@ class Finished:
     fused: torch.Tensor | None = field(default=None, compare=False)
 
 
-def ends_in_loop(tokens: torch.Tensor, lengths: torch.Tensor, window: int) -> torch.Tensor:
-    """Per row, whether the response ``tokens[r, :lengths[r]]`` ends in a repetition loop.
-
-    A loop: the last ``W = window`` tokens equal the ``W`` tokens ``d`` positions earlier for some period
-    ``1 <= d <= W // 2``, all of them response tokens (so a loop shows once ``W + d`` of its tokens exist).
-
-    Args:
-        tokens: ``[B, L]`` long, each row's response so far (left-aligned; entries past its length are ignored).
-        lengths: ``[B]`` long.
-        window: ``W >= 2``.
-
-    Returns:
-        ``[B]`` bool.
-    """
-    b = tokens.shape[0]
-    looped = torch.zeros(b, dtype=torch.bool)
-    tail_idx = lengths[:, None] - window + torch.arange(window)[None]  # [B, W]
-    if tokens.shape[1] == 0:
-        return looped
-    tail = tokens.gather(1, tail_idx.clamp(min=0))
-    for d in range(1, window // 2 + 1):
-        room = lengths - window - d >= 0  # [B]: W + d response tokens exist
-        if not room.any():
-            break
-        earlier = tokens.gather(1, (tail_idx - d).clamp(min=0))
-        looped |= room & (tail == earlier).all(dim=1)
-    return looped
-
-
 class _Rows:
     """Host-side state of the batch rows (one entry per cache row)."""
 
@@ -148,9 +125,10 @@ class _Rows:
 class _Batch:
     """The cache, its occupancy and the forward calls of :func:`generate_continuous` (see the module docstring)."""
 
-    def __init__(self, model: Any, batch: int, capacity: int, capture: bool = False) -> None:
+    def __init__(self, model: Any, batch: int, capacity: int, capture: bool = False, package: Any = None) -> None:
         self.model = model
         self.capture = capture
+        self.package = package
         self.layout = AttentionLayout.of(model, warn=False)
         if self.layout.sliding_window is not None:
             raise ValueError(
@@ -161,6 +139,11 @@ class _Batch:
         self.capacity = capacity
         # float64 under the invariant attention (it reads it unconverted)
         self.cache_dtype = cache_dtype(getattr(model.config, "_attn_implementation", None))
+        if package is not None and (self.cache_dtype is not None or batch > MAX_BATCH or self.layout.hybrid):
+            raise ValueError(
+                f"the package serves at most {MAX_BATCH} rows of a float32 cache with one attention kind: batch "
+                f"{batch}, cache dtype {self.cache_dtype or 'the model'}'s; run these steps without the package"
+            )
         self.runner = ModelRunner(model, self.layout, capacity, cache_dtype=self.cache_dtype)
         self.cache = self.runner.cache
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool)  # [B, C] slots each row attends to
@@ -217,10 +200,28 @@ class _Batch:
         p = self.clock
         mask = self.valid[:, : p + 1].clone()
         mask[:, p] = True  # every row sees its own token (a free row attends to itself only: no empty softmax row)
-        logits, hidden = self._forward(tokens[:, None], positions[:, None], mask, self.cache, p)
+        if self.package is not None:
+            logits, hidden = self._on_package(tokens[:, None], positions[:, None], mask, p)
+        else:
+            logits, hidden = self._forward(tokens[:, None], positions[:, None], mask, self.cache, p)
         self.valid[:, p] = live
         self.clock += 1
         return logits, hidden
+
+    def _on_package(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, p: int):
+        """A step of ``ids [B, 1]`` on the batch package: ``visible [B, p + 1]`` as an additive mask over every slot
+        (full attention: row ``r``'s one query is the mask's query ``r``)."""
+        b = ids.shape[0]
+        allowed = torch.zeros(b, self.capacity, dtype=torch.bool)
+        allowed[:, : p + 1] = visible
+        slots = torch.arange(self.capacity)
+        mask = self.layout.mask(allowed, slots, positions[:, 0]).view(b, 1, 1, self.capacity)
+        layers = self.cache.layers
+        keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
+        out = self.package.step(ids, positions, mask, torch.tensor(p), keys, values)
+        logits = out.logits[:, -1].float()
+        check_finite(logits)
+        return logits, out.hidden_states if self.capture else None
 
     def dead_slots(self) -> int:
         return self.clock - int(self.valid[:, : self.clock].any(0).sum())
@@ -258,6 +259,7 @@ def generate_continuous(
     compact_at: int = 128,
     capture: FeatureSpec | None = None,
     capture_dtype: torch.dtype = torch.bfloat16,
+    package: Any = None,
 ) -> Iterator[Finished]:
     """Answer ``jobs`` with ``batch_size`` rows decoding together; yields each response as it finishes.
 
@@ -273,6 +275,8 @@ def generate_continuous(
         compact_at: compact the cache once this many slots are unused.
         capture: also return these target features of every token (:attr:`Finished.final`, ``fused``), stored in
             ``capture_dtype``.
+        package: the steps on this model's batch package (the module docstring; an
+            :class:`~specdec.backends.aot.AotForward`, e.g. an ``"aot"`` target's ``runner._run``), None: eager.
 
     Raises:
         ValueError: bad settings or a prompt that does not fit.
@@ -289,7 +293,7 @@ def generate_continuous(
         raise ValueError("generate_continuous runs on the CPU (its row bookkeeping is host-side)")
     size = capacity if capacity is not None else 2 * 256 + max_new_tokens + compact_at
     run = _Continuous(
-        _Batch(model, batch_size, size, capture=capture is not None),
+        _Batch(model, batch_size, size, capture=capture is not None, package=package),
         _Rows(batch_size, max_new_tokens),
         (eos_token_id, max_new_tokens, loop_window),
         top_p,

@@ -134,6 +134,12 @@ class RegenerateConfig:
         if self.loop_window < 0 or 0 < self.loop_window < 2:
             raise ValueError(f"loop_window must be 0 (off) or >= 2, got {self.loop_window}")
 
+    @property
+    def cache_slots(self) -> int:
+        """Cache slots per row of the continuous batch (:func:`~specdec.train.continuous.generate_continuous`): the
+        oldest live row, prompts admitted since, and unused slots before a compaction."""
+        return 2 * self.max_prompt_tokens + self.max_new_tokens + 128
+
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
@@ -238,6 +244,7 @@ def regenerate(
     progress: bool = True,
     prompts: Sequence[Prompt] | None = None,
     capture: CaptureSettings | None = None,
+    package: Any = None,
 ) -> dict[str, Any]:
     """Grow the self-distilled data set in ``out`` to ``num_prompts`` prompts (whole shards); returns the manifest.
 
@@ -245,7 +252,8 @@ def regenerate(
     run's, the generation settings may differ (each shard records its own). ``model`` runs as given, on the CPU
     (put it on the fast path first: :func:`specdec.fastpath.apply_backend`); ``prompts`` overrides the ShareGPT prompt
     order (tests). With ``capture``, each shard's target features are written to its folder first
-    (:mod:`specdec.train.captured`), so training need not extract them again.
+    (:mod:`specdec.train.captured`), so training need not extract them again. ``package``: the decoding steps on the
+    model's batch package (:func:`~specdec.train.continuous.generate_continuous`).
 
     Raises:
         ValueError: settings or model differ from the folder's earlier runs.
@@ -312,9 +320,10 @@ def regenerate(
         pad_token_id=pad,
         top_p=config.top_p,
         loop_window=config.loop_window,
-        capacity=2 * config.max_prompt_tokens + config.max_new_tokens + 128,
+        capacity=config.cache_slots,
         capture=None if capture is None else capture.spec,
         capture_dtype=torch.bfloat16 if capture is None else capture.dtype,
+        package=package,
     )
     for item in responses:
         k, i = item.job.key
