@@ -123,6 +123,7 @@ class _Batch:
         self.pace, self.max_batch = pace, max_batch
         # each row's prompt, budget and own tree fit max_len; the shared clock writes the largest tree of any row
         self.rows = BatchRows(target, target.max_len + room)
+        self.max_batch = min(max_batch, self.rows.max_size)  # the package's batch limit: the rest wait their turn
         self.waiting = [i for i, p in enumerate(prepared) if not isinstance(p, BaseException)]
         self.prepared = prepared
         self.live: list[int] = []  # prompt index of each batch row, in the rows' order

@@ -31,9 +31,13 @@ batches).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from specdec.backends.aot import MAX_BATCH
+from specdec.backends import FastPathWarning
+from specdec.backends.aot import MAX_BATCH, MAX_ROWS
+from specdec.backends.compiled import PackageError
 from specdec.errors import SpecdecError
 from specdec.interfaces import TargetHidden, TargetStep
 from specdec.kvcache import CacheFullError, PositionCache
@@ -93,6 +97,25 @@ class BatchRows:
     @property
     def size(self) -> int:
         return len(self.lengths)
+
+    @property
+    def max_size(self) -> int:
+        """The most rows at once: :data:`~specdec.backends.aot.MAX_BATCH` on the package, else unbounded."""
+        return MAX_BATCH if self.package is not None else 1 << 30
+
+    def _on_package(self, n: int) -> bool:
+        """Whether the next forward (``n`` nodes a row) runs on the package: up to its rows, once it is loaded (a
+        package that cannot be built or loaded warns once and leaves the batch on the same forward, eagerly)."""
+        if self.package is None or n > MAX_ROWS:
+            return False
+        layers = self.cache.layers
+        try:
+            self.package.ensure([layer.keys for layer in layers], [layer.values for layer in layers], self.size > 1)
+        except PackageError as error:
+            warnings.warn(f"{error}; the batch runs its forwards eagerly", FastPathWarning, stacklevel=3)
+            self.package = None
+            return False
+        return True
 
     @torch.no_grad()
     def join(self, input_ids: torch.Tensor) -> TargetStep:
@@ -187,7 +210,8 @@ class BatchRows:
         n = max(t.num_nodes for t in trees)
         self._room(n)
         p, device, layout = self.clock, self.target.device, self.target.layout
-        width = p + n if self.package is None else self.slots  # the package reads (and is masked over) every slot
+        package = self._on_package(n)
+        width = self.slots if package else p + n  # the package reads (and is masked over) every slot
         ids = torch.zeros(self.size, n, dtype=torch.long, device=device)
         positions = torch.zeros(self.size, n, dtype=torch.long)
         masks = []
@@ -204,7 +228,7 @@ class BatchRows:
             masks.append(layout.mask(allowed.to(device), self.slot_pos[r, :width].to(device), positions[r].to(device)))
         mask = {key: torch.cat([m[key] for m in masks]) for key in masks[0]} if layout.hybrid else torch.cat(masks)
         hidden, positions = self.target.hidden, positions.to(device)
-        if self.package is not None:
+        if package:
             layers = self.cache.layers
             keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
             out = self.package.step(ids, positions, mask, torch.tensor(p, device=device), keys, values)

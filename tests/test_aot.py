@@ -26,6 +26,7 @@ from specdec import rows as rows_module
 from specdec.backends import BackendError, FastPathWarning, resolve
 from specdec.backends import aot as aot_module
 from specdec.backends.aot import package_path
+from specdec.backends.compiled import PackageError
 from specdec.generate import SpeculativeGenerator, StopCondition, VanillaGenerator
 from specdec.models import tiny_llama
 from specdec.rows import BatchUnsupportedError
@@ -73,7 +74,8 @@ def prompts() -> list[torch.Tensor]:
 
 def test_package_target_is_greedy_exact(model, built) -> None:
     assert built.execution.label == "stock+aot" and built.runner.aot and built.runner.compiled
-    assert package_path(built.model).exists() and len(list(package_path(built.model).parent.glob("*.pt2"))) == 1
+    one_sequence = [f for f in package_path(built.model).parent.glob("*.pt2") if not f.name.endswith("-batch.pt2")]
+    assert package_path(built.model).exists() and len(one_sequence) == 1
     eager = HFTarget(model, max_len=MAX_LEN, weights="stock")
     drafter = make_drafter("eagle3", model, MAX_LEN + 8)
     trees = [DynamicTreePolicy(topk=2, depth=3, total_tokens=8), StaticTreePolicy.chain(2)]  # 8 and 3 rows
@@ -127,8 +129,11 @@ def test_several_prompts_on_the_package_equal_each_alone(model, built, monkeypat
     (the third joins when one leaves), greedy, plain and speculative (trees of up to 8 nodes a row, ragged): every row's
     tokens equal its prompt decoded alone on the same package. The rows' caches start at 2 slots of room and grow many
     times (``ROOM`` patched), so a grown cache that lost or moved a written slot would show; the prompts' own
-    continuations differ, so a row reading another's cache or logits would too."""
+    continuations differ, so a row reading another's cache or logits would too. The package's limits patched small
+    (2 rows at once, 4 nodes a row): a third row waits its turn, and larger trees run the same forward eagerly."""
     monkeypatch.setattr(rows_module, "ROOM", 2)
+    monkeypatch.setattr(rows_module, "MAX_BATCH", 2)
+    monkeypatch.setattr(rows_module, "MAX_ROWS", 4)
     drafter = make_drafter("eagle3", model, MAX_LEN + 8)
     gens = [
         VanillaGenerator(built),
@@ -146,7 +151,7 @@ def test_several_prompts_on_the_package_equal_each_alone(model, built, monkeypat
 
     monkeypatch.setattr(rows_module.BatchRows, "_reserve", reserve)
     for gen in gens:
-        together = gen.generate_batch(prompts(), GREEDY, STOP, max_batch=2, speculate="always")
+        together = gen.generate_batch(prompts(), GREEDY, STOP, max_batch=3, speculate="always")
         assert [r.tokens for r in together] == alone
     assert len(set(grown)) > 3
     assert package_path(model, batch=True).exists()  # several rows ran on the batch package, built beside the first
@@ -156,7 +161,20 @@ def test_several_prompts_on_the_package_equal_each_alone(model, built, monkeypat
         VanillaGenerator(compiled).generate_batch(prompts()[:2], None, STOP)
 
 
-def test_data_generation_steps_on_the_batch_package(model, built) -> None:
+def test_a_batch_package_that_cannot_be_built_leaves_the_batch_eager(model, built, monkeypatch) -> None:
+    def refuse(self, keys, values, batch=False):
+        raise PackageError("no batch package here")
+
+    target = HFTarget(model, max_len=MAX_LEN, static_shapes="aot")
+    target.warm_up()
+    monkeypatch.setattr(type(target.runner._run), "load", refuse)
+    alone = [VanillaGenerator(target).generate(p, GREEDY, STOP).tokens for p in prompts()]
+    with pytest.warns(FastPathWarning, match="no batch package here; the batch runs its forwards eagerly"):
+        together = VanillaGenerator(target).generate_batch(prompts(), GREEDY, STOP)
+    assert [r.tokens for r in together] == alone
+
+
+def test_data_generation_steps_on_the_batch_package(model, built, monkeypatch) -> None:
     """The continuous batcher of data generation (:mod:`specdec.train.continuous`) with its steps on the batch package:
     through refills, compactions and a shrinking batch, every greedy response equals its prompt decoded alone on the
     package, and the captured features (the last hidden state and two layers' inputs) equal the eager batcher's up to
@@ -168,6 +186,11 @@ def test_data_generation_steps_on_the_batch_package(model, built) -> None:
     ]
     run = dict(batch_size=3, max_new_tokens=14, eos_token_id=5, capacity=40, compact_at=8)
     spec = FeatureSpec(final=True, layers=(0, 1))
+    steps = []
+    real_step = type(built.runner._run).step
+    monkeypatch.setattr(
+        type(built.runner._run), "step", lambda self, ids, *a: steps.append(ids.shape[0]) or real_step(self, ids, *a)
+    )
     on = {
         f.job.key: f
         for f in generate_continuous(
@@ -183,7 +206,7 @@ def test_data_generation_steps_on_the_batch_package(model, built) -> None:
         torch.testing.assert_close(on[job.key].final, off[job.key].final, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(on[job.key].fused, off[job.key].fused, atol=1e-5, rtol=1e-5)
         responses.add(tuple(want))
-    assert len(responses) > 5
+    assert len(responses) > 5 and max(steps) == 3  # the steps ran on the batch package
     with pytest.raises(ValueError, match="at most 64 rows"):
         list(generate_continuous(model, work, **{**run, "batch_size": 65}, package=built.runner._run))
 

@@ -333,6 +333,11 @@ class AotForward:
         else:
             self.package = loaded
 
+    def ensure(self, keys: list[torch.Tensor], values: list[torch.Tensor], batch: bool) -> None:
+        """The package (or the ``batch`` package) loaded, built first where missing (:meth:`load`)."""
+        if (self.batched if batch else self.package) is None:
+            self.load(keys, values, batch)
+
     def __call__(self, **inputs: Any) -> CausalLMOutputWithPast:
         layers = inputs[self.cache_kwarg].layers  # the runner sends at most MAX_ROWS rows here (ModelRunner.forward)
         return self.step(
@@ -358,7 +363,6 @@ class AotForward:
         package (each loaded, or built, at its first forward: :meth:`load`); every row's logits and hidden states
         (embeddings, then every layer's output)."""
         batch = ids.shape[0] > 1
-        if (self.batched if batch else self.package) is None:
-            self.load(keys, values, batch)
+        self.ensure(keys, values, batch)
         out = (self.batched if batch else self.package)(ids, positions, mask, write_pos, keys, values)
         return CausalLMOutputWithPast(logits=out[0], hidden_states=tuple(out[1:]))
