@@ -103,19 +103,21 @@ class BatchRows:
         """The most rows at once: :data:`~specdec.backends.aot.MAX_BATCH` on the package, else unbounded."""
         return MAX_BATCH if self.package is not None else 1 << 30
 
-    def _on_package(self, n: int) -> bool:
-        """Whether the next forward (``n`` nodes a row) runs on the package: up to its rows, once it is loaded (a
-        package that cannot be built or loaded warns once and leaves the batch on the same forward, eagerly)."""
+    def _on_package(self, n: int) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+        """The rows' keys and values where the next forward (``n`` nodes a row) runs on the package: up to its rows,
+        once it is loaded (a package that cannot be built or loaded warns once and leaves the batch on the same
+        forward, eagerly); None: eagerly."""
         if self.package is None or n > MAX_ROWS:
-            return False
+            return None
         layers = self.cache.layers
+        keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
         try:
-            self.package.ensure([layer.keys for layer in layers], [layer.values for layer in layers], self.size > 1)
+            self.package.ensure(keys, values, self.size > 1)
         except PackageError as error:
             warnings.warn(f"{error}; the batch runs its forwards eagerly", FastPathWarning, stacklevel=3)
             self.package = None
-            return False
-        return True
+            return None
+        return keys, values
 
     @torch.no_grad()
     def join(self, input_ids: torch.Tensor) -> TargetStep:
@@ -211,7 +213,7 @@ class BatchRows:
         self._room(n)
         p, device, layout = self.clock, self.target.device, self.target.layout
         package = self._on_package(n)
-        width = self.slots if package else p + n  # the package reads (and is masked over) every slot
+        width = p + n if package is None else self.slots  # the package reads (and is masked over) every slot
         ids = torch.zeros(self.size, n, dtype=torch.long, device=device)
         positions = torch.zeros(self.size, n, dtype=torch.long)
         masks = []
@@ -228,10 +230,8 @@ class BatchRows:
             masks.append(layout.mask(allowed.to(device), self.slot_pos[r, :width].to(device), positions[r].to(device)))
         mask = {key: torch.cat([m[key] for m in masks]) for key in masks[0]} if layout.hybrid else torch.cat(masks)
         hidden, positions = self.target.hidden, positions.to(device)
-        if package:
-            layers = self.cache.layers
-            keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
-            out = self.package.step(ids, positions, mask, torch.tensor(p, device=device), keys, values)
+        if package is not None:
+            out = self.package.step(ids, positions, mask, torch.tensor(p, device=device), *package)
         else:
             self.cache.set_write_pos(p)
             out = self.target.model(
