@@ -29,22 +29,12 @@ def main() -> None:
     p.add_argument("--hardware", required=True, help="where the runs trained (free text for the model cards)")
     p.add_argument("--notes", default="", help="free text added to every card")
     p.add_argument("--only", nargs="*", default=list(TITLES), help="recipes to ship (default all)")
-    p.add_argument(
-        "--wall",
-        action="append",
-        default=[],
-        metavar="KIND=SECONDS=HOW",
-        help="report this wall time for KIND instead of the run's record, saying how it was measured",
-    )
     p.add_argument("--note", action="append", default=[], metavar="KIND=TEXT", help="a note for one card")
     args = p.parse_args()
-    walls = {k: (float(sec), how) for k, sec, how in (w.split("=", 2) for w in args.wall)}
     notes = dict(n.split("=", 1) for n in args.note)
     for kind in args.only:
         text = "\n\n".join(t for t in (args.notes, notes.get(kind, "")) if t)
-        dest = ship_head(
-            args.runs / kind, HEADS_DIR / kind, args.hardware, TITLES[kind], text, torch.bfloat16, walls.get(kind)
-        )
+        dest = ship_head(args.runs / kind, HEADS_DIR / kind, args.hardware, TITLES[kind], text, torch.bfloat16)
         size = sum(f.stat().st_size for f in dest.iterdir()) / 2**20
         print(f"{kind}: {dest} ({size:.1f} MiB)")
 
